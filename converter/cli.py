@@ -1,0 +1,92 @@
+"""Thin command-line layer: parse options, call the engine, turn results into exit codes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+from .errors import CheckFailed, UserError
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _boundary(func):
+    """Bad input becomes one line and exit 2; a failed check exit 1; never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (UserError, CheckFailed) as exc:
+            _say(f"error: {exc.render()}")
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            _say("interrupted; nothing was written")
+            sys.exit(130)
+        except MemoryError:
+            _say("error: out of memory; close other programs or convert on a larger machine")
+            sys.exit(2)
+        except OSError as exc:
+            _say(f"error: {exc.strerror or exc} ({exc.filename or ''}); check the paths and free disk space")
+            sys.exit(2)
+        except Exception as exc:  # an internal bug: one line, the traceback only on request
+            if os.environ.get("CONVERTER_DEBUG"):
+                raise
+            _say(f"internal error: {type(exc).__name__}: {exc} (set CONVERTER_DEBUG=1 for the traceback "
+                 "and report it)")
+            sys.exit(3)
+
+    return wrapper
+
+
+def _write_json(path: str | None, body: dict) -> None:
+    if path:
+        from .io.atomic import AtomicOutput
+        with AtomicOutput(path, force=True) as f:
+            f.write((json.dumps(body, indent=1, default=str) + "\n").encode("utf-8"))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("src")
+@click.argument("dst")
+@click.option("--mapping", metavar="NAME|FILE", help="Shipped rule set (bert, gpt2, llama) or a rule file.")
+@click.option("--spec", "spec_path", metavar="FILE", help="Port spec: infer rules from the two models and check the result loads.")
+@click.option("--dtype", metavar="D", help="Cast floating tensors to D (float32, float16, bfloat16).")
+@click.option("--force", is_flag=True, help="Replace an existing output (only once the new file is complete).")
+@click.option("--emit-mapping", metavar="FILE", help="Write the rules used, to review, edit and pass back with --mapping.")
+@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_boundary
+def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet):
+    """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors)."""
+    from .convert import convert
+    from .spec import load_spec
+
+    spec = load_spec(spec_path) if spec_path else None
+    result = convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
+                     emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say)
+    _write_json(json_path, result.to_json())
+    _say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
+         f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")
+    _say("check passed: every written tensor matches its source bit for bit")
+    if result.missing_keys is not None:
+        if result.missing_keys or result.unexpected_keys:
+            raise CheckFailed("the paddle model does not take the converted file cleanly",
+                              [f"missing: {k}" for k in result.missing_keys]
+                              + [f"unexpected: {k}" for k in result.unexpected_keys])
+        _say("loaded into the paddle model: no missing or unexpected keys")
+
+
+def main_convert():
+    convert_weights(prog_name="convert-weights")
+
+
+def main_verify():
+    from .verify.command import verify_port
+    verify_port(prog_name="verify-port")

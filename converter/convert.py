@@ -1,0 +1,185 @@
+"""The convert-weights engine: source -> plan -> streaming sink -> bit-exact check -> commit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes
+from .errors import CheckFailed, UserError
+from .io import open_sink_format, open_source
+from .io.atomic import AtomicOutput
+from .io.base import Source, TensorInfo
+from .rules import MappingPlan, build_plan, resolve_mapping
+from .rules.plan import TargetEntry
+from .rules.ruleset import RuleSet
+
+
+@dataclass
+class ConversionResult:
+    source: str
+    output: str
+    format: str
+    mapping: str
+    tensors: int
+    bytes: int
+    dropped: list[str]
+    notes: list[str] = field(default_factory=list)
+    check_ok: bool = False
+    mismatches: list[str] = field(default_factory=list)
+    missing_keys: list[str] | None = None
+    unexpected_keys: list[str] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.check_ok and not self.missing_keys and not self.unexpected_keys
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"ok": self.ok}
+
+
+class _ReadCache:
+    """Keeps the last source tensors read, so split pieces and aliases read their source once."""
+
+    def __init__(self, source: Source, size: int = 2):
+        self.source = source
+        self.size = size
+        self.items: dict[str, np.ndarray] = {}
+
+    def __call__(self, key: str) -> np.ndarray:
+        if key not in self.items:
+            if len(self.items) >= self.size:
+                self.items.pop(next(iter(self.items)))
+            self.items[key] = self.source.read(key)
+        return self.items[key]
+
+
+def choose_ruleset(mapping: str | None, spec, source: Source) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
+    """The rule set to use and, when the paddle model is known, its state-dict entries."""
+    targets = None
+    if spec is not None:
+        from .frameworks.paddle_side import state_dict_infos
+        targets = state_dict_infos(spec.paddle_model())
+    name = mapping or (spec.mapping if spec is not None else None)
+    if name:
+        return resolve_mapping(str(name)), targets
+    if spec is None:
+        raise UserError("no mapping given: pass --mapping NAME|FILE (shipped: bert, gpt2, llama) "
+                        "or --spec FILE to infer one from the two models")
+    from .rules.infer import infer_ruleset
+    return infer_ruleset(spec.torch_model(), spec.paddle_model()), targets
+
+
+def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None) -> MappingPlan:
+    return build_plan(source.infos, ruleset, targets, dtypes.canonical(dtype) if dtype else None)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
+
+
+def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -> str | None:
+    """None when `got` holds exactly the plan's tensor, else why not. Works on views of the
+    source (no copies beyond a cast), independent of the writer's own copies."""
+    if tuple(got.shape) != tuple(entry.shape) or dtypes.storage(entry.dtype) != got.dtype:
+        return f"'{info.name}': wrote {got.dtype}{list(got.shape)}, planned {entry.dtype}{list(entry.shape)}"
+    offset = 0
+    for part in entry.parts:
+        expected = dtypes.cast(part.apply(read(part.source)), entry.source_dtype, entry.dtype)
+        block = got
+        if entry.merge_axis is not None:
+            index = [slice(None)] * got.ndim
+            size = expected.shape[entry.merge_axis]
+            index[entry.merge_axis] = slice(offset, offset + size)
+            offset += size
+            block = got[tuple(index)]
+        if not np.array_equal(_bits(block), _bits(expected)):
+            diff = np.argwhere(_bits(block) != _bits(expected))
+            return f"'{info.name}': differs from source '{part.source}' at index {tuple(int(i) for i in diff[0])}"
+    return None
+
+
+def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
+    """Re-read the written file and compare every tensor, bit for bit, with its source under the plan."""
+    expected = plan.output_infos()
+    table = plan.by_output_name()
+    problems: list[str] = []
+    if fmt == "safetensors":
+        from .io.safetensors_io import SafetensorsSource
+        with SafetensorsSource(path) as out:
+            names = list(out.infos)
+            for info in expected:
+                if info.name in out.infos:
+                    why = compare_entry(table[info.name], info, out.read(info.name), read)
+                    if why:
+                        problems.append(why)
+    else:
+        from .io.pdparams import scan_pdparams
+
+        def on_array(index, array):
+            if index < len(expected):
+                why = compare_entry(table[expected[index].name], expected[index], array, read)
+                if why:
+                    problems.append(why)
+
+        names = scan_pdparams(path, on_array)
+    if names != [i.name for i in expected]:
+        missing = sorted(set(i.name for i in expected) - set(names))
+        extra = sorted(set(names) - set(i.name for i in expected))
+        problems.append(f"written keys differ from the plan (missing {missing[:5]}, extra {extra[:5]})")
+    return problems
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None, None
+    from tqdm import tqdm
+    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="converting",
+               file=sys.stderr, leave=False, dynamic_ncols=True)
+    return bar, bar.update
+
+
+def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: str | None = None,
+            force: bool = False, emit_mapping: str | None = None, progress: bool = True,
+            log=lambda line: None) -> ConversionResult:
+    fmt = open_sink_format(dst)
+    output = AtomicOutput(dst, force)
+    output.check_destination()
+    if os.path.abspath(src) == output.path:
+        raise UserError(f"source and output are the same file '{src}'; write to another path")
+    with open_source(src) as source:
+        for note in source.notes:
+            log(f"note: {note}")
+        ruleset, targets = choose_ruleset(mapping, spec, source)
+        if emit_mapping:
+            with AtomicOutput(emit_mapping, force=True) as f:
+                f.write(ruleset.to_json().encode("utf-8"))
+            log(f"wrote the mapping ({len(ruleset.rules)} rules) to {emit_mapping}")
+        plan = plan_conversion(source, ruleset, targets, dtype)
+        result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
+                                  plan.dropped, list(source.notes))
+        read = _ReadCache(source)
+        by_name = plan.by_output_name()
+        bar, tick = _progress(plan.total_bytes, progress)
+        try:
+            with output as f:
+                from .io.pdparams import write_pdparams
+                from .io.safetensors_io import write_safetensors
+                writer = write_pdparams if fmt == "pdparams" else write_safetensors
+                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), tick)
+                f.flush()
+                result.mismatches = check_written(output.readable_path(), fmt, plan, read)
+                if result.mismatches:
+                    raise CheckFailed(f"the written tensors do not match the source under mapping '{ruleset.name}'; "
+                                      f"nothing was written to {dst}", result.mismatches)
+        finally:
+            if bar is not None:
+                bar.close()
+        result.check_ok = True
+    if spec is not None:
+        from .frameworks.paddle_side import load_into
+        result.missing_keys, result.unexpected_keys = load_into(spec.paddle_model(), dst)
+    return result

@@ -1,0 +1,92 @@
+"""What every checkpoint source provides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str  # logical dtype, see converter.dtypes
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtypes.itemsize(self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.dtype}{list(self.shape)}"
+
+
+class Source:
+    """A checkpoint opened for reading.
+
+    `infos` lists every tensor in file order; `read(name)` returns its storage
+    array (bf16 as uint16 bits). `notes` says what was unwrapped or stripped.
+    """
+
+    path: str
+
+    def __init__(self, path: str):
+        self.path = path
+        self.infos: dict[str, TensorInfo] = {}
+        self.notes: list[str] = []
+
+    def read(self, name: str) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class RenamedSource(Source):
+    """A view of another source whose key names lost a wrapper prefix."""
+
+    def __init__(self, inner: Source, prefix: str):
+        super().__init__(inner.path)
+        self.inner = inner
+        self.notes = list(inner.notes) + [f"stripped the prefix '{prefix}' from every key"]
+        self._orig: dict[str, str] = {}
+        for name, info in inner.infos.items():
+            new = name[len(prefix):]
+            self._orig[new] = name
+            self.infos[new] = TensorInfo(new, info.dtype, info.shape)
+
+    def read(self, name: str) -> np.ndarray:
+        return self.inner.read(self._orig[name])
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def strip_wrapper_prefixes(source: Source) -> Source:
+    """Strip `module.` (DataParallel) and `_orig_mod.` (torch.compile) when every key has it."""
+    while source.infos:
+        for prefix in WRAPPER_PREFIXES:
+            if all(name.startswith(prefix) for name in source.infos):
+                source = RenamedSource(source, prefix)
+                break
+        else:
+            return source
+    return source

@@ -1,0 +1,58 @@
+"""Pick a reader by file name, and a writer by output extension."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from ..errors import UserError
+from .base import Source, strip_wrapper_prefixes
+
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+OUTPUT_FORMATS = {".pdparams": "pdparams", ".safetensors": "safetensors"}
+
+
+def _open_file(path: str) -> Source:
+    if not os.path.exists(path):
+        raise UserError(f"checkpoint '{path}' does not exist; check the path")
+    if os.path.isdir(path):
+        raise UserError(f"'{path}' is a directory with no checkpoint index or weights file in it")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"checkpoint '{path}' is empty (0 bytes); re-download or re-save it")
+    lower = path.lower()
+    if lower.endswith(".index.json"):
+        from .sharded import ShardedSource
+        return ShardedSource(path, _open_file)
+    if lower.endswith(".safetensors"):
+        from .safetensors_io import SafetensorsSource
+        return SafetensorsSource(path)
+    if lower.endswith(TORCH_SUFFIXES):
+        from .torch_io import TorchSource
+        return TorchSource(path)
+    if lower.endswith(".pdparams"):
+        from .pdparams import PdparamsSource
+        return PdparamsSource(path)
+    raise UserError(f"cannot tell the format of '{path}'; use a .pt/.pth/.bin, .safetensors or *.index.json file")
+
+
+def _resolve_directory(path: str) -> str:
+    for pattern in ("model.safetensors.index.json", "*.safetensors.index.json", "model.safetensors",
+                    "pytorch_model.bin.index.json", "*.bin.index.json", "pytorch_model.bin"):
+        found = sorted(glob.glob(os.path.join(path, pattern)))
+        if found:
+            return found[0]
+    return path
+
+
+def open_source(path: str) -> Source:
+    """Open a checkpoint file, an index, or a directory holding one."""
+    if os.path.isdir(path):
+        path = _resolve_directory(path)
+    return strip_wrapper_prefixes(_open_file(path))
+
+
+def open_sink_format(path: str) -> str:
+    for suffix, fmt in OUTPUT_FORMATS.items():
+        if path.lower().endswith(suffix):
+            return fmt
+    raise UserError(f"cannot tell the output format of '{path}'; end its name in .pdparams or .safetensors")

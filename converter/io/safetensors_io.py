@@ -1,0 +1,107 @@
+"""safetensors read and write without torch: an 8-byte header length, a JSON
+header, then raw row-major data. Tensors are read with positioned reads so that
+only the tensor in hand is resident."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import UserError
+from .base import Source, TensorInfo
+
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def _corrupt(path: str, why: str) -> UserError:
+    return UserError(f"'{path}' is not a valid safetensors file ({why}); it is truncated or corrupt: re-download or re-export it")
+
+
+class SafetensorsSource(Source):
+    def __init__(self, path: str):
+        super().__init__(path)
+        size = os.path.getsize(path)
+        self._fd = os.open(path, os.O_RDONLY)
+        try:
+            self._parse(size)
+        except Exception:
+            os.close(self._fd)
+            raise
+
+    def _parse(self, size: int) -> None:
+        head = os.pread(self._fd, 8, 0)
+        if len(head) < 8:
+            raise _corrupt(self.path, "shorter than its 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER or 8 + n > size:
+            raise _corrupt(self.path, f"header length {n} does not fit in a {size}-byte file")
+        try:
+            header = json.loads(os.pread(self._fd, n, 8).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _corrupt(self.path, f"header is not JSON: {exc}") from None
+        if not isinstance(header, dict):
+            raise _corrupt(self.path, "header is not a JSON object")
+        data_start = 8 + n
+        self._offsets: dict[str, tuple[int, int]] = {}
+        entries = []
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype = dtypes.from_safetensors(meta["dtype"])
+                shape = tuple(int(d) for d in meta["shape"])
+                begin, end = (int(x) for x in meta["data_offsets"])
+            except UserError:
+                raise
+            except (KeyError, TypeError, ValueError):
+                raise _corrupt(self.path, f"entry '{name}' lacks dtype, shape or data_offsets") from None
+            info = TensorInfo(name, dtype, shape)
+            if end - begin != info.nbytes or begin < 0:
+                raise _corrupt(self.path, f"tensor '{name}' {info.describe()} has {end - begin} bytes of data")
+            if data_start + end > size:
+                raise _corrupt(self.path, f"tensor '{name}' ends at byte {data_start + end} of a {size}-byte file")
+            entries.append((begin, info))
+            self._offsets[name] = (data_start + begin, info.nbytes)
+        for _, info in sorted(entries, key=lambda e: e[0]):
+            self.infos[info.name] = info
+
+    def read(self, name: str) -> np.ndarray:
+        info = self.infos[name]
+        offset, nbytes = self._offsets[name]
+        out = np.empty(info.shape, dtype=dtypes.storage(info.dtype))
+        view = memoryview(out.reshape(-1).view(np.uint8)) if nbytes else memoryview(b"")
+        done = 0
+        while done < nbytes:
+            got = os.preadv(self._fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise _corrupt(self.path, f"tensor '{name}' is cut short")
+            done += got
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def write_safetensors(file, infos: list[TensorInfo], produce, progress=None) -> None:
+    """Write tensors in the given order; `produce(info)` returns its storage array."""
+    header = {"__metadata__": {"format": "np"}}
+    offset = 0
+    for info in infos:
+        header[info.name] = {"dtype": dtypes.to_safetensors(info.dtype), "shape": list(info.shape),
+                             "data_offsets": [offset, offset + info.nbytes]}
+        offset += info.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    file.write(struct.pack("<Q", len(raw)))
+    file.write(raw)
+    for info in infos:
+        array = produce(info)
+        file.write(memoryview(np.ascontiguousarray(array).reshape(-1)).cast("B"))
+        if progress is not None:
+            progress(info.nbytes)

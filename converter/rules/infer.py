@@ -1,0 +1,99 @@
+"""Infer rules from a torch model and its paddle port by walking module types.
+
+Transposes are decided by module type (the layer registry), never by shape:
+a square attention projection and an HF Conv1D both come out right.
+"""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from .layers import LayerPair, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
+from .ruleset import RuleSet, parse_ruleset
+
+
+def _has_state(torch_module) -> bool:
+    return next(iter(torch_module.state_dict(keep_vars=True)), None) is not None
+
+
+def _own_keys_by_name(pair: LayerPair) -> None:
+    """A module with no registry entry: its own tensors keep their names, untransposed."""
+    paddle_keys = set(paddle_own_keys(pair.paddle_layer))
+    params = {n for n, _ in pair.torch_module.named_parameters(recurse=False)}
+    for name in torch_own_keys(pair.torch_module):
+        if name in paddle_keys:
+            pair.rename(name)
+        elif name in params:
+            pair.problems.append(f"parameter '{pair.t(name)}' has no counterpart '{pair.p(name)}' in paddle "
+                                 f"{type(pair.paddle_layer).__name__}; give it the same name or write a rule")
+        else:
+            pair.drop(name)  # a buffer the paddle port does not keep (e.g. position_ids)
+
+
+def _pair_children(t_mod, p_layer, t_path, p_path, problems):
+    t_children = [(n, c) for n, c in t_mod.named_children() if _has_state(c)]
+    p_children = dict(p_layer.named_children())
+    paired, t_left = [], []
+    for name, child in t_children:
+        if name in p_children:
+            paired.append((name, child, name, p_children.pop(name)))
+        else:
+            t_left.append((name, child))
+    if t_left:
+        p_left = [(n, c) for n, c in p_children.items() if c.state_dict()]
+        if len(p_left) == len(t_left):
+            paired.extend((tn, tc, pn, pc) for (tn, tc), (pn, pc) in zip(t_left, p_left))
+        else:
+            for name, _ in t_left:
+                full = f"{t_path}.{name}" if t_path else name
+                problems.append(f"torch module '{full}' has no paddle sublayer of the same name under "
+                                f"'{p_path or '<root>'}'; name it the same or write the rules by hand")
+    return paired
+
+
+def _walk(t_mod, p_layer, t_path, p_path, rules, problems) -> None:
+    family = lookup(t_mod)
+    pair = LayerPair(t_path, p_path, t_mod, p_layer)
+    if family is not None:
+        if not paddle_type_fits(family, p_layer):
+            problems.append(f"torch '{t_path or '<root>'}' is {type(t_mod).__name__} but paddle "
+                            f"'{p_path or '<root>'}' is {type(p_layer).__name__}; expected one of "
+                            f"{', '.join(family.paddle_types)}")
+            return
+        family.convert(pair)
+    else:
+        _own_keys_by_name(pair)
+    rules.extend(pair.rules)
+    problems.extend(pair.problems)
+    if family is not None and family.owns_children:
+        return
+    for t_name, t_child, p_name, p_child in _pair_children(t_mod, p_layer, t_path, p_path, problems):
+        _walk(t_child, p_child, f"{t_path}.{t_name}" if t_path else t_name,
+              f"{p_path}.{p_name}" if p_path else p_name, rules, problems)
+
+
+def paddle_aliases(paddle_model) -> dict[str, list[str]]:
+    """State-dict keys that name the same paddle tensor as an earlier key."""
+    first: dict[int, str] = {}
+    aliases: dict[str, list[str]] = {}
+    for key, tensor in paddle_model.state_dict().items():
+        if id(tensor) in first:
+            aliases.setdefault(first[id(tensor)], []).append(key)
+        else:
+            first[id(tensor)] = key
+    return aliases
+
+
+def infer_ruleset(torch_model, paddle_model, name: str = "inferred") -> RuleSet:
+    rules: list[dict] = []
+    problems: list[str] = []
+    _walk(torch_model, paddle_model, "", "", rules, problems)
+    if problems:
+        raise UserError(f"cannot infer a mapping from the two models ({len(problems)} problem(s)); "
+                        "fix the port or pass --mapping:", sorted(problems))
+    aliases = paddle_aliases(paddle_model)
+    for rule in rules:
+        if rule["kind"] == "rename" and rule["to"] in aliases:
+            rule["aliases"] = aliases[rule["to"]]
+    description = ("Inferred from the torch and paddle models by module type. Review it, edit it, "
+                   "and pass it back with --mapping.")
+    return parse_ruleset({"name": name, "description": description, "rules": rules}, name)

@@ -1,0 +1,280 @@
+"""The mapping plan: every source key mapped exactly once, or dropped explicitly.
+
+Problems are collected as data (one line each, sorted) and raised together,
+so a user sees every leftover key, unfilled target and shape mismatch at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import UserError
+from ..io.base import TensorInfo
+from .ruleset import Rule, RuleSet
+
+
+@dataclass(frozen=True)
+class Part:
+    """One source tensor's contribution to a target, as a chain of views."""
+
+    source: str
+    reshape: tuple[int, ...] | None = None
+    piece: tuple[int, int, int] | None = None  # (axis, start, stop) of a split
+    perm: tuple[int, ...] | None = None
+
+    def apply(self, array: np.ndarray) -> np.ndarray:
+        if self.reshape is not None:
+            array = array.reshape(self.reshape)
+        if self.piece is not None:
+            axis, start, stop = self.piece
+            index = [slice(None)] * array.ndim
+            index[axis] = slice(start, stop)
+            array = array[tuple(index)]
+        if self.perm is not None:
+            array = array.transpose(self.perm)
+        return array
+
+
+@dataclass
+class TargetEntry:
+    name: str
+    parts: list[Part]
+    merge_axis: int | None
+    source_dtype: str
+    dtype: str
+    shape: tuple[int, ...]
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def info(self) -> TensorInfo:
+        return TensorInfo(self.name, self.dtype, self.shape)
+
+    def compute(self, read) -> np.ndarray:
+        """The target's storage array; `read(source_key)` gives source arrays."""
+        pieces = [part.apply(read(part.source)) for part in self.parts]
+        array = pieces[0] if self.merge_axis is None else np.concatenate(pieces, axis=self.merge_axis)
+        return dtypes.cast(array, self.source_dtype, self.dtype)
+
+
+@dataclass
+class MappingPlan:
+    entries: list[TargetEntry]
+    dropped: list[str]
+    ruleset: str
+    notes: list[str] = field(default_factory=list)
+
+    def output_infos(self) -> list[TensorInfo]:
+        """Every name written, aliases included (they hold the same tensor)."""
+        out = []
+        for e in self.entries:
+            out.append(e.info)
+            out.extend(TensorInfo(a, e.dtype, e.shape) for a in e.aliases)
+        return out
+
+    def by_output_name(self) -> dict[str, TargetEntry]:
+        table = {}
+        for e in self.entries:
+            table[e.name] = e
+            for a in e.aliases:
+                table[a] = e
+        return table
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(i.nbytes for i in self.output_infos())
+
+
+def _shape(info: TensorInfo) -> str:
+    return info.describe()
+
+
+class _Builder:
+    def __init__(self, sources: dict[str, TensorInfo], ruleset: RuleSet):
+        self.sources = sources
+        self.ruleset = ruleset
+        self.problems: list[str] = []
+
+    def claim(self, key: str, group: str):
+        """The one rule of `group` that matches `key`: None when none does, False when several do."""
+        hits = []
+        for rule in self.ruleset.rules:
+            if rule.group != group:
+                continue
+            found = rule.match(key)
+            if found is not None:
+                hits.append((rule, found))
+        if len(hits) > 1:
+            self.problems.append(f"source '{key}' matches {len(hits)} {group} rules ({'; '.join(r.where for r, _ in hits)}); "
+                                 "make the patterns exclusive")
+            return False
+        return hits[0] if hits else None
+
+    def part_for(self, key: str, piece=None):
+        """Part and its resulting shape for one source key, applying reshape, piece and transpose."""
+        info = self.sources[key]
+        shape = info.shape
+        reshape = None
+        hit = self.claim(key, "shape")
+        if hit:
+            rule = hit[0]
+            reshape = tuple(int(d) for d in rule.spec["shape"])
+            if int(np.prod(reshape)) != info.numel:
+                self.problems.append(f"source '{key}' {_shape(info)} cannot be reshaped to {list(reshape)} ({rule.where})")
+                return None
+            shape = reshape
+        if piece is not None:
+            axis, start, stop = piece
+            shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
+        perm = None
+        hit = self.claim(key, "layout")
+        if hit:
+            rule = hit[0]
+            perm = tuple(rule.spec.get("perm") or ())
+            if not perm:
+                if len(shape) != 2:
+                    self.problems.append(f"source '{key}' {_shape(info)} is not 2-D; its transpose rule needs 'perm' ({rule.where})")
+                    return None
+                perm = (1, 0)
+            if sorted(perm) != list(range(len(shape))):
+                self.problems.append(f"source '{key}' {_shape(info)}: perm {list(perm)} does not fit its {len(shape)} axes ({rule.where})")
+                return None
+            shape = tuple(shape[p] for p in perm)
+        return Part(key, reshape, piece, perm), shape
+
+    def cast_for(self, key: str, forced: str | None) -> str:
+        info = self.sources[key]
+        hit = self.claim(key, "dtype")
+        if hit:
+            return hit[0].spec["dtype"]
+        if forced and info.dtype in dtypes.FLOATING:
+            return forced
+        return info.dtype
+
+
+def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
+               targets: dict[str, TensorInfo] | None = None, dtype: str | None = None) -> MappingPlan:
+    """Map every source key through the rules; check against the target model's keys when given."""
+    b = _Builder(sources, ruleset)
+    entries: dict[str, TargetEntry] = {}
+    order: dict[str, tuple[int, int]] = {}
+    dropped: list[str] = []
+    leftover: list[str] = []
+    merges: dict[tuple[str, str], dict[int, str]] = {}
+
+    def add(name: str, entry: TargetEntry, position: tuple[int, int], key: str):
+        if name in entries:
+            b.problems.append(f"target '{name}' is produced twice (from '{key}' and from "
+                              f"'{entries[name].parts[0].source}'); fix the rename rules")
+            return
+        entries[name] = entry
+        order[name] = position
+
+    for index, (key, info) in enumerate(sources.items()):
+        hit = b.claim(key, "naming")
+        if not hit:
+            if hit is None:
+                leftover.append(key)
+            continue
+        rule, (part_index, match) = hit
+        if rule.kind == "drop":
+            dropped.append(key)
+            continue
+        out_dtype = b.cast_for(key, dtype)
+        if rule.kind == "rename":
+            built = b.part_for(key)
+            if built is None:
+                continue
+            part, shape = built
+            aliases = tuple(match.expand(a) for a in rule.spec.get("aliases", ()))
+            add(match.expand(rule.spec["to"]), TargetEntry(match.expand(rule.spec["to"]), [part], None,
+                                                          info.dtype, out_dtype, shape, aliases), (index, 0), key)
+        elif rule.kind == "split":
+            names = [match.expand(t) for t in rule.spec["to"]]
+            reshaped = b.part_for(key)
+            if reshaped is None:
+                continue
+            axis = int(rule.spec["axis"])
+            base_shape = reshaped[0].reshape or info.shape
+            if not -len(base_shape) <= axis < len(base_shape):
+                b.problems.append(f"source '{key}' {_shape(info)} has no axis {axis} to split ({rule.where})")
+                continue
+            axis %= len(base_shape)
+            sizes = rule.spec.get("sizes")
+            if sizes is None:
+                if base_shape[axis] % len(names):
+                    b.problems.append(f"source '{key}' {_shape(info)}: axis {axis} of size {base_shape[axis]} "
+                                      f"does not split into {len(names)} equal parts ({rule.where})")
+                    continue
+                sizes = [base_shape[axis] // len(names)] * len(names)
+            if sum(sizes) != base_shape[axis]:
+                b.problems.append(f"source '{key}' {_shape(info)}: split sizes {sizes} do not add up to {base_shape[axis]} ({rule.where})")
+                continue
+            start = 0
+            for i, (name, size) in enumerate(zip(names, sizes)):
+                part, shape = b.part_for(key, (axis, start, start + size))
+                start += size
+                add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape), (index, i), key)
+        elif rule.kind == "merge":
+            name = match.expand(rule.spec["to"])
+            group = merges.setdefault((rule.where, name), {})
+            if part_index in group:
+                b.problems.append(f"target '{name}': part {part_index + 1} matched by both '{group[part_index]}' and '{key}'")
+            group[part_index] = key
+
+    for (where, name), keys in merges.items():
+        rule = next(r for r in ruleset.rules if r.where == where)
+        if len(keys) != len(rule.patterns):
+            missing = [str(i + 1) for i in range(len(rule.patterns)) if i not in keys]
+            b.problems.append(f"target '{name}' is missing merge part(s) {', '.join(missing)} ({where})")
+            continue
+        built = [b.part_for(keys[i]) for i in range(len(keys))]
+        if any(x is None for x in built):
+            continue
+        axis = int(rule.spec["axis"])
+        shapes = [s for _, s in built]
+        ndim = len(shapes[0])
+        if not -ndim <= axis < ndim or any(len(s) != ndim for s in shapes):
+            b.problems.append(f"target '{name}': parts {shapes} cannot be joined on axis {axis} ({where})")
+            continue
+        axis %= ndim
+        if any(s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for s in shapes):
+            b.problems.append(f"target '{name}': parts {[list(s) for s in shapes]} differ off axis {axis} ({where})")
+            continue
+        src_dtypes = {sources[k].dtype for k in keys.values()}
+        if len(src_dtypes) > 1:
+            b.problems.append(f"target '{name}': parts have different dtypes {sorted(src_dtypes)} ({where})")
+            continue
+        shape = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
+        first = keys[0]
+        out_dtype = b.cast_for(first, dtype)
+        position = min(list(sources).index(k) for k in keys.values())
+        add(name, TargetEntry(name, [p for p, _ in built], axis, sources[first].dtype, out_dtype, shape), (position, 0), first)
+
+    for key in leftover:
+        b.problems.append(f"source '{key}' {_shape(sources[key])} is not mapped by any rule; "
+                          "add a rename or drop rule for it")
+    if targets is not None:
+        produced = {}
+        for e in entries.values():
+            produced[e.name] = e
+            for a in e.aliases:
+                produced[a] = e
+        for name, tinfo in targets.items():
+            e = produced.get(name)
+            if e is None:
+                b.problems.append(f"target '{name}' {_shape(tinfo)} is not filled by any source key")
+            elif tuple(e.shape) != tuple(tinfo.shape):
+                srcs = ", ".join(f"'{p.source}' {_shape(sources[p.source])}" for p in e.parts)
+                b.problems.append(f"target '{name}' expects shape {list(tinfo.shape)} but gets {list(e.shape)} from {srcs}")
+        for name in produced:
+            if name not in targets:
+                b.problems.append(f"target '{name}' (from '{produced[name].parts[0].source}') is not in the paddle model")
+    if b.problems:
+        raise UserError(f"mapping '{ruleset.name}' does not fit the checkpoint ({len(b.problems)} problem(s)); "
+                        "fix the rules (or --mapping) so that every key is mapped or dropped:",
+                        sorted(set(b.problems)))
+    ordered = sorted(entries.values(), key=lambda e: order[e.name])
+    return MappingPlan(ordered, dropped, ruleset.name)

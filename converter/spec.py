@@ -1,0 +1,91 @@
+"""The port spec: a Python file shared by convert-weights and verify-port.
+
+It defines torch_model() -> torch.nn.Module, paddle_model() -> paddle.nn.Layer
+and inputs() -> dict of numpy arrays (keyword arguments) or a tuple (positional).
+It may set `mapping` to a rule-set name, a rule-file path, or None to infer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+
+from .errors import UserError
+
+REQUIRED = ("torch_model", "paddle_model", "inputs")
+
+
+class PortSpec:
+    def __init__(self, path: str, module):
+        self.path = path
+        self.module = module
+        self._torch = None
+        self._paddle = None
+
+    @property
+    def mapping(self):
+        return getattr(self.module, "mapping", None)
+
+    def _call(self, name: str):
+        try:
+            return getattr(self.module, name)()
+        except UserError:
+            raise
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            raise UserError(f"spec '{self.path}': {name}() failed with {type(exc).__name__}: {exc} "
+                            f"(at {os.path.basename(frame.filename)}:{frame.lineno})") from None
+
+    def torch_model(self):
+        if self._torch is None:
+            from .lazy import import_torch
+            torch = import_torch()
+            model = self._call("torch_model")
+            if not isinstance(model, torch.nn.Module):
+                raise UserError(f"spec '{self.path}': torch_model() returned {type(model).__name__}, not a torch.nn.Module")
+            self._torch = model
+        return self._torch
+
+    def paddle_model(self):
+        if self._paddle is None:
+            from .lazy import import_paddle
+            paddle = import_paddle()
+            model = self._call("paddle_model")
+            if not isinstance(model, paddle.nn.Layer):
+                raise UserError(f"spec '{self.path}': paddle_model() returned {type(model).__name__}, not a paddle.nn.Layer")
+            self._paddle = model
+        return self._paddle
+
+    def inputs(self):
+        import numpy as np
+        value = self._call("inputs")
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else None
+        if items is None or not all(isinstance(v, np.ndarray) for v in items):
+            raise UserError(f"spec '{self.path}': inputs() must return a dict or a tuple of numpy arrays")
+        return value
+
+
+def load_spec(path: str) -> PortSpec:
+    if not os.path.isfile(path):
+        raise UserError(f"spec file '{path}' does not exist")
+    from .lazy import import_paddle, import_torch
+    import_torch()
+    import_paddle()  # imported quietly before the spec imports it
+    name = "port_spec_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise UserError(f"spec '{path}' line {exc.lineno}: syntax error: {exc.msg}") from None
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise UserError(f"spec '{path}' failed to import: {type(exc).__name__}: {exc} (line {frame.lineno})") from None
+    missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
+    if missing:
+        raise UserError(f"spec '{path}' does not define {', '.join(f + '()' for f in missing)}; "
+                        "see the port spec contract in README.md")
+    return PortSpec(path, module)

@@ -1,0 +1,26 @@
+from setuptools import setup
+
+setup(
+    name="torch2paddle-port",
+    version="0.1.0",
+    description="Convert PyTorch checkpoints to PaddlePaddle and verify the port layer by layer",
+    python_requires=">=3.9",
+    packages=["converter", "converter.io", "converter.rules", "converter.rules.layers",
+              "converter.frameworks", "converter.verify", "converter.examples", "converter.mappings"],
+    package_dir={"converter.mappings": "mappings"},
+    package_data={"converter.mappings": ["*.json"]},
+    install_requires=["numpy", "safetensors", "click", "tqdm"],
+    extras_require={
+        # torch and paddle are optional at import time; [cpu] brings both CPU builds,
+        # [gpu] only paddlepaddle-gpu so that a user's own CUDA torch is never replaced.
+        "cpu": ["torch", "paddlepaddle"],
+        "gpu": ["paddlepaddle-gpu"],
+        "test": ["pytest"],
+    },
+    entry_points={
+        "console_scripts": [
+            "convert-weights=converter.cli:main_convert",
+            "verify-port=converter.cli:main_verify",
+        ]
+    },
+)
