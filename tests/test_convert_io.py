@@ -1,0 +1,160 @@
+"""Formats, dtypes, sharding, wrapping, determinism and atomic commit."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import ROOT, run_convert
+
+
+def _rules(tmp, rules):
+    path = tmp / "rules.json"
+    path.write_text(json.dumps({"name": "test", "rules": rules}))
+    return path
+
+
+KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
+
+
+def _bits(t):
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def test_bf16_round_trip(tmp):
+    import paddle
+    torch.manual_seed(0)
+    state = {"w": torch.randn(5, 7).to(torch.bfloat16), "h": torch.randn(3).half(), "i": torch.arange(4),
+             "b": torch.tensor([True, False])}
+    torch.save(state, tmp / "m.pt")
+    rules = _rules(tmp, KEEP_ALL)
+    assert run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules).code == 0
+    loaded = paddle.load(str(tmp / "o.pdparams"))
+    assert loaded["w"].dtype == paddle.bfloat16
+    assert np.array_equal(loaded["w"].cast("float32").numpy(), state["w"].float().numpy())
+    assert loaded["h"].dtype == paddle.float16 and loaded["i"].dtype == paddle.int64 and loaded["b"].dtype == paddle.bool
+    assert run_convert(tmp / "m.pt", tmp / "o.safetensors", "--mapping", rules).code == 0
+    back = load_file(str(tmp / "o.safetensors"))
+    for k, v in state.items():
+        assert back[k].dtype == v.dtype
+        assert np.array_equal(_bits(back[k]), _bits(v))
+
+
+def test_dtype_cast_on_request(tmp):
+    torch.manual_seed(0)
+    state = {"w": torch.randn(6, 4), "steps": torch.tensor(3)}
+    torch.save(state, tmp / "m.pt")
+    r = run_convert(tmp / "m.pt", tmp / "o.safetensors", "--mapping", _rules(tmp, KEEP_ALL), "--dtype", "bf16")
+    assert r.code == 0, r
+    back = load_file(str(tmp / "o.safetensors"))
+    assert back["w"].dtype == torch.bfloat16 and back["steps"].dtype == torch.int64
+    assert torch.equal(back["w"], state["w"].to(torch.bfloat16))  # torch rounds to nearest even too
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "bin"])
+def test_sharded_checkpoint(tmp, kind):
+    torch.manual_seed(0)
+    state = {f"layer{i}.weight": torch.randn(3, 3) for i in range(4)}
+    weight_map = {}
+    for shard, keys in enumerate([["layer0.weight", "layer1.weight"], ["layer2.weight", "layer3.weight"]]):
+        name = f"model-{shard + 1:05d}-of-00002.{kind}"
+        part = {k: state[k] for k in keys}
+        save_file(part, str(tmp / name)) if kind == "safetensors" else torch.save(part, tmp / name)
+        weight_map.update({k: name for k in keys})
+    index = tmp / ("model.safetensors.index.json" if kind == "safetensors" else "pytorch_model.bin.index.json")
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    rules = _rules(tmp, [{"kind": "rename", "match": r"layer(\d)\.weight", "to": r"blocks.\1.w"},
+                         {"kind": "transpose", "match": r"layer\d\.weight"}])
+    for src in (index, tmp):  # the index itself, or the directory holding it
+        out = tmp / f"o-{src == tmp}.pdparams"
+        r = run_convert(src, out, "--mapping", rules)
+        assert r.code == 0, r
+        from converter.io.pdparams import load_pdparams
+        got = load_pdparams(str(out))
+        assert list(got) == [f"blocks.{i}.w" for i in range(4)]
+        for i in range(4):
+            assert np.array_equal(got[f"blocks.{i}.w"], state[f"layer{i}.weight"].numpy().T)
+
+
+def test_wrapped_checkpoint_is_unwrapped_with_a_note(tmp):
+    torch.manual_seed(0)
+    inner = {"module.fc.weight": torch.randn(2, 2)}
+    torch.save({"state_dict": inner, "epoch": 3}, tmp / "m.pth")
+    r = run_convert(tmp / "m.pth", tmp / "o.pdparams", "--mapping",
+                    _rules(tmp, [{"kind": "rename", "key": "fc.weight", "to": "fc.weight"}]))
+    assert r.code == 0, r
+    assert "unwrapped the 'state_dict' entry (ignored: epoch)" in r.stderr
+    assert "stripped the prefix 'module.'" in r.stderr
+
+
+def test_output_is_byte_identical_across_runs(tmp):
+    torch.manual_seed(0)
+    torch.save({f"k{i}": torch.randn(8, 8) for i in range(5)}, tmp / "m.pt")
+    rules = _rules(tmp, KEEP_ALL)
+    for ext in ("pdparams", "safetensors"):
+        assert run_convert(tmp / "m.pt", tmp / f"a.{ext}", "--mapping", rules).code == 0
+        assert run_convert(tmp / "m.pt", tmp / f"b.{ext}", "--mapping", rules).code == 0
+        assert (tmp / f"a.{ext}").read_bytes() == (tmp / f"b.{ext}").read_bytes()
+
+
+def test_kill_9_mid_write_leaves_nothing(tmp):
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {ROOT!r})
+        from converter.io.atomic import AtomicOutput
+        with AtomicOutput({str(tmp / 'out.pdparams')!r}) as f:
+            f.write(b"x" * (1 << 22))
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    p = subprocess.run([sys.executable, "-c", script])
+    assert p.returncode == -signal.SIGKILL
+    assert os.listdir(tmp) == []
+
+
+def test_split_merge_reshape_cast_rules(tmp):
+    torch.manual_seed(0)
+    state = {"attn.qkv": torch.randn(6, 4), "a.w": torch.randn(2, 3), "b.w": torch.randn(2, 3),
+             "conv.w": torch.randn(5, 4, 1, 1), "norm.w": torch.randn(4)}
+    torch.save(state, tmp / "m.pt")
+    rules = _rules(tmp, [
+        {"kind": "split", "key": "attn.qkv", "to": ["q", "k", "v"], "axis": 0},
+        {"kind": "transpose", "key": "attn.qkv"},
+        {"kind": "merge", "match": [r"a\.w", r"b\.w"], "to": "ab", "axis": 1},
+        {"kind": "rename", "key": "conv.w", "to": "fc.w"},
+        {"kind": "reshape", "key": "conv.w", "shape": [5, 4]},
+        {"kind": "transpose", "key": "conv.w"},
+        {"kind": "rename", "key": "norm.w", "to": "norm.w"},
+        {"kind": "cast", "key": "norm.w", "dtype": "float16"},
+    ])
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
+    assert r.code == 0, r
+    from converter.io.pdparams import load_pdparams
+    got = load_pdparams(str(tmp / "o.pdparams"))
+    qkv = state["attn.qkv"].numpy()
+    assert np.array_equal(got["q"], qkv[0:2].T) and np.array_equal(got["v"], qkv[4:6].T)
+    assert np.array_equal(got["ab"], np.concatenate([state["a.w"].numpy(), state["b.w"].numpy()], axis=1))
+    assert np.array_equal(got["fc.w"], state["conv.w"].numpy().reshape(5, 4).T)
+    assert got["norm.w"].dtype == np.float16
+
+
+def test_overlapping_rules_are_an_error_not_an_order(tmp):
+    torch.save({"fc.weight": torch.zeros(2, 2)}, tmp / "m.pt")
+    rules = _rules(tmp, [{"kind": "rename", "match": r"fc\..*", "to": "a"},
+                         {"kind": "rename", "match": r".*\.weight", "to": "b"}])
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
+    assert r.code == 2 and "matches 2 naming rules" in r.stderr and "rule 1" in r.stderr and "rule 2" in r.stderr
+
+
+def test_reshape_must_be_declared_and_fit(tmp):
+    torch.save({"w": torch.zeros(2, 3)}, tmp / "m.pt")
+    rules = _rules(tmp, [{"kind": "rename", "key": "w", "to": "w"}, {"kind": "reshape", "key": "w", "shape": [4, 2]}])
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
+    assert r.code == 2 and "cannot be reshaped to [4, 2]" in r.stderr
