@@ -88,3 +88,16 @@ def tensor_to_numpy(t) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
     return t.numpy()
+
+
+class StateDictSource(Source):
+    """A live torch model's state dict as a source, for converting in memory."""
+
+    def __init__(self, state_dict, label: str = "<torch model>"):
+        super().__init__(label)
+        self._tensors = state_dict
+        for name, t in state_dict.items():
+            self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
+
+    def read(self, name: str) -> np.ndarray:
+        return tensor_to_numpy(self._tensors[name])

@@ -1,0 +1,107 @@
+"""One aligned layer: end-to-end metrics, the local (teacher-forced) error, and its budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .align import LayerPair
+from .budget import Budget, make_budget
+from .capture import Call
+from .metrics import compare, join
+from .precision import TORCH_MATMUL_TYPES
+from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
+from .report import LayerResult
+
+
+@dataclass
+class Evidence:
+    """What an analysis saw, kept for the diagnosis of the first bad layer."""
+
+    y_torch: np.ndarray | None = None
+    y_local: np.ndarray | None = None
+    y64: np.ndarray | None = None
+    forced: tuple | None = None
+    budget: Budget | None = None
+
+
+def _matched(t_out: list[np.ndarray], p_out: list[np.ndarray]):
+    """Outputs paired by position while their shapes agree."""
+    pairs = []
+    for a, b in zip(t_out, p_out):
+        if a.shape != b.shape:
+            break
+        pairs.append((a, b))
+    return pairs
+
+
+def is_matmul_leaf(module) -> bool:
+    return any(c.__name__ in TORCH_MATMUL_TYPES for c in type(module).__mro__)
+
+
+def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
+    """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
+    y_f = join(run_torch64(session.torch64_module(path), call, fmt))
+    return float(np.sqrt(np.mean((y_f.ravel()[: y64.size] - y64.ravel()) ** 2))) if y64.size else 0.0
+
+
+def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
+    module = session.torch_module(path)
+    matmul = matmul_stats(session.torch64_module(path), call) if is_matmul_leaf(module) else None
+    if matmul is not None and matmul.s2.size != y64.size:
+        matmul = None
+    if matmul is not None:
+        matmul.s2 = matmul.s2.reshape(y64.shape)
+    rounding = {f: rounding_rms(session, path, call, y64, f) for f in set(formats.values()) if f != "fp32"} \
+        if matmul is None else {}
+    return make_budget(formats, y_t, y64, matmul, rounding)
+
+
+def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool = False):
+    t_out = to_numpy_list(t_call.outputs, "torch")
+    p_out = to_numpy_list(p_call.outputs, "paddle")
+    matched = _matched(t_out, p_out)
+    shape = t_out[0].shape if t_out else ()
+    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type, tuple(shape),
+                         formats=dict(session.formats))
+    ev = Evidence()
+    if not matched:
+        result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
+                       f"paddle {[list(b.shape) for b in p_out]}")
+        result.ratio = float("inf") if t_out and p_out else None
+        return (result, ev) if evidence else result
+    n = len(matched)
+    y_t = join([a for a, _ in matched])
+    m = compare(y_t, join([b for _, b in matched]))
+    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
+    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
+    forced = forced_paddle_inputs(t_call, p_call)
+    if forced is None:
+        result.note = "inputs could not be matched for teacher forcing; compared end to end only"
+        return (result, ev) if evidence else result
+    try:
+        y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
+    except Exception as exc:  # the layer refused torch's inputs: keep the end-to-end figures
+        result.note = f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__}); compared end to end only"
+        return (result, ev) if evidence else result
+    y_local = join(y_local_list[:n]) if len(y_local_list) >= n else None
+    if y_local is None or y_local.size != y_t.size:
+        result.note = "the re-run paddle layer gave outputs of another shape"
+        result.ratio = float("inf")
+        return (result, ev) if evidence else result
+    y64 = join(run_torch64(session.torch64_module(pair.torch), t_call)[:n])
+    if y64.size != y_t.size:
+        y64 = y_t.astype(np.float64)
+    y_local = y_local.reshape(y_t.shape)
+    y64 = y64.reshape(y_t.shape)
+    budget = layer_budget(session, pair.torch, t_call, y_t, y64, session.formats)
+    local = compare(y_t, y_local)
+    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
+    diff = np.abs(np.nan_to_num(y_local - y_t, nan=np.inf))
+    result.ratio, result.budget = budget.ratio(diff)
+    if local.nan or local.inf:
+        result.ratio = float("inf")
+        result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
+    ev = Evidence(y_t, y_local, y64, forced, budget)
+    return (result, ev) if evidence else result

@@ -1,0 +1,123 @@
+"""Hook every module (torch) and layer (paddle), recording each call's inputs and outputs
+in execution order. Outputs of any structure (tuple, dict, dataclass) are flattened to
+their floating tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+def flatten(value, is_tensor) -> list:
+    """Tensors in a nested output, in a stable order."""
+    if is_tensor(value):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k in value for t in flatten(value[k], is_tensor)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten(v, is_tensor)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [t for f in dataclasses.fields(value) for t in flatten(getattr(value, f.name), is_tensor)]
+    if hasattr(value, "to_tuple"):  # HF ModelOutput
+        return flatten(value.to_tuple(), is_tensor)
+    return []
+
+
+@dataclass
+class Call:
+    """One call of a module: where it sat in execution order, its inputs and outputs."""
+
+    path: str
+    type: str
+    start: int
+    end: int = -1
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    outputs: list = field(default_factory=list)
+    shapes: list = field(default_factory=list)
+
+
+class CaptureTooLarge(Exception):
+    """Recorded activations passed the memory limit: a low-memory strategy is needed."""
+
+
+class Recorder:
+    """Records calls of the modules named in `paths` (all when None). With keep=False only the
+    order, types and output shapes are kept (an outline); `limit_bytes` bounds what is held."""
+
+    def __init__(self, paths=None, keep=True, limit_bytes=None):
+        self.paths = paths
+        self.keep_inputs = keep
+        self.keep_outputs = keep
+        self.limit_bytes = limit_bytes
+        self.held_bytes = 0
+        self.calls: dict[str, Call] = {}
+        self.counter = 0
+        self.handles = []
+
+    def wants(self, path: str) -> bool:
+        return self.paths is None or path in self.paths
+
+    def _pre(self, path, type_name, args, kwargs):
+        if path in self.calls:  # a module called again (shared): the first call is compared
+            return
+        self.calls[path] = Call(path, type_name, self.counter,
+                                args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
+        self.counter += 1
+
+    def _post(self, path, output, is_tensor, detach):
+        call = self.calls.get(path)
+        if call is None or call.end >= 0:
+            return
+        call.end = self.counter
+        self.counter += 1
+        tensors = flatten(output, is_tensor)
+        call.shapes = [tuple(t.shape) for t in tensors]
+        if self.keep_outputs:
+            call.outputs = [detach(t) for t in tensors]
+            self.held_bytes += sum(int(t.numel()) * t.element_size() for t in tensors) * 2  # inputs alike
+            if self.limit_bytes is not None and self.held_bytes > self.limit_bytes:
+                raise CaptureTooLarge(self.held_bytes)
+
+    def ordered(self) -> list[Call]:
+        """Calls in completion order: children before their parent, as execution finishes them."""
+        return sorted((c for c in self.calls.values() if c.end >= 0), key=lambda c: c.end)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def record_torch(model, recorder: Recorder) -> Recorder:
+    import torch
+
+    def is_tensor(v):
+        return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+    for path, module in model.named_modules():
+        if not recorder.wants(path):
+            continue
+        name = type(module).__name__
+        recorder.handles.append(module.register_forward_pre_hook(
+            lambda m, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs), with_kwargs=True))
+        recorder.handles.append(module.register_forward_hook(
+            lambda m, args, out, _p=path: recorder._post(_p, out, is_tensor, lambda t: t.detach())))
+    return recorder
+
+
+def record_paddle(model, recorder: Recorder) -> Recorder:
+    import paddle
+
+    def is_tensor(v):
+        return isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64, paddle.float16, paddle.bfloat16)
+
+    for path, layer in [("", model)] + list(model.named_sublayers()):
+        if not recorder.wants(path):
+            continue
+        name = type(layer).__name__
+        recorder.handles.append(layer.register_forward_pre_hook(
+            lambda lay, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs), with_kwargs=True))
+        recorder.handles.append(layer.register_forward_post_hook(
+            lambda lay, args, out, _p=path: recorder._post(_p, out, is_tensor, lambda t: t.detach())))
+    return recorder

@@ -1,0 +1,141 @@
+"""Teacher forcing: re-run one layer on the torch layer's recorded inputs.
+
+The paddle layer is called with its own recorded call structure (positional and
+keyword arguments), with each floating tensor replaced by the torch call's
+tensor in the same position and of the same shape. The torch layer is re-run in
+float64 (and, on request, with its matmul inputs rounded to a format) to give
+the reference that calibrates the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .budget import MatmulStats
+from .capture import Call, flatten
+from .precision import TORCH_MATMUL_TYPES, round_torch
+
+
+def _torch_tensors(call: Call) -> list:
+    import torch
+    is_tensor = lambda v: isinstance(v, torch.Tensor)
+    return flatten(call.args, is_tensor) + flatten(call.kwargs, is_tensor)
+
+
+def forced_paddle_inputs(t_call: Call, p_call: Call):
+    """paddle (args, kwargs) holding torch's recorded tensors; None when they cannot be matched."""
+    import paddle
+    import torch
+    pool = [t for t in _torch_tensors(t_call)]
+    used = [False] * len(pool)
+    missing = []
+
+    def swap(value):
+        if isinstance(value, paddle.Tensor):
+            for i, t in enumerate(pool):
+                if not used[i] and tuple(t.shape) == tuple(value.shape):
+                    used[i] = True
+                    array = t.detach().cpu()
+                    array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
+                    out = paddle.to_tensor(array, place=value.place)
+                    return out.astype(value.dtype) if out.dtype != value.dtype else out
+            missing.append(tuple(value.shape))
+            return value
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v) for v in value)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    args = swap(tuple(p_call.args))
+    kwargs = swap(dict(p_call.kwargs))
+    if missing:
+        return None
+    return args, kwargs
+
+
+def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
+    if framework == "torch":
+        return [t.detach().cpu().double().numpy() for t in outputs]
+    return [t.astype("float64").numpy() for t in outputs]
+
+
+def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
+    import paddle
+    from .capture import flatten as _flatten
+    with paddle.no_grad():
+        out = layer(*args, **kwargs)
+    is_tensor = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64,
+                                                                         paddle.float16, paddle.bfloat16)
+    return to_numpy_list(_flatten(out, is_tensor), "paddle")
+
+
+def _to64(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().double() if value.is_floating_point() else value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to64(v) for k, v in value.items()}
+    return value
+
+
+@contextlib.contextmanager
+def rounded(module, fmt: str | None):
+    """Inside the block, `module`'s matmul layers round their inputs and weights to `fmt`."""
+    import torch
+    if fmt in (None, "fp32"):
+        yield
+        return
+    saved, handles = [], []
+    for m in module.modules():
+        if any(c.__name__ in TORCH_MATMUL_TYPES for c in type(m).__mro__) and getattr(m, "weight", None) is not None:
+            saved.append((m, m.weight.detach().clone()))
+            with torch.no_grad():
+                m.weight.copy_(round_torch(m.weight, fmt))
+            handles.append(m.register_forward_pre_hook(
+                lambda mod, args: tuple(round_torch(a, fmt) if isinstance(a, torch.Tensor) else a for a in args)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        with torch.no_grad():
+            for m, w in saved:
+                m.weight.copy_(w)
+
+
+def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray]:
+    import torch
+    is_tensor = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
+    with torch.no_grad(), rounded(module64, fmt):
+        out = module64(*_to64(call.args), **_to64(call.kwargs))
+    return to_numpy_list(flatten(out, is_tensor), "torch")
+
+
+def matmul_stats(module, call: Call) -> MatmulStats | None:
+    """S2 = sum_k (x_k w_k)^2 per output element, and K, for torch matmul layers."""
+    import torch
+    import torch.nn.functional as F
+    names = {c.__name__ for c in type(module).__mro__}
+    if not call.args or not isinstance(call.args[0], torch.Tensor) or getattr(module, "weight", None) is None:
+        return None
+    x2 = call.args[0].detach().double() ** 2
+    w2 = module.weight.detach().double() ** 2
+    with torch.no_grad():
+        if "Linear" in names:
+            return MatmulStats(F.linear(x2, w2).cpu().numpy(), module.in_features)
+        if "Conv1D" in names and "Conv1d" not in names:  # HF GPT-2: weight [in, out]
+            return MatmulStats((x2 @ w2).cpu().numpy(), w2.shape[0])
+        kernel = float(np.prod(module.kernel_size))
+        if names & {"Conv1d", "Conv2d", "Conv3d"}:
+            return MatmulStats(module._conv_forward(x2, w2, None).cpu().numpy(),
+                               module.in_channels / module.groups * kernel)
+        if names & {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}:
+            fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[len(module.kernel_size)]
+            s2 = fn(x2, w2, None, module.stride, module.padding, module.output_padding, module.groups, module.dilation)
+            return MatmulStats(s2.cpu().numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
+    return None

@@ -1,0 +1,199 @@
+"""Results as data: one LayerResult per aligned layer, one Report. Text, JSON and HTML
+are renderings of the same Report."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Diagnosis:
+    layer: str
+    cause: str
+    hint: str
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "cause": self.cause, "hint": self.hint}
+
+
+@dataclass
+class LayerResult:
+    torch: str
+    paddle: str
+    type: str
+    paddle_type: str
+    shape: tuple
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None
+    nan: int = 0
+    inf: int = 0
+    local_max_abs: float | None = None
+    local_mean_abs: float | None = None
+    budget: float | None = None
+    ratio: float | None = None
+    formats: dict = field(default_factory=dict)
+    note: str = ""
+    worst_index: tuple = ()
+
+    @property
+    def within_budget(self) -> bool | None:
+        return None if self.ratio is None else self.ratio <= 1.0
+
+    def __bool__(self) -> bool:
+        return self.within_budget is not False
+
+    def to_json(self) -> dict:
+        return {"torch": self.torch, "paddle": self.paddle, "type": self.type, "paddle_type": self.paddle_type,
+                "shape": list(self.shape), "max_abs": self.max_abs, "mean_abs": self.mean_abs,
+                "max_rel": self.max_rel, "cosine": self.cosine, "nan": self.nan, "inf": self.inf,
+                "budget": self.budget, "ratio": self.ratio, "local_max_abs": self.local_max_abs,
+                "local_mean_abs": self.local_mean_abs, "local_ratio": self.ratio,
+                "within_budget": self.within_budget, "formats": self.formats, "note": self.note,
+                "worst_index": list(self.worst_index)}
+
+
+@dataclass
+class Report:
+    layers: list[LayerResult]
+    first_bad: LayerResult | None
+    precision: dict
+    diagnosis: list[Diagnosis]
+    strategy: str
+    passes: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if self.first_bad is not None else "pass"
+
+    def __bool__(self) -> bool:
+        return self.first_bad is None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self else 1
+
+    def tightness(self) -> float | None:
+        """Median local ratio over layers within budget: how close the budget sits to the noise."""
+        ratios = sorted(r.ratio for r in self.layers if r.ratio is not None and r.ratio <= 1.0 and r.ratio > 0)
+        return ratios[len(ratios) // 2] if ratios else None
+
+    def to_json(self) -> dict:
+        first = None
+        if self.first_bad is not None:
+            first = {"torch": self.first_bad.torch, "paddle": self.first_bad.paddle,
+                     "type": self.first_bad.type, "ratio": self.first_bad.ratio}
+        return {"verdict": self.verdict, "first_bad_layer": first, "layers": [r.to_json() for r in self.layers],
+                "precision": self.precision, "diagnosis": [d.to_json() for d in self.diagnosis],
+                "strategy": self.strategy, "paired_passes": self.passes, "tightness": self.tightness(),
+                "notes": self.notes}
+
+
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.2e}"
+
+
+COLUMNS = ("layer", "type", "shape", "max abs", "local err", "budget", "ratio")
+
+
+def _rows(report: Report) -> list[tuple]:
+    rows = []
+    for r in report.layers:
+        mark = ">> " if r is report.first_bad else ("!  " if r.within_budget is False else "   ")
+        name = r.torch or "<model>"
+        if r.paddle != r.torch:
+            name += f" ~ {r.paddle or '<model>'}"
+        rows.append((mark + name, r.type, "x".join(map(str, r.shape)) or "-", _num(r.max_abs),
+                     _num(r.local_max_abs), _num(r.budget), "-" if r.ratio is None else f"{r.ratio:.3g}"))
+    return rows
+
+
+def render_text(report: Report, max_rows: int = 60) -> str:
+    rows = _rows(report)
+    if len(rows) > max_rows:  # keep the first bad layer and its neighbours in view
+        idx = report.layers.index(report.first_bad) if report.first_bad else 0
+        lo = max(0, min(idx - max_rows // 2, len(rows) - max_rows))
+        rows = rows[lo:lo + max_rows]
+    widths = [max(len(COLUMNS[i]), *(len(row[i]) for row in rows)) if rows else len(COLUMNS[i]) for i in range(len(COLUMNS))]
+    widths[0] = min(widths[0], 70)
+    fmt = lambda row: "  ".join(str(c)[:widths[i]].ljust(widths[i]) if i < 3 else str(c).rjust(widths[i])
+                                for i, c in enumerate(row))
+    lines = [fmt(("   " + COLUMNS[0],) + COLUMNS[1:]), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    lines += [fmt(row) for row in rows]
+    lines.append("")
+    return "\n".join(lines + summary_lines(report))
+
+
+def summary_lines(report: Report) -> list[str]:
+    lines = []
+    p = report.precision
+    lines.append("precision: torch " + p["torch"]["effective"] + ", paddle " + p["paddle"]["effective"]
+                 + f"  (strategy {report.strategy}, {report.passes} paired pass(es))")
+    t = report.tightness()
+    if t is not None:
+        lines.append(f"budget tightness (median local ratio of clean layers): {t:.3f}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    if report.first_bad is None:
+        lines.append(f"PASS: all {len(report.layers)} compared layers are within their expected-error budget")
+    else:
+        r = report.first_bad
+        lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle {r.paddle or '<model>'}"
+                     f": local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} (ratio {r.ratio:.3g})")
+        for d in report.diagnosis:
+            lines.append(f"  cause: {d.cause}")
+            lines.append(f"  hint:  {d.hint}")
+    return lines
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_json(), indent=1, default=str) + "\n"
+
+
+def render_html(report: Report) -> str:
+    """A self-contained page: an inline SVG plot of error and budget against depth (log scale), and the table."""
+    pts = [(i, r) for i, r in enumerate(report.layers) if r.local_max_abs is not None and r.budget]
+    w, h, pad = 900, 320, 50
+    values = [v for _, r in pts for v in (r.local_max_abs, r.budget) if v and v > 0]
+    lo = math.floor(math.log10(min(values))) if values else -8
+    hi = math.ceil(math.log10(max(values))) if values else 0
+    hi = max(hi, lo + 1)
+    n = max(len(report.layers) - 1, 1)
+    x = lambda i: pad + (w - 2 * pad) * i / n
+    y = lambda v: h - pad - (h - 2 * pad) * (math.log10(max(v, 10.0 ** lo)) - lo) / (hi - lo)
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" style="background:#fff">']
+    for e in range(lo, hi + 1):
+        svg.append(f'<line x1="{pad}" x2="{w - pad}" y1="{y(10.0 ** e):.1f}" y2="{y(10.0 ** e):.1f}" stroke="#eee"/>'
+                   f'<text x="4" y="{y(10.0 ** e) + 4:.1f}" font-size="11">1e{e}</text>')
+    for key, color in (("budget", "#2a7"), ("local_max_abs", "#c33")):
+        line = " ".join(f"{x(i):.1f},{y(getattr(r, key)):.1f}" for i, r in pts if getattr(r, key))
+        svg.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{line}"/>')
+    if report.first_bad is not None and report.first_bad.local_max_abs:
+        i = report.layers.index(report.first_bad)
+        svg.append(f'<circle cx="{x(i):.1f}" cy="{y(report.first_bad.local_max_abs):.1f}" r="6" fill="none" stroke="#000"/>')
+    svg.append(f'<text x="{pad}" y="{h - 12}" font-size="12">layer (execution order) &#8594;   '
+               '<tspan fill="#c33">local error</tspan>  <tspan fill="#2a7">budget</tspan></text></svg>')
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr{}>{}</tr>".format(' class="bad"' if row[0].startswith(">>") else "",
+                                           "".join(f"<td>{html.escape(str(c))}</td>" for c in row))
+                   for row in _rows(report))
+    diag = "".join(f"<li><b>{html.escape(d.layer)}</b>: {html.escape(d.cause)}<br><i>{html.escape(d.hint)}</i></li>"
+                   for d in report.diagnosis)
+    text = html.escape("\n".join(summary_lines(report)))
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>verify-port report</title><style>"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
+            "tr.bad{background:#fdd}</style></head><body>"
+            f"<h1>verify-port: {report.verdict.upper()}</h1>{''.join(svg)}<ul>{diag}</ul>"
+            f"<pre>{text}</pre><table><tr>{head}</tr>{body}</table></body></html>\n")

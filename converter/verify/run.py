@@ -1,0 +1,60 @@
+"""verify-port end to end: session, strategy, first bad layer, diagnosis, Report."""
+
+from __future__ import annotations
+
+from .analyze import analyze
+from .bisect import BinarySearch, FullCapture, choose, first_bad
+from .capture import CaptureTooLarge
+from .diagnose import Context, diagnose
+from .report import Report
+from .session import Options, PortSession
+
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def _children_within(results, bad) -> bool:
+    inside = [r for r in results if r is not bad and r.ratio is not None
+              and (bad.torch == "" or r.torch.startswith(bad.torch + "."))]
+    return bool(inside) and all(r.within_budget for r in inside)
+
+
+def verify(spec, options: Options, weights=None, converted=None, mapping=None, bisect=False,
+           capture_limit: int | None = None) -> Report:
+    session = PortSession(spec, options, weights=weights, converted=converted, mapping=mapping)
+    limit = capture_limit if capture_limit is not None else int(available_memory() * 0.4)
+    strategy = choose(options.strategy, limit)
+    notes = []
+    if isinstance(strategy, FullCapture):
+        try:
+            results = strategy.run(session)
+            bad = first_bad(results)
+        except CaptureTooLarge:
+            notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
+            strategy = BinarySearch()
+    if isinstance(strategy, BinarySearch):
+        results, bad = strategy.run(session)
+    diagnosis = []
+    if bad is not None and bisect and hasattr(strategy, "calls"):
+        session.last_calls = strategy.calls
+        pair = next((p for p in strategy.pairs if p.torch == bad.torch), None)
+        evidence = None
+        if pair is not None:
+            _, evidence = analyze(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle],
+                                  evidence=True)
+        ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
+                      _children_within(results, bad))
+        diagnosis = diagnose(ctx)
+    for r in results:
+        if r.note and r.ratio is None:
+            notes.append(f"{r.torch or '<model>'}: {r.note}")
+    precision = {side: p.to_json() for side, p in session.precision.items()}
+    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, notes)

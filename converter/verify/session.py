@@ -1,0 +1,150 @@
+"""Both models, built from a spec, with weights, device and precision set up."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UserError
+from ..lazy import import_paddle, import_torch
+from . import precision as prec
+
+
+@dataclass
+class Options:
+    device: str = "auto"
+    precision: str = "as-is"  # or "strict"
+    emulate: dict = field(default_factory=dict)  # side -> tf32 | bf16 | fp16
+    strategy: str = "auto"  # full | binary | auto
+
+
+def pick_device(requested: str) -> str:
+    torch = import_torch()
+    paddle = import_paddle()
+    gpu_torch = torch.cuda.is_available()
+    gpu_paddle = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    if requested == "auto":
+        return "cuda" if gpu_torch and gpu_paddle else "cpu"
+    if requested == "cuda" and not (gpu_torch and gpu_paddle):
+        raise UserError(f"--device cuda: no GPU visible to {'paddle' if gpu_torch else 'torch'}; "
+                        "use --device cpu, or install the CUDA builds of both frameworks")
+    return requested
+
+
+class PortSession:
+    def __init__(self, spec, options: Options, weights: str | None = None, converted: str | None = None,
+                 mapping: str | None = None):
+        self.spec = spec
+        self.options = options
+        self.device = pick_device(options.device)
+        torch = import_torch()
+        paddle = import_paddle()
+        paddle.set_device("gpu" if self.device == "cuda" else "cpu")
+        self.torch_model = spec.torch_model()
+        if weights:
+            self._load_torch_weights(weights)
+        self.paddle_model = spec.paddle_model()
+        self.ruleset, self.plan = self._mapping(mapping)
+        self.weight_source = "converted in memory"
+        if converted:
+            from ..frameworks.paddle_side import load_into
+            missing, unexpected = load_into(self.paddle_model, converted)
+            if missing or unexpected:
+                raise UserError(f"--converted '{converted}' does not fit the paddle model "
+                                f"(missing: {', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(unexpected[:5]) or 'none'}); "
+                                "convert it again for this model")
+            self.weight_source = converted
+        else:
+            self._convert_in_memory()
+        self.torch_model.eval()
+        self.paddle_model.eval()
+        # the float64 reference is taken before any emulation touches the weights
+        self.torch64 = copy.deepcopy(self.torch_model).double().cpu()
+        if self.device == "cuda":
+            self.torch_model.cuda()
+        if options.precision == "strict":
+            prec.set_strict(self.device)
+        self.precision = {"torch": prec.torch_precision(self.device), "paddle": prec.paddle_precision(self.device)}
+        if options.precision == "strict":
+            for side in self.precision.values():
+                side.matmul = "fp32"
+        for side, fmt in options.emulate.items():
+            self.precision[side].emulated = fmt
+        if "torch" in options.emulate:
+            prec.emulate_torch(self.torch_model, options.emulate["torch"])
+        self.rounded_weights: set[str] = set()
+        if "paddle" in options.emulate:
+            self.rounded_weights = prec.emulate_paddle(self.paddle_model, options.emulate["paddle"])
+        self.inputs = spec.inputs()
+
+    @property
+    def formats(self) -> dict:
+        return {side: p.format for side, p in self.precision.items()}
+
+    def _load_torch_weights(self, path: str) -> None:
+        from ..io import open_source
+        torch = import_torch()
+        with open_source(path) as source:
+            state = {name: torch.from_numpy(np.array(source.read(name))) for name in source.infos}
+        try:
+            result = self.torch_model.load_state_dict(state, strict=False)
+        except RuntimeError as exc:
+            raise UserError(f"--weights '{path}' does not fit torch_model(): {str(exc).splitlines()[-1].strip()}") from None
+        if result.missing_keys or result.unexpected_keys:
+            raise UserError(f"--weights '{path}' does not fit torch_model() (missing: "
+                            f"{', '.join(result.missing_keys[:5]) or 'none'}; unexpected: "
+                            f"{', '.join(result.unexpected_keys[:5]) or 'none'})")
+
+    def _mapping(self, mapping):
+        from ..frameworks.paddle_side import state_dict_infos
+        from ..io.torch_io import StateDictSource
+        from ..rules import build_plan, resolve_mapping
+        from ..rules.infer import infer_ruleset
+        name = mapping or self.spec.mapping
+        ruleset = resolve_mapping(str(name)) if name else infer_ruleset(self.torch_model, self.paddle_model)
+        self.torch_state = StateDictSource(self.torch_model.state_dict())
+        plan = build_plan(self.torch_state.infos, ruleset, state_dict_infos(self.paddle_model))
+        return ruleset, plan
+
+    def _convert_in_memory(self) -> None:
+        state = {}
+        for entry in self.plan.entries:
+            array = np.ascontiguousarray(entry.compute(self.torch_state.read))
+            state[entry.name] = array
+            for alias in entry.aliases:
+                state[alias] = array
+        self.paddle_model.set_state_dict(state)
+
+    # running -------------------------------------------------------------------------
+    def _arrays(self):
+        x = self.inputs
+        return (x, True) if isinstance(x, dict) else (tuple(x), False)
+
+    def run_torch(self):
+        torch = import_torch()
+        x, named = self._arrays()
+        to = lambda a: torch.from_numpy(np.array(a)).to(self.device)
+        with torch.no_grad():
+            return self.torch_model(**{k: to(v) for k, v in x.items()}) if named else self.torch_model(*[to(v) for v in x])
+
+    def run_paddle(self):
+        paddle = import_paddle()
+        x, named = self._arrays()
+        with paddle.no_grad():
+            if named:
+                return self.paddle_model(**{k: paddle.to_tensor(v) for k, v in x.items()})
+            return self.paddle_model(*[paddle.to_tensor(v) for v in x])
+
+    def torch_module(self, path: str):
+        return self.torch_model.get_submodule(path) if path else self.torch_model
+
+    def torch64_module(self, path: str):
+        return self.torch64.get_submodule(path) if path else self.torch64
+
+    def paddle_layer(self, path: str):
+        layer = self.paddle_model
+        for part in filter(None, path.split(".")):
+            layer = layer._sub_layers[part]
+        return layer
