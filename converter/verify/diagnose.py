@@ -129,7 +129,14 @@ def _best(candidates, y):
 
 
 def check_activation(ctx) -> list[Diagnosis]:
-    """What-if: which activation each side computes on the same input."""
+    """GELU's setting on both sides; else a what-if: which activation each side computes on the same input."""
+    m, p = ctx.torch_module, ctx.paddle_layer
+    if "GELU" in _names(m) and hasattr(p, "_approximate"):
+        t_tanh, p_tanh = getattr(m, "approximate", "none") == "tanh", bool(p._approximate)
+        if t_tanh != p_tanh:
+            label = lambda tanh: "tanh approximation" if tanh else "exact (erf)"
+            return [Diagnosis(ctx.name, f"GELU variant: torch computes the {label(t_tanh)} form, paddle the {label(p_tanh)} form",
+                              f"construct paddle.nn.GELU(approximate={t_tanh})")]
     ev = ctx.evidence
     calls = getattr(ctx.session, "last_calls", None)
     if ev is None or ev.y_local is None or calls is None:
