@@ -183,3 +183,20 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         from .frameworks.paddle_side import load_into
         result.missing_keys, result.unexpected_keys = load_into(spec.paddle_model(), dst)
     return result
+
+
+def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):
+    """Torch model weights as the paddle model's state dict (numpy arrays), and the plan used."""
+    from .frameworks.paddle_side import state_dict_infos
+    from .io.torch_io import StateDictSource
+    from .rules.infer import infer_ruleset
+    ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
+    source = StateDictSource(torch_model.state_dict())
+    plan = build_plan(source.infos, ruleset, state_dict_infos(paddle_model))
+    state = {}
+    for entry in plan.entries:
+        array = np.ascontiguousarray(entry.compute(source.read))
+        state[entry.name] = array
+        for alias in entry.aliases:
+            state[alias] = array
+    return state, plan, ruleset, source

@@ -67,6 +67,13 @@ class PortSpec:
         return value
 
 
+def spec_from_functions(torch_model, paddle_model, inputs, mapping=None, label="<in-memory spec>") -> PortSpec:
+    """A spec built in Python rather than read from a file, with the same contract."""
+    import types
+    module = types.SimpleNamespace(torch_model=torch_model, paddle_model=paddle_model, inputs=inputs, mapping=mapping)
+    return PortSpec(label, module)
+
+
 def load_spec(path: str) -> PortSpec:
     if not os.path.isfile(path):
         raise UserError(f"spec file '{path}' does not exist")

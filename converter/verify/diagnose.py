@@ -159,6 +159,27 @@ def check_activation(ctx) -> list[Diagnosis]:
     return []
 
 
+def check_batch_statistics(ctx) -> list[Diagnosis]:
+    """What-if: does paddle's BatchNorm output match normalising with the batch's own statistics?"""
+    m, ev = ctx.torch_module, ctx.evidence
+    calls = getattr(ctx.session, "last_calls", None)
+    if "_BatchNorm" not in _names(m) or ev is None or ev.y_local is None or not calls:
+        return []
+    import torch
+    import torch.nn.functional as F
+    t_call = calls[0].get(ctx.result.torch)
+    x = t_call.args[0].detach().cpu().double()
+    w = None if m.weight is None else m.weight.detach().cpu().double()
+    b = None if m.bias is None else m.bias.detach().cpu().double()
+    batch = F.batch_norm(x, None, None, w, b, True, 0.0, m.eps).numpy()
+    scale = float(np.abs(batch).max()) + 1e-30
+    if float(np.abs(batch.ravel() - ev.y_local.ravel()).max()) < 1e-4 * scale:
+        return [Diagnosis(ctx.name, "the paddle BatchNorm normalises with the batch's own statistics (training mode), "
+                          "torch with its running statistics",
+                          "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm")]
+    return []
+
+
 def check_avgpool(ctx) -> list[Diagnosis]:
     out = []
     for rel, m, p in _walk_pairs(ctx):
@@ -259,7 +280,7 @@ def check_own_forward(ctx) -> list[Diagnosis]:
                       "residual connections, reshapes and transposes, masks")]
 
 
-CHECKS = (check_weights, check_norm_eps, check_bn_momentum, check_activation, check_avgpool, check_interpolate,
+CHECKS = (check_weights, check_norm_eps, check_bn_momentum, check_activation, check_batch_statistics, check_avgpool, check_interpolate,
           check_padding_mode, check_training, check_precision)
 
 

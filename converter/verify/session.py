@@ -46,7 +46,9 @@ class PortSession:
         if weights:
             self._load_torch_weights(weights)
         self.paddle_model = spec.paddle_model()
-        self.ruleset, self.plan = self._mapping(mapping)
+        from ..convert import convert_in_memory
+        state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
+            self.torch_model, self.paddle_model, mapping or spec.mapping)
         self.weight_source = "converted in memory"
         if converted:
             from ..frameworks.paddle_side import load_into
@@ -57,7 +59,7 @@ class PortSession:
                                 "convert it again for this model")
             self.weight_source = converted
         else:
-            self._convert_in_memory()
+            self.paddle_model.set_state_dict(state)
         self.torch_model.eval()
         self.paddle_model.eval()
         # the float64 reference is taken before any emulation touches the weights
@@ -96,26 +98,6 @@ class PortSession:
             raise UserError(f"--weights '{path}' does not fit torch_model() (missing: "
                             f"{', '.join(result.missing_keys[:5]) or 'none'}; unexpected: "
                             f"{', '.join(result.unexpected_keys[:5]) or 'none'})")
-
-    def _mapping(self, mapping):
-        from ..frameworks.paddle_side import state_dict_infos
-        from ..io.torch_io import StateDictSource
-        from ..rules import build_plan, resolve_mapping
-        from ..rules.infer import infer_ruleset
-        name = mapping or self.spec.mapping
-        ruleset = resolve_mapping(str(name)) if name else infer_ruleset(self.torch_model, self.paddle_model)
-        self.torch_state = StateDictSource(self.torch_model.state_dict())
-        plan = build_plan(self.torch_state.infos, ruleset, state_dict_infos(self.paddle_model))
-        return ruleset, plan
-
-    def _convert_in_memory(self) -> None:
-        state = {}
-        for entry in self.plan.entries:
-            array = np.ascontiguousarray(entry.compute(self.torch_state.read))
-            state[entry.name] = array
-            for alias in entry.aliases:
-                state[alias] = array
-        self.paddle_model.set_state_dict(state)
 
     # running -------------------------------------------------------------------------
     def _arrays(self):
