@@ -6,6 +6,7 @@ checkpoints ({"state_dict": ...}, {"model": ...}) are unwrapped with a note."""
 from __future__ import annotations
 
 import pickle
+import warnings
 import zipfile
 
 import numpy as np
@@ -19,6 +20,12 @@ WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 
 
 def _load(path: str):
+    with warnings.catch_warnings():  # torch's notes on pickle protocols are not the user's concern
+        warnings.simplefilter("ignore")
+        return _load_loud(path)
+
+
+def _load_loud(path: str):
     torch = import_torch()
     try:
         try:
