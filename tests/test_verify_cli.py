@@ -1,0 +1,91 @@
+"""verify-port as a user runs it: the bundled default, reports, strategies and bad input."""
+
+import json
+import math
+
+import pytest
+
+from conftest import run_script, run_verify, spec_path
+from converter.spec import spec_from_functions
+from converter.verify.run import verify
+from converter.verify.session import Options
+
+
+def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
+    r = run_script("verify-port", "--bisect", "--json", tmp / "r.json", "--html", tmp / "r.html")
+    assert r.code == 1, r
+    assert "Traceback" not in r.stderr and "ccache" not in r.stderr + r.stdout
+    assert "FAIL: first layer over budget: encoder.layer.0.intermediate.intermediate_act_fn" in r.stdout
+    body = json.loads((tmp / "r.json").read_text())
+    assert body["verdict"] == "fail"
+    assert body["first_bad_layer"] == {"torch": "encoder.layer.0.intermediate.intermediate_act_fn",
+                                       "paddle": "encoder.layer.0.intermediate.intermediate_act_fn",
+                                       "type": "GELU", "ratio": body["first_bad_layer"]["ratio"]}
+    assert body["diagnosis"][0]["cause"].startswith("GELU variant")
+    for layer in body["layers"]:
+        assert {"torch", "paddle", "type", "max_abs", "mean_abs", "budget", "ratio", "local_max_abs",
+                "local_ratio", "within_budget"} <= set(layer)
+    assert set(body["precision"]) == {"torch", "paddle"}
+    page = (tmp / "r.html").read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "<polyline" in page
+    assert "src=" not in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_binary_search_finds_the_same_culprit_within_its_pass_budget():
+    import sys
+    from conftest import SPECS
+    sys.path.insert(0, SPECS)
+    from planted import BERT_BUGS, clean_bert
+    from converter.examples import bert_port as B
+    bug = next(b for b in BERT_BUGS if b.name == "dropped-residual")
+
+    def paddle_model():
+        m = clean_bert()
+        bug.mutate_model(m)
+        return m
+    report = verify(spec_from_functions(B.torch_model, paddle_model, B.inputs), Options(device="cpu", strategy="binary"),
+                    bisect=True)
+    assert report.strategy == "binary"
+    assert report.first_bad.torch == bug.culprit
+    units = B.LAYERS + 2  # embeddings, each layer, the model
+    assert report.passes <= math.ceil(math.log2(units)) + 3
+    assert any("own forward" in d.cause for d in report.diagnosis)
+
+
+def test_binary_search_passes_a_clean_port():
+    report = verify(__import__("converter.spec", fromlist=["load_spec"]).load_spec(spec_path("transformer_encoder")),
+                    Options(device="cpu", strategy="binary"))
+    assert report.verdict == "pass"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--spec", "no/such/spec.py"], ["spec file", "does not exist"]),
+    (["--converted", "missing.pdparams"], ["--converted", "does not exist"]),
+    (["--emulate", "paddle=int8"], ["--emulate", "SIDE=MODE"]),
+    (["--device", "cuda"], ["no GPU"]),
+])
+def test_bad_input_is_one_line_exit_2(args, words):
+    r = run_verify(*args)
+    assert r.code == 2, r
+    assert "Traceback" not in r.stderr + r.stdout
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+
+
+def test_spec_without_functions(tmp):
+    (tmp / "spec.py").write_text("def torch_model():\n    return None\n")
+    r = run_verify("--spec", tmp / "spec.py")
+    assert r.code == 2 and "does not define paddle_model(), inputs()" in r.stderr
+
+
+def test_converted_file_that_is_a_hostile_pickle(tmp):
+    import pickle
+    import os
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp / 'pwned'}",))
+    (tmp / "evil.pdparams").write_bytes(pickle.dumps({"w": Exploit()}))
+    r = run_verify("--spec", spec_path("seed_report"), "--converted", tmp / "evil.pdparams")
+    assert r.code == 2 and "refusing to read" in r.stderr
+    assert not (tmp / "pwned").exists()

@@ -1,0 +1,67 @@
+"""The seed report reproduced: a LayerNorm, then a square 1536x1536 query_proj."""
+
+import json
+import sys
+
+import numpy as np
+import torch
+
+from conftest import SPECS, run_convert, run_verify, spec_path
+from converter.spec import load_spec, spec_from_functions
+from converter.verify.run import verify
+from converter.verify.session import Options
+
+SEED = spec_path("seed_report")
+
+
+def _layer(report_json, name):
+    return next(layer for layer in report_json["layers"] if layer["torch"] == name)
+
+
+def test_a_fp32_on_both_sides_passes(tmp):
+    r = run_verify("--spec", SEED, "--device", "cpu", "--bisect", "--json", tmp / "r.json")
+    assert r.code == 0, r
+    body = json.loads((tmp / "r.json").read_text())
+    assert body["verdict"] == "pass" and body["first_bad_layer"] is None and body["diagnosis"] == []
+    q = _layer(body, "query_proj")
+    assert q["within_budget"] and q["local_max_abs"] < 1e-5
+    assert body["precision"]["paddle"]["effective"] == "fp32"
+
+
+def test_b_emulated_tf32_passes_with_query_proj_difference_about_1e4(tmp):
+    r = run_verify("--spec", SEED, "--device", "cpu", "--emulate", "paddle=tf32", "--bisect", "--json", tmp / "r.json")
+    assert r.code == 0, r
+    body = json.loads((tmp / "r.json").read_text())
+    q = _layer(body, "query_proj")
+    assert 3e-5 < q["mean_abs"] < 3e-4, q["mean_abs"]  # the report's 1.2e-4
+    assert q["within_budget"] and q["budget"] > q["local_max_abs"]
+    assert q["formats"]["paddle"] == "tf32"
+    assert body["precision"]["paddle"]["emulated"] == "tf32"
+    assert "query_proj" in r.stdout and "PASS" in r.stdout
+
+
+def test_c_silent_tf32_fails_at_query_proj_and_names_tf32():
+    sys.path.insert(0, SPECS)
+    import seed_report as s
+    report = verify(spec_from_functions(s.torch_model, s.paddle_model_silent_tf32, s.inputs), Options(device="cpu"),
+                    bisect=True)
+    assert report.verdict == "fail"
+    assert report.first_bad.torch == "query_proj"
+    causes = " ".join(d.cause for d in report.diagnosis)
+    assert "TF32" in causes, causes
+
+
+def test_d_converted_file_with_untransposed_square_weight_fails_at_query_proj(tmp):
+    spec = load_spec(SEED)
+    torch.save(spec.torch_model().state_dict(), tmp / "m.pt")
+    rules = {"name": "forgot-transpose", "rules": [
+        {"kind": "rename", "match": r"(norm|query_proj)\.(weight|bias)", "to": r"\1.\2"}]}
+    (tmp / "rules.json").write_text(json.dumps(rules))
+    assert run_convert(tmp / "m.pt", tmp / "bad.pdparams", "--mapping", tmp / "rules.json").code == 0
+    r = run_verify("--spec", SEED, "--device", "cpu", "--converted", tmp / "bad.pdparams", "--bisect",
+                   "--json", tmp / "r.json")
+    assert r.code == 1, r
+    body = json.loads((tmp / "r.json").read_text())
+    assert body["first_bad_layer"]["torch"] == "query_proj"
+    assert body["first_bad_layer"]["ratio"] > 1
+    assert any("untransposed" in d["cause"] for d in body["diagnosis"]), body["diagnosis"]
