@@ -100,7 +100,8 @@ def spine(pairs, t_calls) -> list:
         if p:
             parent = p.rsplit(".", 1)[0] if "." in p else ""
             children.setdefault(parent, []).append(p)
-    container = max(children, key=lambda c: (len(children[c]), -c.count(".")), default="")
+    listlike = lambda c: all(child.rsplit(".", 1)[-1].isdigit() for child in children[c])
+    container = max(children, key=lambda c: (listlike(c), len(children[c]), -c.count(".")), default="")
     ancestors = [""]
     if container:
         parts = container.split(".")
@@ -158,7 +159,8 @@ class BinarySearch:
                     for f in set(session.formats.values()) - {"fp32"}}
         budget = make_budget(session.formats, y_t, y64, None, rounding)
         ratio, tol = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
-        result.budget, result.note = tol, "end-to-end at this unit's output"
+        result.ratio, result.budget = ratio, tol
+        result.note = "end to end at this unit's output (a binary-search probe)"
         return ratio > 1.0, result
 
     def run(self, session):
