@@ -13,6 +13,8 @@ from .errors import CheckFailed, UserError
 from .io import open_sink_format, open_source
 from .io.atomic import AtomicOutput
 from .io.base import Source, TensorInfo
+from .layout import bit_equal, bits
+from .pipeline import Behind
 from .rules import MappingPlan, build_plan, resolve_mapping
 from .rules.plan import TargetEntry
 from .rules.ruleset import RuleSet
@@ -52,6 +54,7 @@ class _ReadCache:
     def __call__(self, key: str) -> np.ndarray:
         if key not in self.items:
             if len(self.items) >= self.size:
+                self.source.release(next(iter(self.items)))
                 self.items.pop(next(iter(self.items)))
             self.items[key] = self.source.read(key)
         return self.items[key]
@@ -77,10 +80,6 @@ def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None
     return build_plan(source.infos, ruleset, targets, dtypes.canonical(dtype) if dtype else None)
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
-
-
 def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -> str | None:
     """None when `got` holds exactly the plan's tensor, else why not. Works on views of the
     source (no copies beyond a cast), independent of the writer's own copies."""
@@ -96,8 +95,8 @@ def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -
             index[entry.merge_axis] = slice(offset, offset + size)
             offset += size
             block = got[tuple(index)]
-        if not np.array_equal(_bits(block), _bits(expected)):
-            diff = np.argwhere(_bits(block) != _bits(expected))
+        if not bit_equal(block, expected):
+            diff = np.argwhere(bits(block) != bits(expected))
             return f"'{info.name}': differs from source '{part.source}' at index {tuple(int(i) for i in diff[0])}"
     return None
 
@@ -107,25 +106,26 @@ def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
     expected = plan.output_infos()
     table = plan.by_output_name()
     problems: list[str] = []
-    if fmt == "safetensors":
-        from .io.safetensors_io import SafetensorsSource
-        with SafetensorsSource(path) as out:
-            names = list(out.infos)
-            for info in expected:
-                if info.name in out.infos:
-                    why = compare_entry(table[info.name], info, out.read(info.name), read)
-                    if why:
-                        problems.append(why)
-    else:
-        from .io.pdparams import scan_pdparams
+    # the comparisons run on a worker thread, one tensor behind the reading
+    checker = Behind(lambda info, array: compare_entry(table[info.name], info, array, read))
+    try:
+        if fmt == "safetensors":
+            from .io.safetensors_io import SafetensorsSource
+            with SafetensorsSource(path) as out:
+                names = list(out.infos)
+                for info in expected:
+                    if info.name in out.infos:
+                        checker.submit(info, out.read(info.name))
+        else:
+            from .io.pdparams import scan_pdparams
 
-        def on_array(index, array):
-            if index < len(expected):
-                why = compare_entry(table[expected[index].name], expected[index], array, read)
-                if why:
-                    problems.append(why)
+            def on_array(index, array):
+                if index < len(expected):
+                    checker.submit(expected[index], array)
 
-        names = scan_pdparams(path, on_array)
+            names = scan_pdparams(path, on_array)
+    finally:
+        problems.extend(why for why in checker.close() if why)
     if names != [i.name for i in expected]:
         missing = sorted(set(i.name for i in expected) - set(names))
         extra = sorted(set(names) - set(i.name for i in expected))

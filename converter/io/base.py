@@ -47,6 +47,9 @@ class Source:
     def read(self, name: str) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def release(self, name: str) -> None:
+        """The caller is done with this tensor for now: let its memory go."""
+
     def close(self) -> None:
         pass
 
@@ -72,6 +75,9 @@ class RenamedSource(Source):
 
     def read(self, name: str) -> np.ndarray:
         return self.inner.read(self._orig[name])
+
+    def release(self, name: str) -> None:
+        self.inner.release(self._orig[name])
 
     def close(self) -> None:
         self.inner.close()

@@ -1,7 +1,7 @@
 """`.pdparams` without paddle: a pickle (protocol 4) of {name: numpy array}.
 
-Writing streams: the pickler runs in fast mode (no memo) over a dict whose
-items are produced lazily, so one tensor at a time is in memory. Reading never
+Writing streams: the opcodes are written by hand, and each array's data goes
+to the file straight from its buffer, so one tensor at a time is in memory. Reading never
 uses plain pickle: a restricted unpickler admits numpy's array reconstruction
 and nothing else, so a hostile file cannot import or call anything.
 """
@@ -11,50 +11,83 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import struct
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import UserError
+from ..layout import contiguous
+from ..pipeline import ahead
 from .base import Source, TensorInfo
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
 
-class _LazyDict:
-    def __init__(self, items):
-        self.items = items
+def _unicode(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) < 256:
+        return b"\x8c" + bytes([len(raw)]) + raw  # SHORT_BINUNICODE
+    return b"X" + struct.pack("<I", len(raw)) + raw  # BINUNICODE
 
 
-class _Payload:
-    __slots__ = ("array",)
+def _int(n: int) -> bytes:
+    if 0 <= n < 256:
+        return b"K" + bytes([n])  # BININT1
+    if 0 <= n < 65536:
+        return b"M" + struct.pack("<H", n)  # BININT2
+    if -(2 ** 31) <= n < 2 ** 31:
+        return b"J" + struct.pack("<i", n)  # BININT
+    raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw  # LONG1
 
-    def __init__(self, array: np.ndarray):
-        self.array = array
+
+def _tuple(items: list[bytes]) -> bytes:
+    if not items:
+        return b")"  # EMPTY_TUPLE
+    if len(items) <= 3:
+        return b"".join(items) + {1: b"\x85", 2: b"\x86", 3: b"\x87"}[len(items)]
+    return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
 
 
-class _StreamingPickler(pickle.Pickler):
-    def reducer_override(self, obj):
-        if isinstance(obj, _LazyDict):
-            return dict, (), None, None, obj.items
-        if isinstance(obj, _Payload):
-            a = obj.array
-            # the same reduction numpy uses, built from C-order bytes in one copy
-            return _RECONSTRUCT, (np.ndarray, (0,), b"b"), (1, a.shape, a.dtype, False, a.tobytes())
-        return NotImplemented
+_DTYPE_CACHE: dict = {}
+
+
+def _dtype(dtype: np.dtype) -> bytes:
+    """The dtype as numpy pickles it, without memo or framing (protocol 2 opcodes)."""
+    if dtype not in _DTYPE_CACHE:
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=2)
+        pickler.fast = True
+        pickler.dump(dtype)
+        raw = buffer.getvalue()
+        assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
+        _DTYPE_CACHE[dtype] = raw[2:-1]
+    return _DTYPE_CACHE[dtype]
+
+
+def _array_header(shape, dtype: np.dtype, nbytes: int) -> bytes:
+    """Opcodes that rebuild an ndarray the way numpy's own reduction does, up to its raw data."""
+    head = (_unicode(_RECONSTRUCT.__module__) + _unicode(_RECONSTRUCT.__name__) + b"\x93"  # STACK_GLOBAL
+            + _unicode("numpy") + _unicode("ndarray") + b"\x93"
+            + _tuple([_int(0)]) + b"C\x01b" + b"\x87" + b"R")  # (ndarray, (0,), b'b') REDUCE
+    state = b"(" + _int(1) + _tuple([_int(d) for d in shape]) + _dtype(dtype) + b"\x89"  # MARK 1 shape dtype False
+    return head + state + b"\x8e" + struct.pack("<Q", nbytes)  # BINBYTES8 length, then the data
 
 
 def write_pdparams(file, infos: list[TensorInfo], produce, progress=None) -> None:
-    def items():
-        for info in infos:
-            array = produce(info)
-            yield info.name, _Payload(array)
-            if progress is not None:
-                progress(info.nbytes)
-
-    pickler = _StreamingPickler(file, protocol=4)
-    pickler.fast = True
-    pickler.dump(_LazyDict(items()))
+    """A protocol-4 pickle of {name: ndarray}, written opcode by opcode: each array's bytes go
+    to the file straight from its buffer, one tensor in memory at a time. paddle.load and
+    pickle.load read it as a plain dict of numpy arrays."""
+    file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
+    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
+        file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))
+        if array.nbytes:
+            file.write(memoryview(array.reshape(-1)).cast("B"))
+        file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
+        if progress is not None:
+            progress(info.nbytes)
+    file.write(b".")  # STOP
 
 
 # (module, name) pairs that numpy arrays and dtypes pickle through, across numpy 1.x and 2.x
@@ -66,15 +99,8 @@ _ALLOWED = {
 }
 
 
-def _empty_dict():
-    """The streaming writer opens its top-level dict as dict(); nothing else may be called."""
-    return {}
-
-
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
-        if (module, name) == ("builtins", "dict"):
-            return _empty_dict
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it asks to import {module}.{name}")

@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UserError
+from ..layout import contiguous
+from ..pipeline import ahead
 from .base import Source, TensorInfo
 
 _MAX_HEADER = 100 * 1024 * 1024
@@ -100,8 +102,7 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None) -> 
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    for info in infos:
-        array = produce(info)
-        file.write(memoryview(np.ascontiguousarray(array).reshape(-1)).cast("B"))
+    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
+        file.write(memoryview(array.reshape(-1)).cast("B"))
         if progress is not None:
             progress(info.nbytes)

@@ -53,6 +53,9 @@ class ShardedSource(Source):
     def read(self, name: str) -> np.ndarray:
         return self._owner[name].read(name)
 
+    def release(self, name: str) -> None:
+        self._owner[name].release(name)
+
     def close(self) -> None:
         for s in self._shards:
             s.close()

@@ -20,6 +20,7 @@ WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 
 
 def _load(path: str):
+    """(state, memory-mapped?)"""
     with warnings.catch_warnings():  # torch's notes on pickle protocols are not the user's concern
         warnings.simplefilter("ignore")
         return _load_loud(path)
@@ -29,12 +30,12 @@ def _load_loud(path: str):
     torch = import_torch()
     try:
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True), True
         except RuntimeError as exc:
             if "mmap" not in str(exc):
                 raise
             # files from before torch's zip format cannot be memory-mapped
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True), False
     except pickle.UnpicklingError as exc:
         text = str(exc)
         culprit = ""
@@ -59,7 +60,7 @@ class TorchSource(Source):
     def __init__(self, path: str):
         super().__init__(path)
         torch = import_torch()
-        obj = _load(path)
+        obj, self._mapped = _load(path)
         for _ in range(3):
             if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
                 key = next((k for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
@@ -82,8 +83,28 @@ class TorchSource(Source):
     def read(self, name: str) -> np.ndarray:
         return tensor_to_numpy(self._tensors[name])
 
+    def release(self, name: str) -> None:
+        """Drop the tensor's file pages from this process's memory (they stay in the page cache)."""
+        if self._mapped:
+            storage = self._tensors[name].untyped_storage()
+            _drop_pages(storage.data_ptr(), storage.nbytes())
+
     def close(self) -> None:
         self._tensors = {}
+
+
+def _drop_pages(address: int, length: int) -> None:
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    start = address - address % page
+    end = address + length
+    end += -end % page
+    if length <= 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
 def tensor_to_numpy(t) -> np.ndarray:
