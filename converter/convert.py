@@ -43,6 +43,9 @@ class ConversionResult:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"ok": self.ok}
 
 
+WRITEBACK_EVERY = 64 << 20  # start the kernel's writeback this often, so the final fsync is short
+
+
 class _ReadCache:
     """Keeps the last source tensors read, so split pieces and aliases read their source once."""
 
@@ -164,13 +167,22 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         read = _ReadCache(source)
         by_name = plan.by_output_name()
         bar, tick = _progress(plan.total_bytes, progress)
+        written = [0]
+
+        def on_written(nbytes):
+            written[0] += nbytes
+            if written[0] >= WRITEBACK_EVERY:
+                written[0] = 0
+                output.start_writeback()
+            if tick is not None:
+                tick(nbytes)
         try:
             with output as f:
                 from .io.pdparams import write_pdparams
                 from .io.safetensors_io import write_safetensors
                 writer = write_pdparams if fmt == "pdparams" else write_safetensors
-                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), tick)
-                f.flush()
+                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written)
+                output.sync_in_background()
                 result.mismatches = check_written(output.readable_path(), fmt, plan, read)
                 if result.mismatches:
                     raise CheckFailed(f"the written tensors do not match the source under mapping '{ruleset.name}'; "

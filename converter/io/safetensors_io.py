@@ -1,10 +1,11 @@
 """safetensors read and write without torch: an 8-byte header length, a JSON
-header, then raw row-major data. Tensors are read with positioned reads so that
-only the tensor in hand is resident."""
+header, then raw row-major data. Tensors are memory-mapped and their pages
+released once used, so that only the tensors in hand are resident."""
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 
@@ -28,6 +29,7 @@ class SafetensorsSource(Source):
         super().__init__(path)
         size = os.path.getsize(path)
         self._fd = os.open(path, os.O_RDONLY)
+        self._map = None
         try:
             self._parse(size)
         except Exception:
@@ -72,19 +74,25 @@ class SafetensorsSource(Source):
             self.infos[info.name] = info
 
     def read(self, name: str) -> np.ndarray:
+        """A read-only view of the tensor in the memory-mapped file (no copy)."""
         info = self.infos[name]
         offset, nbytes = self._offsets[name]
-        out = np.empty(info.shape, dtype=dtypes.storage(info.dtype))
-        view = memoryview(out.reshape(-1).view(np.uint8)) if nbytes else memoryview(b"")
-        done = 0
-        while done < nbytes:
-            got = os.preadv(self._fd, [view[done:]], offset + done)
-            if got <= 0:
-                raise _corrupt(self.path, f"tensor '{name}' is cut short")
-            done += got
-        return out
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+        flat = np.frombuffer(self._map, dtype=dtypes.storage(info.dtype), count=info.numel, offset=offset)
+        return flat.reshape(info.shape)
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's pages from this process's memory; they stay in the page cache."""
+        if self._map is None or not hasattr(self._map, "madvise"):
+            return
+        offset, nbytes = self._offsets[name]
+        start = offset - offset % mmap.PAGESIZE
+        if nbytes:
+            self._map.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
 
     def close(self) -> None:
+        self._map = None  # views still held keep the mapping alive until they go
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
