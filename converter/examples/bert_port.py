@@ -17,6 +17,13 @@ import torch
 VOCAB, HIDDEN, LAYERS, HEADS, FFN, MAX_POS, SEQ, BATCH = 1000, 256, 4, 4, 1024, 128, 64, 2
 
 
+def resize(hidden=HIDDEN, layers=LAYERS, heads=HEADS, ffn=FFN, seq=SEQ, batch=BATCH):
+    """Change the example's sizes (for benchmarks); models built afterwards use them."""
+    global HIDDEN, LAYERS, HEADS, FFN, SEQ, BATCH, MAX_POS
+    HIDDEN, LAYERS, HEADS, FFN, SEQ, BATCH = hidden, layers, heads, ffn, seq, batch
+    MAX_POS = max(MAX_POS, seq)
+
+
 # ---------------------------------------------------------------- torch (the original)
 class TorchEmbeddings(torch.nn.Module):
     def __init__(self):

@@ -1,0 +1,134 @@
+"""Benchmark verify-port on CPU, with ratios measured in the same run.
+
+1. Speed: full-capture verification of a BERT-base-sized port (12 layers, hidden 768,
+   12 heads, FFN 3072) against the time of the two plain forward passes (torch + paddle).
+   Target: at most 3x.
+2. Memory: peak memory held above the loaded models while verifying, for 12 and for 48
+   layers (hidden 256, long sequences, so that activations dominate), with the full-capture
+   strategy and with the binary search. Target: the binary search's does not grow with depth.
+   RSS is sampled every 5 ms on a thread.
+
+    python scripts/bench_verify.py
+"""
+
+import os
+import sys
+import threading
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from converter.lazy import import_paddle  # noqa: E402
+
+paddle = import_paddle()
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from converter.examples import bert_port as B  # noqa: E402
+from converter.spec import spec_from_functions  # noqa: E402
+from converter.verify.bisect import choose  # noqa: E402
+from converter.verify.session import Options, PortSession  # noqa: E402
+
+MB = 1 << 20
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    def __enter__(self):
+        self.base = rss()
+        self.peak = self.base
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, rss())
+
+    @property
+    def held(self):
+        return self.peak - self.base
+
+
+def clean_spec():
+    def paddle_model():
+        m = B.PaddleBert()
+        for layer in m.encoder.layer:
+            layer.intermediate.intermediate_act_fn = paddle.nn.GELU()
+        return m
+    return spec_from_functions(B.torch_model, paddle_model, B.inputs, label="bert")
+
+
+def plain_forwards(session, repeat=3):
+    session.run_torch(), session.run_paddle()  # warm up
+    t_torch = min(_timed(session.run_torch) for _ in range(repeat))
+    t_paddle = min(_timed(session.run_paddle) for _ in range(repeat))
+    return t_torch, t_paddle
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def speed():
+    B.resize(hidden=768, layers=12, heads=12, ffn=3072, seq=128, batch=2)
+    session = PortSession(clean_spec(), Options(device="cpu", strategy="full"))
+    t_torch, t_paddle = plain_forwards(session)
+    strategy = choose("full", None)
+    t0 = time.perf_counter()
+    results = strategy.run(session)
+    t_verify = time.perf_counter() - t0
+    plain = t_torch + t_paddle
+    over = sum(r.within_budget is False for r in results)
+    print(f"speed (BERT-base size, {len(results)} layers compared, {over} over budget): torch forward {t_torch:.3f} s, "
+          f"paddle forward {t_paddle:.3f} s; full-capture verification {t_verify:.2f} s: "
+          f"ratio {t_verify / plain:.2f} x the two plain forwards (target <= 3)")
+
+
+def memory_one(name, layers):
+    """Run in a fresh process: the allocator keeps what an earlier run freed."""
+    B.resize(hidden=256, layers=layers, heads=4, ffn=1024, seq=512, batch=4)
+    session = PortSession(clean_spec(), Options(device="cpu"))
+    session.run_torch(), session.run_paddle()  # allocator warm-up for a plain forward
+    strategy = choose(name, None)
+    with PeakRss() as peak:
+        strategy.run(session)
+    print(peak.held, strategy.passes)
+
+
+def memory():
+    import subprocess
+    rows = {}
+    for name in ("full", "binary"):
+        for layers in (12, 48):
+            out = subprocess.run([sys.executable, __file__, "memory-one", name, str(layers)], capture_output=True,
+                                 text=True, check=True).stdout.split()
+            rows[(name, layers)] = (int(out[-2]), int(out[-1]))
+    for name in ("full", "binary"):
+        (m12, p12), (m48, p48) = rows[(name, 12)], rows[(name, 48)]
+        print(f"memory ({name:6s}): held above the models {m12 / MB:.0f} MiB at 12 layers ({p12} paired passes), "
+              f"{m48 / MB:.0f} MiB at 48 layers ({p48} passes): 48/12 ratio {m48 / max(m12, 1):.2f}"
+              + ("  (target: does not grow, about 1)" if name == "binary" else ""))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["memory-one"]:
+        memory_one(sys.argv[2], int(sys.argv[3]))
+    else:
+        speed()
+        memory()
