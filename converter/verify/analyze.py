@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .align import LayerPair
-from .budget import Budget, make_budget
-from .capture import Call
+from .budget import Budget, budget_from_error, make_budget
+from .capture import Call, flatten
 from .metrics import compare, join
 from .precision import TORCH_MATMUL_TYPES
+from .forced import ForcedCall, Reference, forced_paddle, forced_torch64, torch_inputs, torch_numpy
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
 from .report import LayerResult
 
@@ -105,3 +106,108 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool
         result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
     ev = Evidence(y_t, y_local, y64, forced, budget)
     return (result, ev) if evidence else result
+
+
+# ---------------------------------------------------------------- all pairs, forced passes
+
+def _children(pairs) -> dict[str, list]:
+    """Paired children of each pair: the pairs whose nearest paired torch ancestor it is."""
+    paired = {p.torch for p in pairs}
+    out: dict[str, list] = {p.torch: [] for p in pairs}
+    for pair in pairs:
+        path = pair.torch
+        while path:
+            path = path.rsplit(".", 1)[0] if "." in path else ""
+            if path in paired:
+                out[path].append(pair)
+                break
+    return out
+
+
+def _boundary(session, child, t_calls, forced_p: dict, forced_64: dict, rounded_64: dict):
+    """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`."""
+    loc, ref = forced_p.get(child.paddle), forced_64.get(child.torch)
+    if loc is None or ref is None:
+        return None
+    torch_in = [torch_numpy(t) for t in torch_inputs(t_calls[child.torch])]
+    worst, used = None, set()
+    for i, t in enumerate(torch_in):
+        j = next((j for j, c in enumerate(loc.computed) if j not in used and c.shape == t.shape), None)
+        if j is None or i >= len(ref.input_err):
+            continue
+        used.add(j)
+        got = loc.computed[j]
+        if ref.input_err[i] is None or not np.issubdtype(got.dtype, np.floating):
+            same = np.array_equal(got, t)
+            found = (0.0, 0.0, 0.0) if same else (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
+        else:
+            rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
+                        if child.torch in r and i < len(r[child.torch].input_rms)}
+            budget = budget_from_error(session.formats, t, ref.input_err[i], None, rounding)
+            diff = np.abs(got - t)
+            ratio, tol = budget.ratio(diff)
+            found = (ratio, tol, float(diff.max()) if diff.size else 0.0)
+        if worst is None or found[0] > worst[0]:
+            worst = found
+    return worst
+
+
+def analyze_all(session, pairs, t_calls: dict, p_calls: dict) -> list[LayerResult]:
+    """Every pair's end-to-end metrics and local error, from two forced passes (plus one per
+    lower-precision format in use) instead of one re-run per module."""
+    forced_p = forced_paddle(session, pairs, t_calls)
+    forced_64 = forced_torch64(session, pairs, t_calls)
+    rounded_64 = {f: forced_torch64(session, pairs, t_calls, f) for f in set(session.formats.values()) - {"fp32"}}
+    children = _children(pairs)
+    return [_analyze_forced(session, pair, t_calls[pair.torch], p_calls[pair.paddle], forced_p, forced_64,
+                            rounded_64, children[pair.torch], t_calls) for pair in pairs]
+
+
+def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_64, children, t_calls):
+    t_out = to_numpy_list(t_call.outputs, "torch")
+    p_out = to_numpy_list(p_call.outputs, "paddle")
+    matched = _matched(t_out, p_out)
+    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
+                         tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
+    if not matched:
+        result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
+                       f"paddle {[list(b.shape) for b in p_out]}")
+        result.ratio = float("inf") if t_out and p_out else None
+        return result
+    n = len(matched)
+    y_t = join([a for a, _ in matched])
+    m = compare(y_t, join([b for _, b in matched]))
+    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
+    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
+    loc: ForcedCall | None = forced_p.get(pair.paddle)
+    ref: Reference | None = forced_64.get(pair.torch)
+    if loc is None or ref is None or loc.unmatched or len(loc.outputs) < n or len(ref.output_err) < n:
+        result.note = "inputs could not be matched for teacher forcing; compared end to end only"
+        return result
+    y_local = join(loc.outputs[:n])
+    e_ref = join(ref.output_err[:n]).reshape(y_t.shape)
+    if y_local.size != y_t.size:
+        result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
+        return result
+    y_local = y_local.reshape(y_t.shape)
+    module = session.torch_module(pair.torch)
+    matmul = matmul_stats(module, t_call) if is_matmul_leaf(module) else None
+    if matmul is not None and matmul.s2.size == y_t.size:
+        matmul.s2 = matmul.s2.reshape(y_t.shape)
+    else:
+        matmul = None
+    rounding = {f: max(r[pair.torch].output_rms[:n], default=0.0)
+                for f, r in rounded_64.items() if pair.torch in r} if matmul is None else {}
+    budget = budget_from_error(session.formats, y_t, e_ref, matmul, rounding)
+    diff = np.abs(y_local - y_t)
+    if np.isnan(diff).any():
+        diff = np.nan_to_num(diff, nan=np.inf)
+    ratio, tol = budget.ratio(diff)
+    result.local_max_abs, result.local_mean_abs = float(diff.max()), float(diff.mean())
+    result.ratio, result.budget = ratio, tol
+    for child in children:
+        found = _boundary(session, child, t_calls, forced_p, forced_64, rounded_64)
+        if found is not None and found[0] > result.ratio:
+            result.ratio, result.budget, result.local_max_abs = found
+            result.note = f"worst at the input of {child.torch}, as this layer's own code computed it"
+    return result

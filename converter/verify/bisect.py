@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .align import align
-from .analyze import analyze
+from .analyze import analyze_all
 from .budget import make_budget
 from .capture import CaptureTooLarge, Recorder, record_paddle, record_torch
 from .metrics import compare, join
@@ -84,7 +84,7 @@ class FullCapture:
         self.calls = (t_calls, p_calls)
         pairs = align(t_calls, p_calls, session.ruleset)
         self.pairs = pairs
-        return [analyze(session, pair, t_calls[pair.torch], p_calls[pair.paddle]) for pair in pairs]
+        return analyze_all(session, pairs, t_calls, p_calls)
 
 
 def _under(path: str, root: str) -> bool:

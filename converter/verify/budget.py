@@ -52,66 +52,79 @@ class MatmulStats:
 
 @dataclass
 class Budget:
-    sigma: np.ndarray  # expected error std per output element, both sides combined
+    var: np.ndarray  # expected error variance per output element, both sides combined (float32)
     formats: dict  # side -> format used for it
     detail: dict = field(default_factory=dict)
 
     @property
-    def tolerance(self) -> np.ndarray:
-        return self.sigma * tail(self.sigma.size) * MARGIN
+    def factor(self) -> float:
+        return tail(self.var.size) * MARGIN
+
+    @property
+    def sigma(self) -> np.ndarray:
+        return np.sqrt(self.var)
 
     def ratio(self, diff: np.ndarray) -> tuple[float, float]:
         """(ratio, budget at the worst element) for an elementwise |difference|."""
-        diff = np.abs(np.asarray(diff, dtype=np.float64)).reshape(self.sigma.shape)
+        diff = np.asarray(diff).reshape(self.var.shape)
         if diff.size == 0:
             return 0.0, 0.0
-        tol = self.tolerance
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(diff == 0, 0.0, diff / tol)
-        r = np.where(np.isnan(r), np.inf, r)
-        if not r.any():
+        q = np.square(diff, dtype=np.float32)
+        if not np.isfinite(q).all():
+            q = np.nan_to_num(q, nan=np.inf)
+        np.divide(q, self.var, out=q)
+        worst = int(np.argmax(q))
+        if q.flat[worst] == 0:
             return 0.0, self.scalar()
-        worst = int(np.argmax(r))
-        return float(r.ravel()[worst]), float(tol.ravel()[worst])
+        return float(math.sqrt(q.flat[worst])) / self.factor, float(math.sqrt(self.var.flat[worst])) * self.factor
 
     def scalar(self) -> float:
         """A typical tolerance: the rms sigma times the tail factor, for reports."""
-        return float(np.sqrt(np.mean(self.sigma ** 2)) * tail(self.sigma.size) * MARGIN)
-
-
-def side_sigma(fmt: str, y64: np.ndarray, e_ref: np.ndarray, e_ref_rms: float, matmul: MatmulStats | None,
-               kappa: float, rounding_rms: float | None) -> np.ndarray:
-    """Expected error std per element for one side computing in `fmt`."""
-    out_round = U32 * np.abs(y64)
-    if matmul is not None:
-        root = np.sqrt(matmul.s2)
-        acc = kappa * C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0) * root
-        inp = math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt] * root
-        return np.sqrt(acc ** 2 + inp ** 2 + out_round ** 2)
-    inp = rounding_rms if (fmt != "fp32" and rounding_rms is not None) else 0.0
-    # where the torch layer's own fp32 error is large (ill-conditioned elements, late time steps
-    # of a recurrence), the other side's is expected to be large too
-    return np.sqrt(e_ref_rms ** 2 + e_ref ** 2 + inp ** 2 + out_round ** 2)
+        return float(math.sqrt(float(np.mean(self.var, dtype=np.float64)))) * self.factor
 
 
 def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulStats | None,
                 rounding_rms: dict | None = None) -> Budget:
     """Combine both sides. `formats` maps side -> format; `rounding_rms` maps format -> the rms
     change of the float64 output under that format's rounding (non-matmul layers)."""
-    y32 = np.asarray(y32, dtype=np.float64)
-    y64 = np.asarray(y64, dtype=np.float64)
-    e_ref = y32 - y64
-    e_ref_rms = float(np.sqrt(np.mean(e_ref ** 2))) if e_ref.size else 0.0
-    kappa = 1.0
-    if matmul is not None:
-        model = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0) * np.sqrt(matmul.s2)
-        model_rms = float(np.sqrt(np.mean(model ** 2))) if model.size else 0.0
-        kappa = max(e_ref_rms / model_rms, KAPPA_FLOOR) if model_rms > 0 else 1.0
+    e_ref = np.subtract(y32, y64, dtype=np.float64).astype(np.float32)
+    return budget_from_error(formats, y32, e_ref, matmul, rounding_rms)
+
+
+def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
+                      rounding_rms: dict | None = None) -> Budget:
+    """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty)."""
+    e2 = np.square(e_ref, dtype=np.float32)
+    e_ref_ms = float(np.mean(e2, dtype=np.float64)) if e2.size else 0.0
+    out_round = np.square(np.abs(y, dtype=np.float32) * np.float32(U32))  # (u32 |y|)^2, per side
+    out_ms = float(np.mean(out_round, dtype=np.float64)) if out_round.size else 0.0
     rounding_rms = rounding_rms or {}
-    sides = {side: side_sigma(fmt, y64, e_ref, e_ref_rms, matmul, kappa, rounding_rms.get(fmt))
-             for side, fmt in formats.items()}
-    sigma = np.sqrt(sum(s ** 2 for s in sides.values()))
-    sigma = np.maximum(sigma, np.finfo(np.float64).tiny)
-    detail = {"kappa": kappa, "fp32_observed_rms": e_ref_rms, "model": "matmul" if matmul is not None else "observed",
-              "sigma_rms": {side: float(np.sqrt(np.mean(s ** 2))) for side, s in sides.items()}}
-    return Budget(sigma, dict(formats), detail)
+    kappa = 1.0
+    per_side = {}
+    if matmul is not None:
+        s2 = matmul.s2.astype(np.float32)
+        s2_mean = float(np.mean(s2, dtype=np.float64)) if s2.size else 0.0
+        acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
+        model_ms = acc_unit ** 2 * s2_mean
+        kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
+        coef = 0.0
+        for side, fmt in formats.items():
+            c = (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
+            coef += c
+            per_side[side] = math.sqrt(c * s2_mean + out_ms)
+        var = s2 * np.float32(coef)
+    else:
+        # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
+        # steps of a recurrence), the other side's is expected to be large too
+        const = 0.0
+        for side, fmt in formats.items():
+            inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
+            const += e_ref_ms + (inp or 0.0) ** 2
+            per_side[side] = math.sqrt(e_ref_ms + (inp or 0.0) ** 2 + e_ref_ms + out_ms)
+        var = e2 * np.float32(len(formats))
+        var += np.float32(const)
+    var += out_round * np.float32(len(formats))
+    np.maximum(var, np.finfo(np.float32).tiny, out=var)
+    detail = {"kappa": kappa, "fp32_observed_rms": math.sqrt(e_ref_ms),
+              "model": "matmul" if matmul is not None else "observed", "sigma_rms": per_side}
+    return Budget(var, dict(formats), detail)

@@ -25,25 +25,29 @@ class Metrics:
 
 
 def join(arrays: list[np.ndarray]) -> np.ndarray:
-    """Several outputs of one layer as one float64 vector."""
+    """Several outputs of one layer as one array (one vector when there are several), in their
+    own precision: the difference of two close float32 values is exact in float32."""
     if len(arrays) == 1:
-        return np.asarray(arrays[0], dtype=np.float64)
-    return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+        return np.asarray(arrays[0])
+    return np.concatenate([np.asarray(a).ravel() for a in arrays])
 
 
 def compare(ref: np.ndarray, got: np.ndarray) -> Metrics:
-    ref = np.asarray(ref, dtype=np.float64)
-    got = np.asarray(got, dtype=np.float64)
-    nan = int(np.isnan(got).sum())
-    inf = int(np.isinf(got).sum())
+    ref, got = np.asarray(ref), np.asarray(got)
     diff = np.abs(got - ref)
-    diff = np.where(np.isnan(diff), np.inf, diff)
     if diff.size == 0:
-        return Metrics(tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, nan, inf, ())
+        return Metrics(tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0, 0, ())
+    nan = inf = 0
+    if not np.isfinite(diff).all():
+        nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
+        diff = np.nan_to_num(diff, nan=np.inf)
+        got = np.nan_to_num(got)
     worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    denom = np.maximum(np.abs(ref), np.finfo(np.float32).tiny)
-    r, g = ref.ravel(), got.ravel()
-    nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(np.nan_to_num(g)))
-    cosine = float(np.dot(r, np.nan_to_num(g)) / (nr * ng)) if nr > 0 and ng > 0 else float(nr == ng)
-    return Metrics(tuple(ref.shape), float(diff.max()), float(diff.mean()), float((diff / denom).max()),
-                   cosine, nan, inf, tuple(int(i) for i in worst))
+    rel = np.abs(ref)
+    np.maximum(rel, np.finfo(np.float32).tiny, out=rel)
+    np.divide(diff, rel, out=rel)
+    r, g = ref.ravel().astype(np.float64), got.ravel().astype(np.float64)
+    nr, ng = float(np.sqrt(np.dot(r, r))), float(np.sqrt(np.dot(g, g)))
+    cosine = float(np.dot(r, g) / (nr * ng)) if nr > 0 and ng > 0 else float(nr == ng)
+    return Metrics(tuple(ref.shape), float(diff.flat[np.argmax(diff)]), float(np.mean(diff, dtype=np.float64)),
+                   float(rel.max()), cosine, nan, inf, tuple(int(i) for i in worst))

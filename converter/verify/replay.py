@@ -26,6 +26,13 @@ def _torch_tensors(call: Call) -> list:
 
 def forced_paddle_inputs(t_call: Call, p_call: Call):
     """paddle (args, kwargs) holding torch's recorded tensors; None when they cannot be matched."""
+    args, kwargs, missing = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), t_call)
+    return None if missing else (args, kwargs)
+
+
+def force_paddle_args(args: tuple, kwargs: dict, t_call: Call):
+    """(args, kwargs, unmatched count): each paddle tensor replaced by the torch call's tensor
+    of the same shape, taken in order."""
     import paddle
     import torch
     pool = [t for t in _torch_tensors(t_call)]
@@ -49,17 +56,18 @@ def forced_paddle_inputs(t_call: Call, p_call: Call):
             return {k: swap(v) for k, v in value.items()}
         return value
 
-    args = swap(tuple(p_call.args))
-    kwargs = swap(dict(p_call.kwargs))
-    if missing:
-        return None
-    return args, kwargs
+    return swap(tuple(args)), swap(dict(kwargs)), len(missing)
 
 
 def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
+    """Floating tensors as numpy, float32 at least (float64 stays float64)."""
     if framework == "torch":
-        return [t.detach().cpu().double().numpy() for t in outputs]
-    return [t.astype("float64").numpy() for t in outputs]
+        import torch
+        return [t.detach().cpu().numpy() if t.dtype in (torch.float32, torch.float64)
+                else t.detach().cpu().float().numpy() for t in outputs]
+    import paddle
+    return [t.numpy() if t.dtype in (paddle.float32, paddle.float64) else t.astype("float32").numpy()
+            for t in outputs]
 
 
 def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
@@ -123,19 +131,20 @@ def matmul_stats(module, call: Call) -> MatmulStats | None:
     names = {c.__name__ for c in type(module).__mro__}
     if not call.args or not isinstance(call.args[0], torch.Tensor) or getattr(module, "weight", None) is None:
         return None
-    x2 = call.args[0].detach().double() ** 2
-    w2 = module.weight.detach().double() ** 2
+    # a budget needs S2's magnitude, not its last digits: float32 is enough and fast
+    x2 = call.args[0].detach().float().cpu() ** 2
+    w2 = module.weight.detach().float().cpu() ** 2
     with torch.no_grad():
         if "Linear" in names:
-            return MatmulStats(F.linear(x2, w2).cpu().numpy(), module.in_features)
+            return MatmulStats(F.linear(x2, w2).double().numpy(), module.in_features)
         if "Conv1D" in names and "Conv1d" not in names:  # HF GPT-2: weight [in, out]
-            return MatmulStats((x2 @ w2).cpu().numpy(), w2.shape[0])
+            return MatmulStats((x2 @ w2).double().numpy(), w2.shape[0])
         kernel = float(np.prod(module.kernel_size))
         if names & {"Conv1d", "Conv2d", "Conv3d"}:
-            return MatmulStats(module._conv_forward(x2, w2, None).cpu().numpy(),
+            return MatmulStats(module._conv_forward(x2, w2, None).double().numpy(),
                                module.in_channels / module.groups * kernel)
         if names & {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}:
             fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[len(module.kernel_size)]
             s2 = fn(x2, w2, None, module.stride, module.padding, module.output_padding, module.groups, module.dilation)
-            return MatmulStats(s2.cpu().numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
+            return MatmulStats(s2.double().numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
     return None

@@ -30,7 +30,8 @@ def _children_within(results, bad) -> bool:
 def verify(spec, options: Options, weights=None, converted=None, mapping=None, bisect=False,
            capture_limit: int | None = None) -> Report:
     session = PortSession(spec, options, weights=weights, converted=converted, mapping=mapping)
-    limit = capture_limit if capture_limit is not None else int(available_memory() * 0.4)
+    # the forced passes hold about as much again as the capture
+    limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
     strategy = choose(options.strategy, limit)
     notes = []
     if isinstance(strategy, FullCapture):

@@ -1,0 +1,152 @@
+"""Teacher forcing at every level in one pass per side.
+
+In a forced pass every paired layer is called on the torch layer's recorded inputs
+(its pre-hook swaps them in), so that each layer's output carries its own error
+only. Before the swap, the pre-hook keeps the inputs the enclosing code computed:
+compared with torch's, they show what a parent's own code (between its children)
+did. One forced paddle pass gives every layer's local output; one forced float64
+torch pass gives the reference for every budget (and, per format in use, one more
+with matmul inputs rounded). That replaces re-running each module on its own, which
+costs one whole forward per level of nesting.
+
+To keep memory near the capture's own, the float64 pass keeps only its difference
+from torch's float32 values (in float32), and a rounded pass only the rms of its effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .capture import Call, flatten
+from .replay import _to64, force_paddle_args, rounded
+
+
+@dataclass
+class ForcedCall:
+    computed: list = field(default_factory=list)  # paddle: inputs as the enclosing code computed them
+    outputs: list = field(default_factory=list)  # paddle: outputs on the forced inputs
+    unmatched: int = 0
+
+
+@dataclass
+class Reference:
+    """float64 minus torch's float32, for a layer's outputs and for its inputs as computed."""
+
+    output_err: list = field(default_factory=list)
+    input_err: list = field(default_factory=list)  # None where an input is not floating
+    output_rms: list = field(default_factory=list)  # rounded passes: rms effect only
+    input_rms: list = field(default_factory=list)
+
+
+def torch_numpy(t) -> np.ndarray:
+    """Native dtype (float32 at least for floating tensors)."""
+    import torch
+    t = t.detach().cpu()
+    if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
+        t = t.float()
+    return t.numpy()
+
+
+def paddle_numpy(t) -> np.ndarray:
+    """Native dtype, so that what is held stays as small as the capture (bf16/fp16 widened)."""
+    import paddle
+    if t.dtype in (paddle.float16, paddle.bfloat16):
+        return t.astype("float32").numpy()
+    return t.numpy()
+
+
+def torch_inputs(call: Call) -> list:
+    import torch
+    is_any = lambda v: isinstance(v, torch.Tensor)
+    return flatten(call.args, is_any) + flatten(call.kwargs, is_any)
+
+
+def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
+    import paddle
+    is_any = lambda v: isinstance(v, paddle.Tensor)
+    is_float = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64, paddle.float16,
+                                                                       paddle.bfloat16)
+    runs: dict[str, ForcedCall] = {}
+    handles = []
+    for pair in pairs:
+        t_call = t_calls[pair.torch]
+        layer = session.paddle_layer(pair.paddle)
+
+        def pre(lay, args, kwargs, _p=pair.paddle, _t=t_call):
+            if _p in runs:
+                return None
+            computed = [paddle_numpy(t) for t in flatten(args, is_any) + flatten(kwargs, is_any)]
+            run = runs[_p] = ForcedCall(computed)
+            args, kwargs, run.unmatched = force_paddle_args(args, kwargs, _t)
+            return args, kwargs
+
+        def post(lay, args, out, _p=pair.paddle):
+            run = runs.get(_p)
+            if run is not None and not run.outputs:
+                run.outputs = [paddle_numpy(t) for t in flatten(out, is_float)]
+
+        # first in line: it must see the inputs as computed, before any emulation rounds them
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
+        handles.append(layer.register_forward_post_hook(post))
+    try:
+        session.run_paddle()
+    finally:
+        for h in handles:
+            h.remove()
+    return runs
+
+
+def _errors(values, recorded, keep: bool):
+    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
+    out = []
+    for v, r in zip(values, recorded):
+        if not v.is_floating_point():
+            out.append(None)
+            continue
+        err = np.subtract(v.detach().cpu().numpy(), torch_numpy(r), dtype=np.float64)
+        out.append(err.astype(np.float32) if keep else float(np.sqrt(np.mean(np.square(err)))) if err.size else 0.0)
+    return out
+
+
+def forced_torch64(session, pairs, t_calls: dict, fmt: str | None = None) -> dict[str, Reference]:
+    """The float64 torch model, forced like the paddle side; matmul inputs rounded to `fmt` if given."""
+    import torch
+    is_float = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
+    keep = fmt is None
+    refs: dict[str, Reference] = {}
+    handles = []
+    for pair in pairs:
+        t_call: Call = t_calls[pair.torch]
+        module = session.torch64_module(pair.torch)
+
+        def pre(mod, args, kwargs, _t=pair.torch, _c=t_call):
+            if _t in refs:
+                return None
+            is_any = lambda v: isinstance(v, torch.Tensor)
+            errs = _errors(flatten(args, is_any) + flatten(kwargs, is_any), torch_inputs(_c), keep)
+            refs[_t] = Reference(input_err=errs if keep else [], input_rms=[] if keep else errs)
+            return _to64(_c.args), _to64(_c.kwargs)
+
+        def post(mod, args, out, _t=pair.torch, _c=t_call):
+            ref = refs.get(_t)
+            if ref is not None and not (ref.output_err or ref.output_rms):
+                errs = _errors(flatten(out, is_float), _c.outputs, keep)
+                if keep:
+                    ref.output_err = errs
+                else:
+                    ref.output_rms = errs
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
+        handles.append(module.register_forward_hook(post))
+    x, named = session._arrays()
+    to = lambda a: torch.from_numpy(np.array(a)).double() if np.issubdtype(np.asarray(a).dtype, np.floating) \
+        else torch.from_numpy(np.array(a))
+    try:
+        with torch.no_grad(), rounded(session.torch64, fmt):
+            session.torch64(**{k: to(v) for k, v in x.items()}) if named else session.torch64(*[to(v) for v in x])
+    finally:
+        for h in handles:
+            h.remove()
+    return refs
