@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .errors import CheckFailed, UserError
+from .errors import CheckFailed, PortError
 
 
 def _say(line: str) -> None:
@@ -23,7 +23,7 @@ def _boundary(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except (UserError, CheckFailed) as exc:
+        except PortError as exc:
             _say(f"error: {exc.render()}")
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:

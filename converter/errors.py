@@ -1,11 +1,9 @@
-"""Errors kept as data and turned into one clear line at the CLI boundary."""
+"""Errors kept as data and turned into one clear line (plus details) at the CLI boundary."""
 
 from __future__ import annotations
 
 
-class UserError(Exception):
-    """Bad input: the message says what is wrong and what to do. Exit code 2."""
-
+class PortError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, details: list[str] | None = None):
@@ -14,22 +12,16 @@ class UserError(Exception):
         self.details = list(details or [])
 
     def render(self) -> str:
-        lines = [self.message]
-        lines.extend(f"  {d}" for d in self.details)
-        return "\n".join(lines)
+        return "\n".join([self.message] + [f"  {d}" for d in self.details])
 
 
-class CheckFailed(Exception):
+class UserError(PortError):
+    """Bad input: the message says what is wrong and what to do. Exit code 2."""
+
+    exit_code = 2
+
+
+class CheckFailed(PortError):
     """The result was produced but does not match what was asked. Exit code 1."""
 
     exit_code = 1
-
-    def __init__(self, message: str, details: list[str] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.details = list(details or [])
-
-    def render(self) -> str:
-        lines = [self.message]
-        lines.extend(f"  {d}" for d in self.details)
-        return "\n".join(lines)

@@ -21,7 +21,7 @@ from .analyze import analyze_all
 from .budget import make_budget
 from .capture import CaptureTooLarge, Recorder, record_paddle, record_torch
 from .metrics import compare, join
-from .replay import rounded, to_numpy_list
+from .replay import to_numpy_list
 from .report import LayerResult
 
 
@@ -127,14 +127,9 @@ class BinarySearch:
     @staticmethod
     def _reference(session, path: str, fmt: str | None = None) -> np.ndarray:
         """The float64 torch model's output at `path` (matmul inputs rounded to `fmt` if given)."""
-        import torch
         ref = record_torch(session.torch64, Recorder({path}))
-        x, named = session._arrays()
-        to = lambda a: torch.from_numpy(np.array(a)).double() if np.issubdtype(np.asarray(a).dtype, np.floating) \
-            else torch.from_numpy(np.array(a))
         try:
-            with torch.no_grad(), rounded(session.torch64, fmt):
-                session.torch64(**{k: to(v) for k, v in x.items()}) if named else session.torch64(*[to(v) for v in x])
+            session.run_torch64(fmt)
         finally:
             ref.remove()
         return join(to_numpy_list(ref.calls[path].outputs, "torch"))

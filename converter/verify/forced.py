@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .capture import Call, flatten
-from .replay import _to64, force_paddle_args, rounded
+from .replay import _to64, force_paddle_args
 
 
 @dataclass
@@ -140,12 +140,8 @@ def forced_torch64(session, pairs, t_calls: dict, fmt: str | None = None) -> dic
 
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
         handles.append(module.register_forward_hook(post))
-    x, named = session._arrays()
-    to = lambda a: torch.from_numpy(np.array(a)).double() if np.issubdtype(np.asarray(a).dtype, np.floating) \
-        else torch.from_numpy(np.array(a))
     try:
-        with torch.no_grad(), rounded(session.torch64, fmt):
-            session.torch64(**{k: to(v) for k, v in x.items()}) if named else session.torch64(*[to(v) for v in x])
+        session.run_torch64(fmt)
     finally:
         for h in handles:
             h.remove()

@@ -119,6 +119,16 @@ class PortSession:
                 return self.paddle_model(**{k: paddle.to_tensor(v) for k, v in x.items()})
             return self.paddle_model(*[paddle.to_tensor(v) for v in x])
 
+    def run_torch64(self, fmt: str | None = None):
+        """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given)."""
+        torch = import_torch()
+        from .replay import rounded
+        x, named = self._arrays()
+        to = lambda a: torch.from_numpy(np.array(a)).double() if np.issubdtype(np.asarray(a).dtype, np.floating) \
+            else torch.from_numpy(np.array(a))
+        with torch.no_grad(), rounded(self.torch64, fmt):
+            return self.torch64(**{k: to(v) for k, v in x.items()}) if named else self.torch64(*[to(v) for v in x])
+
     def torch_module(self, path: str):
         return self.torch_model.get_submodule(path) if path else self.torch_model
 
