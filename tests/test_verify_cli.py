@@ -89,3 +89,21 @@ def test_converted_file_that_is_a_hostile_pickle(tmp):
     r = run_verify("--spec", spec_path("seed_report"), "--converted", tmp / "evil.pdparams")
     assert r.code == 2 and "refusing to read" in r.stderr
     assert not (tmp / "pwned").exists()
+
+
+def test_a_port_whose_forward_raises_is_one_line(tmp):
+    (tmp / "spec.py").write_text(
+        "import numpy as np, paddle, torch\n"
+        "def torch_model():\n    return torch.nn.Sequential()\n"
+        "class Wrap(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(4, 3)\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+        "def torch_model():\n    return Wrap()\n"
+        "class Broken(paddle.nn.Layer):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = paddle.nn.Linear(4, 3)\n"
+        "    def forward(self, x):\n        return self.fc(x.reshape([5, -1]))\n"
+        "def paddle_model():\n    return Broken()\n"
+        "def inputs():\n    return (np.ones((2, 4), np.float32),)\n")
+    r = run_verify("--spec", tmp / "spec.py")
+    assert r.code == 2, r
+    assert "paddle_model()" in r.stderr and "fails on inputs()" in r.stderr and "Traceback" not in r.stderr

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +21,21 @@ class Options:
     precision: str = "as-is"  # or "strict"
     emulate: dict = field(default_factory=dict)  # side -> tf32 | bf16 | fp16
     strategy: str = "auto"  # full | binary | auto
+
+
+@contextlib.contextmanager
+def _forward_errors(which: str, spec_path: str):
+    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
+    from .capture import CaptureTooLarge
+    try:
+        yield
+    except (UserError, CaptureTooLarge, KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {type(exc).__name__}: {first} "
+                        f"(at {os.path.basename(frame.filename)}:{frame.lineno}); fix the model or the inputs") from None
 
 
 def pick_device(requested: str) -> str:
@@ -108,13 +126,13 @@ class PortSession:
         torch = import_torch()
         x, named = self._arrays()
         to = lambda a: torch.from_numpy(np.array(a)).to(self.device)
-        with torch.no_grad():
+        with torch.no_grad(), _forward_errors("torch_model()", self.spec.path):
             return self.torch_model(**{k: to(v) for k, v in x.items()}) if named else self.torch_model(*[to(v) for v in x])
 
     def run_paddle(self):
         paddle = import_paddle()
         x, named = self._arrays()
-        with paddle.no_grad():
+        with paddle.no_grad(), _forward_errors("paddle_model()", self.spec.path):
             if named:
                 return self.paddle_model(**{k: paddle.to_tensor(v) for k, v in x.items()})
             return self.paddle_model(*[paddle.to_tensor(v) for v in x])
