@@ -94,7 +94,6 @@ def test_converted_file_that_is_a_hostile_pickle(tmp):
 def test_a_port_whose_forward_raises_is_one_line(tmp):
     (tmp / "spec.py").write_text(
         "import numpy as np, paddle, torch\n"
-        "def torch_model():\n    return torch.nn.Sequential()\n"
         "class Wrap(torch.nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(4, 3)\n"
         "    def forward(self, x):\n        return self.fc(x)\n"
