@@ -1,10 +1,9 @@
-"""The paddle adapter."""
+"""The paddle adapter: the same functions as torch_side, plus reading converted weights."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
 from ..io.base import TensorInfo
 from ..lazy import import_paddle
 
@@ -18,10 +17,20 @@ def state_dict_infos(model) -> dict[str, TensorInfo]:
 
 
 def to_numpy(tensor) -> np.ndarray:
+    """A tensor as numpy on the CPU; floating tensors narrower than float32 widened to float32."""
     paddle = import_paddle()
-    if tensor.dtype == paddle.bfloat16:
-        return tensor.cast("float32").numpy()
+    if tensor.dtype in (paddle.bfloat16, paddle.float16):
+        return tensor.astype("float32").numpy()
     return tensor.numpy()
+
+
+def forward(model, inputs, device: str):
+    """The model on the spec's inputs (a dict of keyword arrays or a tuple of positional ones)."""
+    paddle = import_paddle()
+    with paddle.no_grad():
+        if isinstance(inputs, dict):
+            return model(**{k: paddle.to_tensor(v) for k, v in inputs.items()})
+        return model(*[paddle.to_tensor(v) for v in inputs])
 
 
 def read_weights(path: str) -> dict[str, np.ndarray]:
@@ -43,15 +52,3 @@ def load_into(model, path: str) -> tuple[list[str], list[str]]:
     unexpected = sorted(k for k in weights if k not in expected)
     model.set_state_dict({k: v for k, v in weights.items() if k in expected})
     return missing, unexpected
-
-
-def set_eval(model) -> None:
-    model.eval()
-
-
-def layers(model) -> list[tuple[str, object]]:
-    return [("", model)] + list(model.named_sublayers())
-
-
-def logical_dtype(tensor) -> str:
-    return dtypes.canonical(_dtype_name(tensor.dtype))

@@ -1,4 +1,4 @@
-"""The torch adapter."""
+"""The torch adapter: the same functions as paddle_side."""
 
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ def state_dict_infos(model) -> dict[str, TensorInfo]:
 
 
 def to_numpy(tensor) -> np.ndarray:
+    """A tensor as numpy on the CPU; floating tensors narrower than float32 widened to float32."""
     torch = import_torch()
     tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
+    if tensor.is_floating_point() and tensor.dtype not in (torch.float32, torch.float64):
         tensor = tensor.float()
     return tensor.numpy()
 
 
-def set_eval(model) -> None:
-    model.eval()
-
-
-def layers(model) -> list[tuple[str, object]]:
-    return list(model.named_modules())
+def forward(model, inputs, device: str):
+    """The model on the spec's inputs (a dict of keyword arrays or a tuple of positional ones)."""
+    torch = import_torch()
+    to = lambda a: torch.from_numpy(np.array(a)).to(device)
+    with torch.no_grad():
+        if isinstance(inputs, dict):
+            return model(**{k: to(v) for k, v in inputs.items()})
+        return model(*[to(v) for v in inputs])

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .capture import Call, flatten
+from ..frameworks.paddle_side import to_numpy as paddle_numpy
+from ..frameworks.torch_side import to_numpy as torch_numpy
 from .replay import _to64, force_paddle_args
 
 
@@ -38,23 +40,6 @@ class Reference:
     input_err: list = field(default_factory=list)  # None where an input is not floating
     output_rms: list = field(default_factory=list)  # rounded passes: rms effect only
     input_rms: list = field(default_factory=list)
-
-
-def torch_numpy(t) -> np.ndarray:
-    """Native dtype (float32 at least for floating tensors)."""
-    import torch
-    t = t.detach().cpu()
-    if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
-        t = t.float()
-    return t.numpy()
-
-
-def paddle_numpy(t) -> np.ndarray:
-    """Native dtype, so that what is held stays as small as the capture (bf16/fp16 widened)."""
-    import paddle
-    if t.dtype in (paddle.float16, paddle.bfloat16):
-        return t.astype("float32").numpy()
-    return t.numpy()
 
 
 def torch_inputs(call: Call) -> list:

@@ -61,13 +61,9 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call):
 
 def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
     """Floating tensors as numpy, float32 at least (float64 stays float64)."""
-    if framework == "torch":
-        import torch
-        return [t.detach().cpu().numpy() if t.dtype in (torch.float32, torch.float64)
-                else t.detach().cpu().float().numpy() for t in outputs]
-    import paddle
-    return [t.numpy() if t.dtype in (paddle.float32, paddle.float64) else t.astype("float32").numpy()
-            for t in outputs]
+    from ..frameworks import paddle_side, torch_side
+    convert = torch_side.to_numpy if framework == "torch" else paddle_side.to_numpy
+    return [convert(t) for t in outputs]
 
 
 def run_paddle(layer, args, kwargs) -> list[np.ndarray]:

@@ -118,34 +118,25 @@ class PortSession:
                             f"{', '.join(result.unexpected_keys[:5]) or 'none'})")
 
     # running -------------------------------------------------------------------------
-    def _arrays(self):
-        x = self.inputs
-        return (x, True) if isinstance(x, dict) else (tuple(x), False)
-
     def run_torch(self):
-        torch = import_torch()
-        x, named = self._arrays()
-        to = lambda a: torch.from_numpy(np.array(a)).to(self.device)
-        with torch.no_grad(), _forward_errors("torch_model()", self.spec.path):
-            return self.torch_model(**{k: to(v) for k, v in x.items()}) if named else self.torch_model(*[to(v) for v in x])
+        from ..frameworks import torch_side
+        with _forward_errors("torch_model()", self.spec.path):
+            return torch_side.forward(self.torch_model, self.inputs, self.device)
 
     def run_paddle(self):
-        paddle = import_paddle()
-        x, named = self._arrays()
-        with paddle.no_grad(), _forward_errors("paddle_model()", self.spec.path):
-            if named:
-                return self.paddle_model(**{k: paddle.to_tensor(v) for k, v in x.items()})
-            return self.paddle_model(*[paddle.to_tensor(v) for v in x])
+        from ..frameworks import paddle_side
+        with _forward_errors("paddle_model()", self.spec.path):
+            return paddle_side.forward(self.paddle_model, self.inputs, self.device)
 
     def run_torch64(self, fmt: str | None = None):
         """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given)."""
-        torch = import_torch()
+        from ..frameworks import torch_side
         from .replay import rounded
-        x, named = self._arrays()
-        to = lambda a: torch.from_numpy(np.array(a)).double() if np.issubdtype(np.asarray(a).dtype, np.floating) \
-            else torch.from_numpy(np.array(a))
-        with torch.no_grad(), rounded(self.torch64, fmt):
-            return self.torch64(**{k: to(v) for k, v in x.items()}) if named else self.torch64(*[to(v) for v in x])
+        widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
+        x = self.inputs
+        x = {k: widen(v) for k, v in x.items()} if isinstance(x, dict) else tuple(widen(v) for v in x)
+        with rounded(self.torch64, fmt):
+            return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
         return self.torch_model.get_submodule(path) if path else self.torch_model
