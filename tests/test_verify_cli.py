@@ -106,3 +106,23 @@ def test_a_port_whose_forward_raises_is_one_line(tmp):
     r = run_verify("--spec", tmp / "spec.py")
     assert r.code == 2, r
     assert "paddle_model()" in r.stderr and "fails on inputs()" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_weights_checkpoint_is_loaded_into_the_torch_model_first(tmp):
+    import torch
+    from converter.spec import load_spec
+    spec = load_spec(spec_path("cnn"))
+    trained = spec.torch_model()
+    with torch.no_grad():
+        trained.head.weight.mul_(3.0)  # weights that differ from what torch_model() builds
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, str(tmp / "trained.safetensors"))
+    r = run_verify("--spec", spec_path("cnn"), "--weights", tmp / "trained.safetensors", "--json", tmp / "r.json")
+    assert r.code == 0, r
+    assert json.loads((tmp / "r.json").read_text())["verdict"] == "pass"
+    from converter.verify.session import Options, PortSession
+    session = PortSession(spec, Options(device="cpu"), weights=str(tmp / "trained.safetensors"))
+    assert torch.equal(session.torch_model.head.weight, trained.head.weight)
+    (tmp / "wrong.safetensors").write_bytes((tmp / "trained.safetensors").read_bytes()[:100])
+    r = run_verify("--spec", spec_path("cnn"), "--weights", tmp / "wrong.safetensors")
+    assert r.code == 2 and "wrong.safetensors" in r.stderr

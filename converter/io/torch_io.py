@@ -107,6 +107,15 @@ def _drop_pages(address: int, length: int) -> None:
     libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
 
 
+def numpy_to_tensor(array: np.ndarray, dtype: str):
+    """A storage array of logical dtype `dtype` as a torch tensor (bf16 from its uint16 bits)."""
+    torch = import_torch()
+    array = np.array(array)  # writable and owned
+    if dtype == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def tensor_to_numpy(t) -> np.ndarray:
     """A torch tensor's storage array (bf16 as uint16 bits), sharing memory where it can."""
     torch = import_torch()

@@ -105,9 +105,9 @@ class PortSession:
 
     def _load_torch_weights(self, path: str) -> None:
         from ..io import open_source
-        torch = import_torch()
+        from ..io.torch_io import numpy_to_tensor
         with open_source(path) as source:
-            state = {name: torch.from_numpy(np.array(source.read(name))) for name in source.infos}
+            state = {name: numpy_to_tensor(source.read(name), info.dtype) for name, info in source.infos.items()}
         try:
             result = self.torch_model.load_state_dict(state, strict=False)
         except RuntimeError as exc:
