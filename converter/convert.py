@@ -120,13 +120,8 @@ def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
                     if info.name in out.infos:
                         checker.submit(info, out.read(info.name))
         else:
-            from .io.pdparams import scan_pdparams
-
-            def on_array(index, array):
-                if index < len(expected):
-                    checker.submit(expected[index], array)
-
-            names = scan_pdparams(path, on_array)
+            from .io.pdparams import scan_written
+            names = scan_written(path, expected, lambda index, array: checker.submit(expected[index], array))
     finally:
         problems.extend(why for why in checker.close() if why)
     if names != [i.name for i in expected]:

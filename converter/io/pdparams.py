@@ -90,6 +90,34 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None) -> Non
     file.write(b".")  # STOP
 
 
+def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
+    """Read back a file written by write_pdparams for `infos`, memory-mapped: every opcode must
+    be the one written for that tensor, and `on_array(index, array)` sees each tensor's data
+    in place (no copy). Returns the keys found; raises UserError where the bytes differ."""
+    import mmap
+    with open(path, "rb") as f:
+        # not closed here: arrays handed to on_array may outlive this call; they keep it alive
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+        def expect(pos: int, raw: bytes, what: str) -> int:
+            if mm[pos:pos + len(raw)] != raw:
+                raise UserError(f"'{path}' differs from what was written at byte {pos} ({what})")
+            return pos + len(raw)
+
+        pos = expect(0, b"\x80\x04}", "pickle header")
+        names = []
+        for index, info in enumerate(infos):
+            dtype = dtypes.storage(info.dtype)
+            pos = expect(pos, _unicode(info.name) + _array_header(info.shape, dtype, info.nbytes), f"'{info.name}'")
+            on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape))
+            pos = expect(pos + info.nbytes, b"tbs", f"end of '{info.name}'")
+            names.append(info.name)
+        expect(pos, b".", "end of file")
+        if pos + 1 != len(mm):
+            raise UserError(f"'{path}' has {len(mm) - pos - 1} bytes after its end")
+    return names
+
+
 # (module, name) pairs that numpy arrays and dtypes pickle through, across numpy 1.x and 2.x
 _ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
@@ -140,34 +168,3 @@ class PdparamsSource(Source):
 
     def read(self, name: str) -> np.ndarray:
         return self._arrays[name]
-
-
-def scan_pdparams(path: str, on_array) -> list[str]:
-    """Stream through a .pdparams file, calling `on_array(index, array)` for each array
-    in file order and dropping it afterwards; returns the keys in file order."""
-    counter = iter(range(1 << 62))
-
-    class _Stub:
-        __slots__ = ("index",)
-
-        def __setstate__(self, state):
-            _, shape, dtype, fortran, data = state
-            self.index = next(counter)
-            array = np.frombuffer(data, dtype=dtype)
-            array = array.reshape(shape, order="F" if fortran else "C")
-            on_array(self.index, array)
-
-    class _ScanUnpickler(_RestrictedUnpickler):
-        def find_class(self, module, name):
-            if name == "_reconstruct" and (module, name) in _ALLOWED:
-                return lambda cls, shape, dtype_code: _Stub()
-            return super().find_class(module, name)
-
-    try:
-        with open(path, "rb") as f:
-            obj = _ScanUnpickler(io.BufferedReader(f, 1 << 20)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise UserError(f"'{path}' cannot be read back as .pdparams: {exc}") from None
-    if not isinstance(obj, dict) or not all(isinstance(v, _Stub) for v in obj.values()):
-        raise UserError(f"'{path}' does not hold a dict of arrays")
-    return [name for name, _ in sorted(obj.items(), key=lambda kv: kv[1].index)]
