@@ -110,7 +110,13 @@ def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
     table = plan.by_output_name()
     problems: list[str] = []
     # the comparisons run on a worker thread, one tensor behind the reading
-    checker = Behind(lambda info, array: compare_entry(table[info.name], info, array, read))
+    def check_one(info, array, release=None):
+        try:
+            return compare_entry(table[info.name], info, array, read)
+        finally:
+            if release is not None:
+                release()
+    checker = Behind(check_one)
     try:
         if fmt == "safetensors":
             from .io.safetensors_io import SafetensorsSource
@@ -118,10 +124,11 @@ def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
                 names = list(out.infos)
                 for info in expected:
                     if info.name in out.infos:
-                        checker.submit(info, out.read(info.name))
+                        checker.submit(info, out.read(info.name), lambda _n=info.name: out.release(_n))
         else:
             from .io.pdparams import scan_written
-            names = scan_written(path, expected, lambda index, array: checker.submit(expected[index], array))
+            names = scan_written(path, expected,
+                                 lambda index, array, release: checker.submit(expected[index], array, release))
     finally:
         problems.extend(why for why in checker.close() if why)
     if names != [i.name for i in expected]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import io
+import mmap
 import pickle
 import struct
 
@@ -90,11 +91,20 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None) -> Non
     file.write(b".")  # STOP
 
 
+def _releaser(mm, offset: int, length: int):
+    """Drop a range's pages from this process (they stay in the page cache; a later touch refaults)."""
+    def release():
+        start = offset - offset % mmap.PAGESIZE
+        if length and hasattr(mm, "madvise"):
+            mm.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
+    return release
+
+
 def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
     """Read back a file written by write_pdparams for `infos`, memory-mapped: every opcode must
-    be the one written for that tensor, and `on_array(index, array)` sees each tensor's data
-    in place (no copy). Returns the keys found; raises UserError where the bytes differ."""
-    import mmap
+    be the one written for that tensor, and `on_array(index, array, release)` sees each tensor's
+    data in place (no copy; `release()` lets its pages go). Returns the keys found; raises
+    UserError where the bytes differ."""
     with open(path, "rb") as f:
         # not closed here: arrays handed to on_array may outlive this call; they keep it alive
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -109,7 +119,8 @@ def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
         for index, info in enumerate(infos):
             dtype = dtypes.storage(info.dtype)
             pos = expect(pos, _unicode(info.name) + _array_header(info.shape, dtype, info.nbytes), f"'{info.name}'")
-            on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape))
+            on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape),
+                     _releaser(mm, pos, info.nbytes))
             pos = expect(pos + info.nbytes, b"tbs", f"end of '{info.name}'")
             names.append(info.name)
         expect(pos, b".", "end of file")
