@@ -158,3 +158,24 @@ def test_reshape_must_be_declared_and_fit(tmp):
     rules = _rules(tmp, [{"kind": "rename", "key": "w", "to": "w"}, {"kind": "reshape", "key": "w", "shape": [4, 2]}])
     r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
     assert r.code == 2 and "cannot be reshaped to [4, 2]" in r.stderr
+
+
+def test_torch_zip_checkpoint_is_read_without_importing_torch(tmp):
+    torch.manual_seed(0)
+    base = torch.randn(6, 4)
+    state = {"view.t": base.t(), "slice": base[2:5], "bf": torch.randn(3, 2).to(torch.bfloat16),
+             "param": torch.nn.Parameter(torch.randn(5)), "shared": base, "ints": torch.arange(7)}
+    torch.save(state, tmp / "m.bin")
+    rules = _rules(tmp, KEEP_ALL)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # any import of torch now fails
+        sys.path.insert(0, {ROOT!r})
+        from converter.convert import convert
+        convert({str(tmp / 'm.bin')!r}, {str(tmp / 'o.safetensors')!r}, mapping={str(rules)!r}, progress=False)
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    back = load_file(str(tmp / "o.safetensors"))
+    for k, v in state.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v.detach()), k

@@ -27,8 +27,12 @@ def _open_file(path: str) -> Source:
         from .safetensors_io import SafetensorsSource
         return SafetensorsSource(path)
     if lower.endswith(TORCH_SUFFIXES):
-        from .torch_io import TorchSource
-        return TorchSource(path)
+        from .torch_io import TorchSource, unwrap_state
+        from .torch_zip import NotPlain, TorchZipSource
+        try:  # the plain zip state dict, read without importing torch
+            return TorchZipSource(path, unwrap_state)
+        except NotPlain:  # anything else: torch.load(weights_only=True) decides
+            return TorchSource(path)
     if lower.endswith(".pdparams"):
         from .pdparams import PdparamsSource
         return PdparamsSource(path)

@@ -56,26 +56,32 @@ def _load_loud(path: str):
                         "it is truncated or corrupt: re-download or re-save it") from None
 
 
+def unwrap_state(obj, is_tensor, path: str, notes: list) -> dict:
+    """The state dict inside a checkpoint: {"state_dict": ...} and the like unwrapped (noted)."""
+    for _ in range(3):
+        if isinstance(obj, dict) and not any(is_tensor(v) for v in obj.values()):
+            key = next((k for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+            if key is None:
+                break
+            others = sorted(str(k) for k in obj if k != key)
+            notes.append(f"unwrapped the '{key}' entry" + (f" (ignored: {', '.join(others)})" if others else ""))
+            obj = obj[key]
+    if not isinstance(obj, dict):
+        raise UserError(f"'{path}' holds a {type(obj).__name__}, not a state dict; "
+                        "save model.state_dict() instead of the model")
+    bad = sorted(str(k) for k, v in obj.items() if not is_tensor(v))
+    if bad:
+        raise UserError(f"'{path}' has entries that are not tensors: {', '.join(bad[:8])}; "
+                        "pass a checkpoint that is a state dict, or one wrapped under 'state_dict' or 'model'")
+    return obj
+
+
 class TorchSource(Source):
     def __init__(self, path: str):
         super().__init__(path)
         torch = import_torch()
         obj, self._mapped = _load(path)
-        for _ in range(3):
-            if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
-                key = next((k for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
-                if key is None:
-                    break
-                others = sorted(str(k) for k in obj if k != key)
-                self.notes.append(f"unwrapped the '{key}' entry" + (f" (ignored: {', '.join(others)})" if others else ""))
-                obj = obj[key]
-        if not isinstance(obj, dict):
-            raise UserError(f"'{path}' holds a {type(obj).__name__}, not a state dict; "
-                            "save model.state_dict() instead of the model")
-        bad = sorted(str(k) for k, v in obj.items() if not isinstance(v, torch.Tensor))
-        if bad:
-            raise UserError(f"'{path}' has entries that are not tensors: {', '.join(bad[:8])}; "
-                            "pass a checkpoint that is a state dict, or one wrapped under 'state_dict' or 'model'")
+        obj = unwrap_state(obj, lambda v: isinstance(v, torch.Tensor), path, self.notes)
         self._tensors = obj
         for name, t in obj.items():
             self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
