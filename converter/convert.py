@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from dataclasses import dataclass, field
@@ -104,38 +105,55 @@ def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -
     return None
 
 
-def check_written(path: str, fmt: str, plan: MappingPlan, read) -> list[str]:
-    """Re-read the written file and compare every tensor, bit for bit, with its source under the plan."""
-    expected = plan.output_infos()
-    table = plan.by_output_name()
-    problems: list[str] = []
-    # the comparisons run on a worker thread, one tensor behind the reading
-    def check_one(info, array, release=None):
+class ReadBack:
+    """Reads each tensor back from the output file as soon as it is written, and compares it bit
+    for bit with its source under the plan, on a worker thread while the next one is produced."""
+
+    def __init__(self, path: str, plan: MappingPlan, source: Source):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.table = plan.by_output_name()
+        self.source = source
+        self.checker = Behind(self._check)
+
+    def written(self, info: TensorInfo, offset: int) -> None:
+        self.checker.submit(info, offset)
+
+    def _check(self, info: TensorInfo, offset: int) -> str | None:
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        if info.nbytes == 0:
+            got = np.empty(info.shape, dtype=dtypes.storage(info.dtype))
+            return compare_entry(self.table[info.name], info, got, self.source.read)
+        with mmap.mmap(self.fd, offset + info.nbytes - start, offset=start, access=mmap.ACCESS_READ) as view:
+            got = np.frombuffer(view, dtype=dtypes.storage(info.dtype), count=info.numel,
+                                offset=offset - start).reshape(info.shape)
+            try:
+                return compare_entry(self.table[info.name], info, got, self.source.read)
+            finally:
+                del got
+                for part in self.table[info.name].parts:
+                    self.source.release(part.source)
+
+    def close(self) -> list[str]:
         try:
-            return compare_entry(table[info.name], info, array, read)
+            return [why for why in self.checker.close() if why]
         finally:
-            if release is not None:
-                release()
-    checker = Behind(check_one)
-    try:
-        if fmt == "safetensors":
-            from .io.safetensors_io import SafetensorsSource
-            with SafetensorsSource(path) as out:
-                names = list(out.infos)
-                for info in expected:
-                    if info.name in out.infos:
-                        checker.submit(info, out.read(info.name), lambda _n=info.name: out.release(_n))
-        else:
-            from .io.pdparams import scan_written
-            names = scan_written(path, expected,
-                                 lambda index, array, release: checker.submit(expected[index], array, release))
-    finally:
-        problems.extend(why for why in checker.close() if why)
-    if names != [i.name for i in expected]:
-        missing = sorted(set(i.name for i in expected) - set(names))
-        extra = sorted(set(names) - set(i.name for i in expected))
-        problems.append(f"written keys differ from the plan (missing {missing[:5]}, extra {extra[:5]})")
-    return problems
+            os.close(self.fd)
+
+
+def check_layout(path: str, fmt: str, plan: MappingPlan) -> list[str]:
+    """Re-read the written file's structure: every name, dtype, shape and offset as planned."""
+    expected = plan.output_infos()
+    if fmt == "safetensors":
+        from .io.safetensors_io import SafetensorsSource
+        with SafetensorsSource(path) as out:
+            found = list(out.infos.values())
+    else:
+        from .io.pdparams import scan_written
+        found = [expected[i] for i, _ in enumerate(scan_written(path, expected, None))]
+    if found != expected:
+        missing = sorted(set(i.name for i in expected) - set(i.name for i in found))
+        return [f"written layout differs from the plan (missing {missing[:5]})"]
+    return []
 
 
 def _progress(total: int, enabled: bool):
@@ -183,9 +201,17 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
                 from .io.pdparams import write_pdparams
                 from .io.safetensors_io import write_safetensors
                 writer = write_pdparams if fmt == "pdparams" else write_safetensors
-                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written)
+                readback = ReadBack(output.readable_path(), plan, source)
+
+                def on_data(info, offset):
+                    f.flush()  # the bytes must be in the file before they are read back
+                    readback.written(info, offset)
+                try:
+                    writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
+                finally:
+                    result.mismatches = readback.close()
                 output.sync_in_background()
-                result.mismatches = check_written(output.readable_path(), fmt, plan, read)
+                result.mismatches += check_layout(output.readable_path(), fmt, plan)
                 if result.mismatches:
                     raise CheckFailed(f"the written tensors do not match the source under mapping '{ruleset.name}'; "
                                       f"nothing was written to {dst}", result.mismatches)

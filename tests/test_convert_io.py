@@ -179,3 +179,23 @@ def test_torch_zip_checkpoint_is_read_without_importing_torch(tmp):
     back = load_file(str(tmp / "o.safetensors"))
     for k, v in state.items():
         assert back[k].dtype == v.dtype and torch.equal(back[k], v.detach()), k
+
+
+def test_a_tensor_written_wrong_fails_the_check_and_leaves_no_file(tmp, monkeypatch):
+    from converter.rules.plan import TargetEntry
+    torch.manual_seed(0)
+    torch.save({"a": torch.randn(4, 4), "b": torch.randn(3)}, tmp / "m.pt")
+    (tmp / "o.pdparams").write_bytes(b"previous")
+    original = TargetEntry.compute
+
+    def corrupt(self, read):  # the writer's path only; the check recomputes from the source
+        array = np.array(original(self, read))
+        if self.name == "b":
+            array.view(np.uint32)[1] ^= 1
+        return array
+    monkeypatch.setattr(TargetEntry, "compute", corrupt)
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", _rules(tmp, KEEP_ALL), "--force")
+    assert r.code == 1, r
+    assert "'b': differs from source 'b' at index (1,)" in r.stderr
+    assert (tmp / "o.pdparams").read_bytes() == b"previous"
+    assert [p.name for p in tmp.iterdir() if ".partial" in p.name] == []

@@ -76,15 +76,18 @@ def _array_header(shape, dtype: np.dtype, nbytes: int) -> bytes:
     return head + state + b"\x8e" + struct.pack("<Q", nbytes)  # BINBYTES8 length, then the data
 
 
-def write_pdparams(file, infos: list[TensorInfo], produce, progress=None) -> None:
+def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:
     """A protocol-4 pickle of {name: ndarray}, written opcode by opcode: each array's bytes go
     to the file straight from its buffer, one tensor in memory at a time. paddle.load and
     pickle.load read it as a plain dict of numpy arrays."""
     file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
     for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
         file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))
+        offset = file.tell()
         if array.nbytes:
             file.write(memoryview(array.reshape(-1)).cast("B"))
+        if on_data is not None:
+            on_data(info, offset)
         file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
         if progress is not None:
             progress(info.nbytes)
@@ -102,9 +105,9 @@ def _releaser(mm, offset: int, length: int):
 
 def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
     """Read back a file written by write_pdparams for `infos`, memory-mapped: every opcode must
-    be the one written for that tensor, and `on_array(index, array, release)` sees each tensor's
-    data in place (no copy; `release()` lets its pages go). Returns the keys found; raises
-    UserError where the bytes differ."""
+    be the one written for that tensor, and `on_array(index, array, release)` (when given) sees
+    each tensor's data in place (no copy; `release()` lets its pages go). Returns the keys
+    found; raises UserError where the bytes differ."""
     with open(path, "rb") as f:
         # not closed here: arrays handed to on_array may outlive this call; they keep it alive
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -119,8 +122,9 @@ def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
         for index, info in enumerate(infos):
             dtype = dtypes.storage(info.dtype)
             pos = expect(pos, _unicode(info.name) + _array_header(info.shape, dtype, info.nbytes), f"'{info.name}'")
-            on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape),
-                     _releaser(mm, pos, info.nbytes))
+            if on_array is not None:
+                on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape),
+                         _releaser(mm, pos, info.nbytes))
             pos = expect(pos + info.nbytes, b"tbs", f"end of '{info.name}'")
             names.append(info.name)
         expect(pos, b".", "end of file")

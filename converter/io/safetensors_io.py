@@ -98,7 +98,7 @@ class SafetensorsSource(Source):
             self._fd = None
 
 
-def write_safetensors(file, infos: list[TensorInfo], produce, progress=None) -> None:
+def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:
     """Write tensors in the given order; `produce(info)` returns its storage array."""
     header = {"__metadata__": {"format": "np"}}
     offset = 0
@@ -111,6 +111,9 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None) -> 
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
     for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
+        offset = file.tell()
         file.write(memoryview(array.reshape(-1)).cast("B"))
+        if on_data is not None:
+            on_data(info, offset)
         if progress is not None:
             progress(info.nbytes)
