@@ -1,13 +1,15 @@
 """Strategies that find the first layer over budget.
 
-* FullCapture: record every layer on both sides once, then analyse each pair.
+* FullCapture: record every layer on both sides once, then one forced pass per side
+  (see forced.py) gives every pair's local error and reference.
 * BinarySearch: for models whose activations do not fit. One outline pass finds the
   sequence of top-level units (the spine: the repeated blocks and what sits around
   them); then each probe records only one unit's boundary on both sides and tests it
   against the end-to-end budget (fp32 noise measured against a float64 run of the
   torch model). Errors persist along the spine, so the first bad unit is found in
-  ceil(log2 L) probes; a last pass captures that unit alone and names the smallest
-  module over budget inside it. At most ceil(log2 L) + 3 paired passes; O(1) units held.
+  ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
+  smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; O(1)
+  units held.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class FullCapture:
         if prefix is not None:
             t_paths = {p for p, _ in session.torch_model.named_modules() if _under(p, prefix[0])}
             p_paths = {p for p, _ in [("", None)] + list(session.paddle_model.named_sublayers()) if _under(p, prefix[1])}
-        self.passes += 1
+        self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         t_calls, p_calls = _capture(session, t_paths, p_paths, True, self.limit_bytes)
         self.calls = (t_calls, p_calls)
         pairs = align(t_calls, p_calls, session.ruleset)
