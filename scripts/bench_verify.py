@@ -23,8 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from converter.lazy import import_paddle  # noqa: E402
 
 paddle = import_paddle()
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 from converter.examples import bert_port as B  # noqa: E402
 from converter.spec import spec_from_functions  # noqa: E402

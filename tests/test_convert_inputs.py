@@ -3,9 +3,7 @@
 import json
 import os
 import pickle
-import zipfile
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file

@@ -1,7 +1,6 @@
 """The accuracy suite: planted bugs found at exactly the right module, clean pairs with
 zero false alarms, and the budget's tightness."""
 
-import os
 import sys
 
 import numpy as np

@@ -3,7 +3,6 @@
 import json
 import sys
 
-import numpy as np
 import torch
 
 from conftest import SPECS, run_convert, run_verify, spec_path

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError
 from ..io.base import TensorInfo
-from .ruleset import Rule, RuleSet
+from .ruleset import RuleSet
 
 
 @dataclass(frozen=True)

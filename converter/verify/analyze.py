@@ -8,7 +8,7 @@ import numpy as np
 
 from .align import LayerPair
 from .budget import Budget, budget_from_error, make_budget
-from .capture import Call, flatten
+from .capture import Call
 from .metrics import compare, join
 from .precision import TORCH_MATMUL_TYPES
 from ..frameworks.torch_side import to_numpy as torch_numpy

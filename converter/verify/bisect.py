@@ -21,7 +21,7 @@ import numpy as np
 from .align import align
 from .analyze import analyze_all
 from .budget import make_budget
-from .capture import CaptureTooLarge, Recorder, record_paddle, record_torch
+from .capture import Recorder, record_paddle, record_torch
 from .metrics import compare, join
 from .replay import to_numpy_list
 from .report import LayerResult

@@ -165,7 +165,6 @@ def check_batch_statistics(ctx) -> list[Diagnosis]:
     calls = getattr(ctx.session, "last_calls", None)
     if "_BatchNorm" not in _names(m) or ev is None or ev.y_local is None or not calls:
         return []
-    import torch
     import torch.nn.functional as F
     t_call = calls[0].get(ctx.result.torch)
     x = t_call.args[0].detach().cpu().double()

@@ -57,7 +57,6 @@ class PortSession:
         self.spec = spec
         self.options = options
         self.device = pick_device(options.device)
-        torch = import_torch()
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
         self.torch_model = spec.torch_model()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ...errors import UserError
 
 
 @dataclass
@@ -113,4 +112,4 @@ def _load_families() -> None:
 
 _load_families()
 
-__all__ = ["LayerPair", "LayerFamily", "REGISTRY", "register", "lookup", "paddle_type_fits", "UserError"]
+__all__ = ["LayerPair", "LayerFamily", "REGISTRY", "register", "lookup", "paddle_type_fits"]
