@@ -126,3 +126,22 @@ def test_weights_checkpoint_is_loaded_into_the_torch_model_first(tmp):
     (tmp / "wrong.safetensors").write_bytes((tmp / "trained.safetensors").read_bytes()[:100])
     r = run_verify("--spec", spec_path("cnn"), "--weights", tmp / "wrong.safetensors")
     assert r.code == 2 and "wrong.safetensors" in r.stderr
+
+
+def test_auto_strategy_switches_to_binary_search_when_activations_do_not_fit():
+    import sys
+    from conftest import SPECS
+    sys.path.insert(0, SPECS)
+    from planted import BERT_BUGS, clean_bert
+    from converter.examples import bert_port as B
+    bug = next(b for b in BERT_BUGS if b.name == "gelu-tanh")
+
+    def paddle_model():
+        m = clean_bert()
+        bug.mutate_model(m)
+        return m
+    report = verify(spec_from_functions(B.torch_model, paddle_model, B.inputs), Options(device="cpu"),
+                    bisect=True, capture_limit=1 << 20)
+    assert report.strategy == "binary"
+    assert any("switched to the low-memory binary search" in n for n in report.notes)
+    assert report.first_bad.torch == bug.culprit
