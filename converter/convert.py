@@ -64,7 +64,7 @@ class _ReadCache:
         return self.items[key]
 
 
-def choose_ruleset(mapping: str | None, spec, source: Source) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
+def choose_ruleset(mapping: str | None, spec) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
     """The rule set to use and, when the paddle model is known, its state-dict entries."""
     targets = None
     if spec is not None:
@@ -74,7 +74,8 @@ def choose_ruleset(mapping: str | None, spec, source: Source) -> tuple[RuleSet, 
     if name:
         return resolve_mapping(str(name)), targets
     if spec is None:
-        raise UserError("no mapping given: pass --mapping NAME|FILE (shipped: bert, gpt2, llama) "
+        from .rules.ruleset import shipped_mappings
+        raise UserError(f"no mapping given: pass --mapping NAME|FILE (shipped: {', '.join(shipped_mappings())}) "
                         "or --spec FILE to infer one from the two models")
     from .rules.infer import infer_ruleset
     return infer_ruleset(spec.torch_model(), spec.paddle_model()), targets
@@ -85,8 +86,8 @@ def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None
 
 
 def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -> str | None:
-    """None when `got` holds exactly the plan's tensor, else why not. Works on views of the
-    source (no copies beyond a cast), independent of the writer's own copies."""
+    """None when `got` holds exactly the plan's tensor, else why not. Recomputes the tensor from
+    views of the source (a transposed one laid out in bands), apart from the writer's copies."""
     if tuple(got.shape) != tuple(entry.shape) or dtypes.storage(entry.dtype) != got.dtype:
         return f"'{info.name}': wrote {got.dtype}{list(got.shape)}, planned {entry.dtype}{list(entry.shape)}"
     offset = 0
@@ -176,7 +177,7 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
     with open_source(src) as source:
         for note in source.notes:
             log(f"note: {note}")
-        ruleset, targets = choose_ruleset(mapping, spec, source)
+        ruleset, targets = choose_ruleset(mapping, spec)
         if emit_mapping:
             with AtomicOutput(emit_mapping, force=True) as f:
                 f.write(ruleset.to_json().encode("utf-8"))
