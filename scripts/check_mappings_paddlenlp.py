@@ -34,16 +34,17 @@ SMALL = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_
 def cases():
     bert_hf = hf.BertConfig(**SMALL, hidden_act="gelu")
     bert_pd = nlp.BertConfig(**SMALL, type_vocab_size=2, hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    yield "bert", hf.BertModel(bert_hf), nlp.BertModel(bert_pd), lambda o: o[0]
-    yield "bert", hf.BertForSequenceClassification(bert_hf), nlp.BertForSequenceClassification(bert_pd), lambda o: o[0]
+    yield "bert", hf.BertModel(bert_hf), nlp.BertModel(bert_pd), "bin"
+    yield "bert", hf.BertForSequenceClassification(bert_hf), nlp.BertForSequenceClassification(bert_pd), "bin"
     gpt_hf = hf.GPT2Config(vocab_size=300, n_embd=64, n_layer=2, n_head=4, n_positions=128, n_inner=128,
                             activation_function="gelu_new")
     gpt_pd = nlp.GPTConfig(**SMALL, max_position_embeddings=128, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)
-    yield "gpt2", hf.GPT2Model(gpt_hf), nlp.GPTModel(gpt_pd), lambda o: o[0]
-    yield "gpt2", hf.GPT2LMHeadModel(gpt_hf), nlp.GPTForCausalLM(gpt_pd), lambda o: o[0]
+    yield "gpt2", hf.GPT2Model(gpt_hf), nlp.GPTModel(gpt_pd), "bin"
+    yield "gpt2", hf.GPT2LMHeadModel(gpt_hf), nlp.GPTForCausalLM(gpt_pd), "bin"
+    yield "gpt2", hf.GPT2LMHeadModel(gpt_hf), nlp.GPTForCausalLM(gpt_pd), "safetensors"
     llama = dict(SMALL, num_key_value_heads=4, rms_norm_eps=1e-6, max_position_embeddings=128)
-    yield "llama", hf.LlamaForCausalLM(hf.LlamaConfig(**llama)), nlp.LlamaForCausalLM(nlp.LlamaConfig(**llama)), lambda o: o[0]
+    yield "llama", hf.LlamaForCausalLM(hf.LlamaConfig(**llama)), nlp.LlamaForCausalLM(nlp.LlamaConfig(**llama)), "bin"
 
 
 def first(out):
@@ -59,13 +60,16 @@ def first(out):
 def main():
     failures = 0
     ids = np.random.default_rng(0).integers(1, 300, (2, 16))  # 0 is the pad id PaddleNLP masks
-    for name, hf_model, pd_model, _ in cases():
+    for name, hf_model, pd_model, how in cases():
         torch.manual_seed(0)
         hf_model.eval()
         with tempfile.TemporaryDirectory() as tmp:
-            # pytorch_model.bin keeps tied weights (lm_head) as HF writes them
-            src = os.path.join(tmp, "pytorch_model.bin")
-            torch.save(hf_model.state_dict(), src)
+            if how == "safetensors":  # as HF writes model.safetensors: tied weights (lm_head) left out
+                hf_model.save_pretrained(tmp, safe_serialization=True)
+                src = os.path.join(tmp, "model.safetensors")
+            else:  # pytorch_model.bin keeps the tied weights
+                src = os.path.join(tmp, "pytorch_model.bin")
+                torch.save(hf_model.state_dict(), src)
             dst = os.path.join(tmp, "model.pdparams")
             convert(src, dst, mapping=name, progress=False)
             state = paddle.load(dst)
@@ -79,7 +83,7 @@ def main():
         scale = float(np.abs(y_hf).max())
         ok = not missing and not unexpected and err <= 1e-4 * max(scale, 1.0)
         failures += not ok
-        print(f"{name:6s} {type(hf_model).__name__:32s} -> {type(pd_model).__name__:32s} "
+        print(f"{name:6s} {os.path.basename(src):18s} {type(hf_model).__name__:30s} -> {type(pd_model).__name__:32s} "
               f"missing={len(missing)} unexpected={len(unexpected)} max|diff|={err:.2e} (output scale {scale:.2f}) "
               f"{'OK' if ok else 'FAIL'} {missing[:3]} {unexpected[:3]}")
     print(f"{failures} failed")
