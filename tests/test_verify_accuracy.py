@@ -126,6 +126,7 @@ CLEAN = {
     "cnn": (lambda: load_spec(spec_path("cnn")), {}),
     "cnn_pool": (lambda: load_spec(spec_path("cnn_pool")), {}),
     "bert_fixed": (lambda: spec_from_functions(B.torch_model, clean_bert, B.inputs), {}),
+    "bert_paddlenlp_names": (lambda: load_spec(spec_path("bert_paddlenlp_names")), {}),
     "residual_mlp_24_tf32": (_residual_mlp_spec, {"paddle": "tf32"}),
 }
 TIGHTNESS = {}
@@ -152,3 +153,13 @@ def test_budget_tightness_over_clean_pairs():
     median = float(np.median(ratios))
     print(f"\nbudget tightness over {len(ratios)} clean layers with nonzero error: median local ratio {median:.3f}")
     assert median >= 0.05
+
+
+def test_layers_are_paired_through_a_pattern_mapping_when_names_differ():
+    report = verify(load_spec(spec_path("bert_paddlenlp_names")), Options(device="cpu"))
+    pairs = {r.torch: r.paddle for r in report.layers}
+    assert pairs["encoder.layer.1.attention.self.query"] == "encoder.layers.1.self_attn.q_proj"
+    assert pairs["encoder.layer.1.intermediate.dense"] == "encoder.layers.1.linear1"  # not its GELU wrapper
+    assert pairs["encoder.layer.1"] == "encoder.layers.1"
+    assert "encoder.layer.1.intermediate" not in pairs  # dense + GELU exists on the torch side only
+    assert all(r.ratio is not None for r in report.layers)  # every pair was teacher-forced

@@ -49,19 +49,17 @@ def _common_ancestor(paths: list[str]) -> str:
     return ".".join(common)
 
 
-def _targets_by_module(ruleset) -> dict[str, set[str]]:
-    """torch module path -> paddle layer paths that receive its weights, from literal key rules."""
+def _targets_by_module(plan) -> dict[str, set[str]]:
+    """torch module path -> paddle layer paths that receive its weights, from the mapping plan
+    (literal and pattern rules alike, as applied to the real keys)."""
     out: dict[str, set[str]] = {}
-    for rule in ruleset.rules if ruleset is not None else ():
-        key = rule.spec.get("key")
-        if not isinstance(key, str) or rule.kind not in ("rename", "split"):
-            continue
-        targets = rule.spec["to"] if isinstance(rule.spec["to"], list) else [rule.spec["to"]]
-        out.setdefault(_parent(key), set()).update(_parent(t) for t in targets)
+    for entry in plan.entries if plan is not None else ():
+        for part in entry.parts:
+            out.setdefault(_parent(part.source), set()).add(_parent(entry.name))
     return out
 
 
-def align(torch_calls: dict, paddle_calls: dict, ruleset=None) -> list[LayerPair]:
+def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     """Pairs in torch completion order. `*_calls` map path -> Call (with .type and .end)."""
     pairs: dict[str, str] = {}
     used: set[str] = set()
@@ -74,18 +72,25 @@ def align(torch_calls: dict, paddle_calls: dict, ruleset=None) -> list[LayerPair
     for path in torch_calls:
         if path in paddle_calls:
             add(path, path)
-    # weights: a torch module pairs with the common ancestor of the paddle layers that receive
-    # the weights of its subtree; outer modules first, so a wrapper does not steal its parent's pair
-    own = _targets_by_module(ruleset)
-    for t in sorted(torch_calls, key=lambda p: (p.count("."), p) if p else (-1, p)):
+    # weights: a torch module pairs with a paddle layer when the weights of the two subtrees are
+    # exactly the same ones under the mapping. Where several torch modules fit one paddle layer
+    # (a wrapper around a Linear), the one of the same kind wins, then the innermost.
+    own = _targets_by_module(plan)
+    receiving = set().union(*own.values()) if own else set()
+    under = lambda root, path: root == "" or path == root or path.startswith(root + ".")
+    candidates: dict[str, list[str]] = {}
+    for t in torch_calls:
         if t in pairs:
             continue
-        targets = set()
-        for module, paddle_paths in own.items():
-            if module == t or module.startswith(t + ".") or t == "":
-                targets |= paddle_paths
-        if targets:
-            add(t, _common_ancestor(sorted(targets)))
+        targets = set().union(*(paths for module, paths in own.items() if under(t, module))) if own else set()
+        if not targets:
+            continue
+        p = _common_ancestor(sorted(targets))
+        if p in paddle_calls and p not in used and {x for x in receiving if under(p, x)} == targets:
+            candidates.setdefault(p, []).append(t)
+    for p, ts in candidates.items():
+        same_kind = lambda t: kind_of(torch_calls[t].type) == kind_of(paddle_calls[p].type)
+        add(max(ts, key=lambda t: (same_kind(t), t.count("."))), p)
     # layers without weights: same family, execution order, under the same paired ancestor
     def paired_ancestor(path, paired):
         """The nearest ancestor of `path` in `paired`, or None."""

@@ -84,7 +84,7 @@ class FullCapture:
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         t_calls, p_calls = _capture(session, t_paths, p_paths, True, self.limit_bytes)
         self.calls = (t_calls, p_calls)
-        pairs = align(t_calls, p_calls, session.ruleset)
+        pairs = align(t_calls, p_calls, session.plan)
         self.pairs = pairs
         return analyze_all(session, pairs, t_calls, p_calls)
 
@@ -163,7 +163,7 @@ class BinarySearch:
     def run(self, session):
         self.passes += 1
         t_calls, p_calls = _capture(session, keep=False)
-        pairs = align(t_calls, p_calls, session.ruleset)
+        pairs = align(t_calls, p_calls, session.plan)
         units = spine(pairs, t_calls)
         self.units = units
         search = Bisector(len(units))

@@ -276,7 +276,7 @@ def check_own_forward(ctx) -> list[Diagnosis]:
         return []
     return [Diagnosis(ctx.name, f"the difference arises in {ctx.name}'s own forward: every paired sublayer inside "
                       "it is within budget", "compare its forward line by line: scales (1/sqrt(d)), softmax axes, "
-                      "residual connections, reshapes and transposes, masks")]
+                      "residual connections, activations called as functions, reshapes and transposes, masks")]
 
 
 CHECKS = (check_weights, check_norm_eps, check_bn_momentum, check_activation, check_batch_statistics, check_avgpool, check_interpolate,

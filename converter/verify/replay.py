@@ -38,22 +38,30 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call):
     pool = [t for t in _torch_tensors(t_call)]
     used = [False] * len(pool)
     missing = []
+    swapped = {}  # one paddle tensor passed several times (q = k = v) takes one torch tensor
 
     def swap(value):
+        if isinstance(value, paddle.Tensor) and id(value) in swapped:
+            return swapped[id(value)]
         if isinstance(value, paddle.Tensor):
-            for i, t in enumerate(pool):
-                if not used[i] and tuple(t.shape) == tuple(value.shape):
-                    used[i] = True
-                    array = t.detach().cpu()
-                    array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
-                    out = paddle.to_tensor(array, place=value.place)
-                    return out.astype(value.dtype) if out.dtype != value.dtype else out
-            missing.append(tuple(value.shape))
-            return value
+            out = _take(value)
+            swapped[id(value)] = out
+            return out
         if isinstance(value, (list, tuple)):
             return type(value)(swap(v) for v in value)
         if isinstance(value, dict):
             return {k: swap(v) for k, v in value.items()}
+        return value
+
+    def _take(value):
+        for i, t in enumerate(pool):
+            if not used[i] and tuple(t.shape) == tuple(value.shape):
+                used[i] = True
+                array = t.detach().cpu()
+                array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
+                out = paddle.to_tensor(array, place=value.place)
+                return out.astype(value.dtype) if out.dtype != value.dtype else out
+        missing.append(tuple(value.shape))
         return value
 
     return swap(tuple(args)), swap(dict(kwargs)), len(missing)
