@@ -64,3 +64,20 @@ def test_d_converted_file_with_untransposed_square_weight_fails_at_query_proj(tm
     assert body["first_bad_layer"]["torch"] == "query_proj"
     assert body["first_bad_layer"]["ratio"] > 1
     assert any("untransposed" in d["cause"] for d in body["diagnosis"]), body["diagnosis"]
+
+
+def test_strict_precision_is_recorded(tmp):
+    r = run_verify("--spec", SEED, "--device", "cpu", "--precision", "strict", "--json", tmp / "r.json")
+    assert r.code == 0, r
+    precision = json.loads((tmp / "r.json").read_text())["precision"]
+    assert precision["torch"]["flags"]["cudnn.allow_tf32"] is False
+    assert precision["torch"]["flags"]["float32_matmul_precision"] == "highest"
+    assert precision["torch"]["effective"] == precision["paddle"]["effective"] == "fp32"
+
+
+def test_bf16_emulated_on_the_torch_side_passes_within_a_bf16_budget(tmp):
+    r = run_verify("--spec", SEED, "--device", "cpu", "--emulate", "torch=bf16", "--json", tmp / "r.json")
+    assert r.code == 0, r
+    q = _layer(json.loads((tmp / "r.json").read_text()), "query_proj")
+    assert q["formats"]["torch"] == "bf16" and q["within_budget"]
+    assert q["local_max_abs"] > 1e-3  # bf16 noise, far above fp32's, yet within its budget
