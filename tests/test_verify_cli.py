@@ -31,20 +31,26 @@ def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
     assert "src=" not in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
-def test_binary_search_finds_the_same_culprit_within_its_pass_budget():
+def _planted_bert(name):
+    """(spec, bug) for one of the planted BERT bugs."""
     import sys
     from conftest import SPECS
     sys.path.insert(0, SPECS)
     from planted import BERT_BUGS, clean_bert
     from converter.examples import bert_port as B
-    bug = next(b for b in BERT_BUGS if b.name == "dropped-residual")
+    bug = next(b for b in BERT_BUGS if b.name == name)
 
     def paddle_model():
         m = clean_bert()
         bug.mutate_model(m)
         return m
-    report = verify(spec_from_functions(B.torch_model, paddle_model, B.inputs), Options(device="cpu", strategy="binary"),
-                    bisect=True)
+    return spec_from_functions(B.torch_model, paddle_model, B.inputs), bug
+
+
+def test_binary_search_finds_the_same_culprit_within_its_pass_budget():
+    from converter.examples import bert_port as B
+    spec, bug = _planted_bert("dropped-residual")
+    report = verify(spec, Options(device="cpu", strategy="binary"), bisect=True)
     assert report.strategy == "binary"
     assert report.first_bad.torch == bug.culprit
     units = B.LAYERS + 2  # embeddings, each layer, the model
@@ -129,19 +135,8 @@ def test_weights_checkpoint_is_loaded_into_the_torch_model_first(tmp):
 
 
 def test_auto_strategy_switches_to_binary_search_when_activations_do_not_fit():
-    import sys
-    from conftest import SPECS
-    sys.path.insert(0, SPECS)
-    from planted import BERT_BUGS, clean_bert
-    from converter.examples import bert_port as B
-    bug = next(b for b in BERT_BUGS if b.name == "gelu-tanh")
-
-    def paddle_model():
-        m = clean_bert()
-        bug.mutate_model(m)
-        return m
-    report = verify(spec_from_functions(B.torch_model, paddle_model, B.inputs), Options(device="cpu"),
-                    bisect=True, capture_limit=1 << 20)
+    spec, bug = _planted_bert("gelu-tanh")
+    report = verify(spec, Options(device="cpu"), bisect=True, capture_limit=1 << 20)
     assert report.strategy == "binary"
     assert any("switched to the low-memory binary search" in n for n in report.notes)
     assert report.first_bad.torch == bug.culprit
