@@ -37,12 +37,13 @@ def _names(obj) -> set[str]:
 
 
 def _walk_pairs(ctx):
-    """The culprit's torch modules and paddle layers with the same relative path."""
+    """(torch path, torch module, paddle layer) for the culprit and its sublayers that have the
+    same relative path on both sides."""
     t_root, p_root = ctx.torch_module, ctx.paddle_layer
     p_layers = dict([("", p_root)] + list(p_root.named_sublayers()))
     for rel, module in t_root.named_modules():
         if rel in p_layers:
-            yield rel, module, p_layers[rel]
+            yield ".".join(filter(None, [ctx.result.torch, rel])) or "<model>", module, p_layers[rel]
 
 
 def check_weights(ctx) -> list[Diagnosis]:
@@ -84,12 +85,11 @@ def check_weights(ctx) -> list[Diagnosis]:
 
 def check_norm_eps(ctx) -> list[Diagnosis]:
     out = []
-    for rel, m, p in _walk_pairs(ctx):
+    for where, m, p in _walk_pairs(ctx):
         t_eps, p_eps = getattr(m, "eps", None), getattr(p, "_epsilon", None)
         if t_eps is None or p_eps is None or np.isclose(t_eps, p_eps, rtol=1e-6, atol=0):
             continue
         kind = type(m).__name__
-        where = ".".join(filter(None, [ctx.result.torch, rel])) or "<model>"
         out.append(Diagnosis(where, f"{kind} epsilon differs: torch eps={t_eps:g}, paddle epsilon={p_eps:g}",
                              f"construct the paddle {type(p).__name__} with epsilon={t_eps:g}"))
     return out
@@ -97,12 +97,11 @@ def check_norm_eps(ctx) -> list[Diagnosis]:
 
 def check_bn_momentum(ctx) -> list[Diagnosis]:
     out = []
-    for rel, m, p in _walk_pairs(ctx):
+    for where, m, p in _walk_pairs(ctx):
         if "_BatchNorm" not in _names(m) or getattr(p, "_momentum", None) is None or m.momentum is None:
             continue
         if not np.isclose(p._momentum, 1.0 - m.momentum):
-            where = ".".join(filter(None, [ctx.result.torch, rel])) or "<model>"
-            out.append(Diagnosis(where, f"BatchNorm momentum convention: torch momentum={m.momentum:g} weights the new "
+                out.append(Diagnosis(where, f"BatchNorm momentum convention: torch momentum={m.momentum:g} weights the new "
                                  f"batch, paddle momentum={p._momentum:g} weights the old statistics",
                                  f"use momentum={1.0 - m.momentum:g} in paddle (1 - torch's)"))
     return out
@@ -181,12 +180,11 @@ def check_batch_statistics(ctx) -> list[Diagnosis]:
 
 def check_avgpool(ctx) -> list[Diagnosis]:
     out = []
-    for rel, m, p in _walk_pairs(ctx):
+    for where, m, p in _walk_pairs(ctx):
         if not any(n.startswith("AvgPool") for n in _names(m)) or not hasattr(p, "exclusive"):
             continue
         if bool(m.count_include_pad) == bool(p.exclusive):
-            where = ".".join(filter(None, [ctx.result.torch, rel])) or "<model>"
-            out.append(Diagnosis(where, f"AvgPool padding: torch count_include_pad={m.count_include_pad}, paddle "
+                out.append(Diagnosis(where, f"AvgPool padding: torch count_include_pad={m.count_include_pad}, paddle "
                                  f"exclusive={p.exclusive} (paddle's default excludes padding, torch's includes it)",
                                  f"construct the paddle pool with exclusive={not m.count_include_pad}"))
     return out
@@ -194,10 +192,9 @@ def check_avgpool(ctx) -> list[Diagnosis]:
 
 def check_interpolate(ctx) -> list[Diagnosis]:
     out = []
-    for rel, m, p in _walk_pairs(ctx):
+    for where, m, p in _walk_pairs(ctx):
         if "Upsample" not in _names(m) or not hasattr(p, "align_corners"):
             continue
-        where = ".".join(filter(None, [ctx.result.torch, rel])) or "<model>"
         t_ac = bool(m.align_corners)
         if t_ac != bool(p.align_corners) or getattr(m, "mode", None) != getattr(p, "mode", None):
             out.append(Diagnosis(where, f"interpolation differs: torch mode={m.mode} align_corners={t_ac}, paddle "
@@ -211,11 +208,10 @@ def check_interpolate(ctx) -> list[Diagnosis]:
 
 def check_padding_mode(ctx) -> list[Diagnosis]:
     out = []
-    for rel, m, p in _walk_pairs(ctx):
+    for where, m, p in _walk_pairs(ctx):
         t_mode, p_mode = getattr(m, "padding_mode", None), getattr(p, "_padding_mode", None)
         if t_mode and p_mode and t_mode != p_mode:
-            where = ".".join(filter(None, [ctx.result.torch, rel])) or "<model>"
-            out.append(Diagnosis(where, f"padding mode differs: torch '{t_mode}', paddle '{p_mode}'",
+                out.append(Diagnosis(where, f"padding mode differs: torch '{t_mode}', paddle '{p_mode}'",
                                  f"construct the paddle layer with padding_mode='{t_mode}'"))
     return out
 
