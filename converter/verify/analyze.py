@@ -10,7 +10,7 @@ from .align import LayerPair
 from .budget import Budget, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
-from .precision import TORCH_MATMUL_TYPES
+from .precision import is_torch_matmul
 from ..frameworks.torch_side import to_numpy as torch_numpy
 from .forced import ForcedCall, Reference, forced_paddle, forced_torch64, torch_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
@@ -38,10 +38,6 @@ def _matched(t_out: list[np.ndarray], p_out: list[np.ndarray]):
     return pairs
 
 
-def is_matmul_leaf(module) -> bool:
-    return any(c.__name__ in TORCH_MATMUL_TYPES for c in type(module).__mro__)
-
-
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
     """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
     y_f = join(run_torch64(session.torch64_module(path), call, fmt))
@@ -50,7 +46,7 @@ def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> f
 
 def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
     module = session.torch_module(path)
-    matmul = matmul_stats(session.torch64_module(path), call) if is_matmul_leaf(module) else None
+    matmul = matmul_stats(session.torch64_module(path), call) if is_torch_matmul(module) else None
     if matmul is not None and matmul.s2.size != y64.size:
         matmul = None
     if matmul is not None:
@@ -211,7 +207,7 @@ def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_
 def _output_budget(session, pair, t_call, ref, rounded_64, y_t, n) -> Budget:
     e_ref = join(ref.output_err[:n]).reshape(y_t.shape)
     module = session.torch_module(pair.torch)
-    matmul = matmul_stats(module, t_call) if is_matmul_leaf(module) else None
+    matmul = matmul_stats(module, t_call) if is_torch_matmul(module) else None
     if matmul is not None and matmul.s2.size == y_t.size:
         matmul.s2 = matmul.s2.reshape(y_t.shape)
     else:

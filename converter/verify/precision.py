@@ -151,17 +151,30 @@ def _is(obj, names) -> bool:
     return any(c.__name__ in names for c in type(obj).__mro__)
 
 
-def emulate_torch(model, fmt: str) -> list:
-    """Round inputs and weights of every torch matmul layer to `fmt`; returns hook handles."""
-    handles = []
-    for _, m in model.named_modules():
-        if not _is(m, TORCH_MATMUL_TYPES) or getattr(m, "weight", None) is None:
+def is_torch_matmul(module) -> bool:
+    """A torch layer whose matmul or convolution a lower-precision format rounds the inputs of."""
+    return _is(module, TORCH_MATMUL_TYPES) and getattr(module, "weight", None) is not None
+
+
+def round_torch_matmuls(model, fmt: str):
+    """Round the inputs and weights of every torch matmul layer in `model` to `fmt`.
+    Returns (the original weights, the hook handles), to undo it."""
+    import torch
+    saved, handles = [], []
+    for m in model.modules():
+        if not is_torch_matmul(m):
             continue
-        with __import__("torch").no_grad():
+        saved.append((m, m.weight.detach().clone()))
+        with torch.no_grad():
             m.weight.copy_(round_torch(m.weight, fmt))
         handles.append(m.register_forward_pre_hook(
-            lambda mod, args, _f=fmt: tuple(round_torch(a, _f) if hasattr(a, "is_floating_point") else a for a in args)))
-    return handles
+            lambda mod, args, _f=fmt: tuple(round_torch(a, _f) if isinstance(a, torch.Tensor) else a for a in args)))
+    return saved, handles
+
+
+def emulate_torch(model, fmt: str) -> list:
+    """Round inputs and weights of every torch matmul layer to `fmt` for good; returns hook handles."""
+    return round_torch_matmuls(model, fmt)[1]
 
 
 def emulate_paddle(model, fmt: str) -> set[str]:

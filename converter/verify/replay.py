@@ -15,7 +15,7 @@ import numpy as np
 
 from .budget import MatmulStats
 from .capture import Call, flatten
-from .precision import TORCH_MATMUL_TYPES, round_torch
+from .precision import round_torch_matmuls
 
 
 def _torch_tensors(call: Call) -> list:
@@ -76,12 +76,11 @@ def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
 
 def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     import paddle
-    from .capture import flatten as _flatten
     with paddle.no_grad():
         out = layer(*args, **kwargs)
     is_tensor = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64,
                                                                          paddle.float16, paddle.bfloat16)
-    return to_numpy_list(_flatten(out, is_tensor), "paddle")
+    return to_numpy_list(flatten(out, is_tensor), "paddle")
 
 
 def _to64(value):
@@ -102,14 +101,7 @@ def rounded(module, fmt: str | None):
     if fmt in (None, "fp32"):
         yield
         return
-    saved, handles = [], []
-    for m in module.modules():
-        if any(c.__name__ in TORCH_MATMUL_TYPES for c in type(m).__mro__) and getattr(m, "weight", None) is not None:
-            saved.append((m, m.weight.detach().clone()))
-            with torch.no_grad():
-                m.weight.copy_(round_torch(m.weight, fmt))
-            handles.append(m.register_forward_pre_hook(
-                lambda mod, args: tuple(round_torch(a, fmt) if isinstance(a, torch.Tensor) else a for a in args)))
+    saved, handles = round_torch_matmuls(module, fmt)
     try:
         yield
     finally:
