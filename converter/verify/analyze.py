@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .align import LayerPair
-from .budget import Budget, budget_from_error, make_budget
+from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
 from .precision import is_torch_matmul
@@ -38,6 +38,15 @@ def _matched(t_out: list[np.ndarray], p_out: list[np.ndarray]):
     return pairs
 
 
+def _matmul(module, call: Call, shape) -> MatmulStats | None:
+    """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
+    matmul = matmul_stats(module, call) if is_torch_matmul(module) else None
+    if matmul is None or matmul.s2.size != int(np.prod(shape)):
+        return None
+    matmul.s2 = matmul.s2.reshape(shape)
+    return matmul
+
+
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
     """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
     y_f = join(run_torch64(session.torch64_module(path), call, fmt))
@@ -45,35 +54,37 @@ def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> f
 
 
 def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
-    module = session.torch_module(path)
-    matmul = matmul_stats(session.torch64_module(path), call) if is_torch_matmul(module) else None
-    if matmul is not None and matmul.s2.size != y64.size:
-        matmul = None
-    if matmul is not None:
-        matmul.s2 = matmul.s2.reshape(y64.shape)
+    matmul = _matmul(session.torch_module(path), call, y64.shape)
     rounding = {f: rounding_rms(session, path, call, y64, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)
 
 
-def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool = False):
+def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
+    """(result with the end-to-end metrics, torch's matched outputs as one array or None, their count)."""
     t_out = to_numpy_list(t_call.outputs, "torch")
     p_out = to_numpy_list(p_call.outputs, "paddle")
     matched = _matched(t_out, p_out)
-    shape = t_out[0].shape if t_out else ()
-    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type, tuple(shape),
-                         formats=dict(session.formats))
-    ev = Evidence()
+    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
+                         tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
     if not matched:
         result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
                        f"paddle {[list(b.shape) for b in p_out]}")
         result.ratio = float("inf") if t_out and p_out else None
-        return (result, ev) if evidence else result
-    n = len(matched)
+        return result, None, 0
     y_t = join([a for a, _ in matched])
     m = compare(y_t, join([b for _, b in matched]))
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
+    return result, y_t, len(matched)
+
+
+def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool = False):
+    """One pair, its paddle layer re-run on its own: the evidence for a diagnosis."""
+    result, y_t, n = end_to_end(session, pair, t_call, p_call)
+    ev = Evidence()
+    if y_t is None:
+        return (result, ev) if evidence else result
     forced = forced_paddle_inputs(t_call, p_call)
     if forced is None:
         result.note = "inputs could not be matched for teacher forcing; compared end to end only"
@@ -137,8 +148,8 @@ def _boundary(session, child, t_calls, forced_p: dict, forced_64: dict, rounded_
         if np.array_equal(got, t):
             found = (0.0, 0.0, 0.0)  # the usual case: the code passed the value on unchanged
         elif ref.input_err[i] is None or not np.issubdtype(got.dtype, np.floating):
-            same = np.array_equal(got, t)
-            found = (0.0, 0.0, 0.0) if same else (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
+            # integers (positions, ids) have no rounding: any difference is a bug
+            found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
         else:
             rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
                         if child.torch in r and i < len(r[child.torch].input_rms)}
@@ -163,21 +174,9 @@ def analyze_all(session, pairs, t_calls: dict, p_calls: dict) -> list[LayerResul
 
 
 def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_64, children, t_calls):
-    t_out = to_numpy_list(t_call.outputs, "torch")
-    p_out = to_numpy_list(p_call.outputs, "paddle")
-    matched = _matched(t_out, p_out)
-    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
-                         tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
-    if not matched:
-        result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
-                       f"paddle {[list(b.shape) for b in p_out]}")
-        result.ratio = float("inf") if t_out and p_out else None
+    result, y_t, n = end_to_end(session, pair, t_call, p_call)
+    if y_t is None:
         return result
-    n = len(matched)
-    y_t = join([a for a, _ in matched])
-    m = compare(y_t, join([b for _, b in matched]))
-    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
-    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     loc: ForcedCall | None = forced_p.get(pair.paddle)
     ref: Reference | None = forced_64.get(pair.torch)
     if loc is None or ref is None or loc.unmatched or len(loc.outputs) < n or len(ref.output_err) < n:
@@ -206,12 +205,7 @@ def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_
 
 def _output_budget(session, pair, t_call, ref, rounded_64, y_t, n) -> Budget:
     e_ref = join(ref.output_err[:n]).reshape(y_t.shape)
-    module = session.torch_module(pair.torch)
-    matmul = matmul_stats(module, t_call) if is_torch_matmul(module) else None
-    if matmul is not None and matmul.s2.size == y_t.size:
-        matmul.s2 = matmul.s2.reshape(y_t.shape)
-    else:
-        matmul = None
+    matmul = _matmul(session.torch_module(pair.torch), t_call, y_t.shape)
     rounding = {f: max(r[pair.torch].output_rms[:n], default=0.0)
                 for f, r in rounded_64.items() if pair.torch in r} if matmul is None else {}
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding)
