@@ -117,7 +117,7 @@ class ReadBack:
         self.checker = Behind(self._check)
 
     def written(self, info: TensorInfo, offset: int) -> None:
-        self.checker.submit(info, offset)
+        self.checker.submit(info.nbytes, info, offset)
 
     def _check(self, info: TensorInfo, offset: int) -> str | None:
         start = offset - offset % mmap.ALLOCATIONGRANULARITY

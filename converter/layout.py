@@ -2,7 +2,8 @@
 
 numpy copies a transposed 2-D view element by element across the whole matrix,
 which thrashes the cache (about 0.7 GB/s here); copying it in bands of rows
-keeps both sides in cache (about 2.4 GB/s).
+keeps both sides in cache (about 2.4 GB/s). Comparing a transposed view with a C-ordered
+array works the same way, band by band, without laying either out first.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 BAND = 128
+COMPARE_BAND = 32  # rows of the transposed side per step when comparing; fastest here
 
 
 def _transposed_base(a: np.ndarray):
@@ -38,8 +40,17 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 
 def bit_equal(got: np.ndarray, expected: np.ndarray) -> bool:
-    """Bit-for-bit equality of two arrays of one shape (a transposed one is laid out first:
-    comparing strided views element by element is several times slower)."""
+    """Bit-for-bit equality of two arrays of one shape. When one is the transpose of a
+    C-ordered array and the other is C-ordered, they are compared band by band of the
+    transposed one's rows, so that nothing is copied and both bands stay in cache."""
     if got.shape != expected.shape or got.dtype.itemsize != expected.dtype.itemsize:
         return False
-    return bool(np.array_equal(bits(contiguous(got)), bits(contiguous(expected))))
+    got, expected = bits(got), bits(expected)
+    if got.flags.c_contiguous and expected.flags.c_contiguous:
+        return bool(np.array_equal(got, expected))
+    for plain, turned in ((got, expected), (expected, got)):
+        base = _transposed_base(turned)
+        if base is not None and plain.flags.c_contiguous:
+            return all(np.array_equal(base[i:i + COMPARE_BAND].T, plain[:, i:i + COMPARE_BAND])
+                       for i in range(0, base.shape[0], COMPARE_BAND))
+    return bool(np.array_equal(contiguous(got), contiguous(expected)))

@@ -1,45 +1,66 @@
 """Overlap work on two cores: a worker thread computes the next items while the caller
-consumes the current one. numpy copies and file I/O release the GIL."""
+consumes the current one, or checks the items the caller has finished with. numpy copies
+and file I/O release the GIL.
+
+How far a worker may run ahead or lag behind is counted in bytes, not items: a checkpoint
+interleaves 4-byte biases with 100 MB matrices, and a count of items would make the caller
+wait on every matrix.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+SLACK = 64 << 20  # bytes a worker may hold beyond the item in hand
 
-def ahead(func, items, depth: int = 1):
-    """Yield func(item) for each item, in order, computing up to `depth` items ahead."""
+
+def ahead(func, items, size, slack: int = SLACK):
+    """Yield func(item) for each item, in order, computing ahead while the items not yet
+    yielded come to at most `slack` bytes (`size(item)` each; always at least one)."""
     items = iter(items)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = deque()
+        pending = deque()  # (future, bytes)
+        held = 0
         for item in items:
-            pending.append(pool.submit(func, item))
-            if len(pending) > depth:
-                yield pending.popleft().result()
+            while pending and held + size(item) > slack:
+                future, nbytes = pending.popleft()
+                held -= nbytes
+                yield future.result()
+            pending.append((pool.submit(func, item), size(item)))
+            held += size(item)
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[0].result()
 
 
 class Behind:
-    """Run `func(*args)` calls on a worker thread, in order, at most `depth` behind the caller;
-    `close()` waits for the rest and returns their results."""
+    """Run `func(*args)` calls on a worker thread, in order, while the calls not yet finished
+    come to at most `slack` bytes (`submit(nbytes, *args)`); `close()` waits for the rest and
+    returns every result."""
 
-    def __init__(self, func, depth: int = 1):
+    def __init__(self, func, slack: int = SLACK):
         self.func = func
-        self.depth = depth
+        self.slack = slack
         self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending = deque()
+        self.pending = deque()  # (future, bytes)
+        self.held = 0
         self.results = []
 
-    def submit(self, *args):
-        self.pending.append(self.pool.submit(self.func, *args))
-        while len(self.pending) > self.depth:
-            self.results.append(self.pending.popleft().result())
+    def submit(self, nbytes: int, *args):
+        while self.pending and self.held + nbytes > self.slack:
+            self._finish_oldest()
+        self.pending.append((self.pool.submit(self.func, *args), nbytes))
+        self.held += nbytes
+
+    def _finish_oldest(self):
+        future, nbytes = self.pending.popleft()
+        self.held -= nbytes
+        self.results.append(future.result())
 
     def close(self):
         try:
             while self.pending:
-                self.results.append(self.pending.popleft().result())
+                self._finish_oldest()
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
         return self.results

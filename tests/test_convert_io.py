@@ -199,3 +199,65 @@ def test_a_tensor_written_wrong_fails_the_check_and_leaves_no_file(tmp, monkeypa
     assert "'b': differs from source 'b' at index (1,)" in r.stderr
     assert (tmp / "o.pdparams").read_bytes() == b"previous"
     assert [p.name for p in tmp.iterdir() if ".partial" in p.name] == []
+
+
+def test_one_flipped_bit_in_a_transposed_weight_fails_the_check(tmp, monkeypatch):
+    """The check compares a transposed tensor band by band; a flip in the last, partial band
+    (70 rows in bands of 32) is found and named by its index."""
+    from converter.rules.plan import TargetEntry
+    torch.manual_seed(0)
+    torch.save({"w": torch.randn(70, 45)}, tmp / "m.pt")
+    original = TargetEntry.compute
+
+    def corrupt(self, read):
+        array = np.ascontiguousarray(original(self, read))
+        array.view(np.uint32)[44, 69] ^= 1
+        return array
+    monkeypatch.setattr(TargetEntry, "compute", corrupt)
+    rules = _rules(tmp, KEEP_ALL + [{"kind": "transpose", "key": "w"}])
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
+    assert r.code == 1, r
+    assert "'w': differs from source 'w' at index (44, 69)" in r.stderr
+    assert not (tmp / "o.pdparams").exists()
+
+
+def test_bit_equal_is_bit_equality_in_either_layout():
+    from converter.layout import bit_equal
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((100, 37)).astype(np.float32)
+    base[3, 4], base[99, 36] = np.nan, 0.0
+    turned = np.ascontiguousarray(base.T)
+    assert bit_equal(turned, base.T) and bit_equal(base.T, turned) and bit_equal(base, base.copy())
+    changes = {(0, 0): lambda bits: bits ^ 1,  # lowest mantissa bit
+               (4, 3): lambda bits: bits ^ 2,  # another NaN payload
+               (36, 99): lambda bits: bits | 0x80000000}  # 0.0 to -0.0, which compare equal as floats
+    for index, change in changes.items():
+        other = turned.copy()
+        other.view(np.uint32)[index] = change(other.view(np.uint32)[index])
+        assert not bit_equal(other, base.T) and not bit_equal(base.T, other), index
+    assert not bit_equal(turned, base)  # shapes differ
+
+
+def test_pipeline_keeps_order_and_bounds_the_bytes_in_flight():
+    import threading
+    from converter.pipeline import Behind, ahead
+    sizes = [1, 50, 2, 90, 3, 3, 200, 1]
+    live, peak, lock = [0], [0], threading.Lock()
+
+    def make(n):
+        with lock:
+            live[0] += n
+            peak[0] = max(peak[0], live[0])
+        return n
+    got = []
+    for n in ahead(make, sizes, lambda n: n, slack=100):
+        got.append(n)
+        with lock:
+            live[0] -= n
+    assert got == sizes
+    assert peak[0] <= 200 + 100  # the item in hand plus at most the slack
+    checker = Behind(lambda n: n * 2, slack=100)
+    for n in sizes:
+        checker.submit(n, n)
+        assert checker.held <= max(100, n)
+    assert checker.close() == [n * 2 for n in sizes]

@@ -42,6 +42,17 @@ def _copy_to_named(fd: int, directory: str, base: str) -> str:
     return name
 
 
+def _sync_range(fd: int, offset: int, length: int) -> None:
+    """Start writeback of a byte range without waiting for it (Linux); elsewhere nothing."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return
+    fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+    fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
+
+
 def _fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -65,6 +76,9 @@ class AtomicOutput:
         self._fd = None
         self._tmp_name = None
         self.file = None
+        self._worker = None
+        self._pending = []
+        self._writeback_end = 0
 
     def check_destination(self) -> None:
         if os.path.isdir(self.path):
@@ -92,38 +106,43 @@ class AtomicOutput:
         try:
             if exc_type is None:
                 self.file.flush()
-                if getattr(self, "_synced", None) is not None:
-                    self._synced.join()
+                self._join_background()
                 os.fsync(self.file.fileno())  # cheap when the background sync already ran
                 self._commit()
         finally:
-            if getattr(self, "_synced", None) is not None:
-                self._synced.join()  # never close the file under a running fsync
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)  # never close the file under a running sync
             self.file.close()
             if self._tmp_name and os.path.exists(self._tmp_name):
                 os.unlink(self._tmp_name)
         return False
 
     def start_writeback(self) -> None:
-        """Ask the kernel to start writing what is buffered so far, without waiting, so that
-        the final fsync has little left to do (Linux sync_file_range; elsewhere a no-op)."""
+        """Ask the kernel to start writing what was written since the last call, on a worker
+        thread (the call blocks while the disk queue is full), so that neither the writer
+        waits nor the final fsync has much left (Linux sync_file_range; elsewhere a no-op)."""
         self.file.flush()
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            fn = libc.sync_file_range
-        except (OSError, AttributeError):
-            return
-        fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-        fn(self.file.fileno(), 0, 0, 2)  # SYNC_FILE_RANGE_WRITE over the whole file
+        end = self.file.tell()
+        start, self._writeback_end = self._writeback_end, end
+        if end > start:
+            self._background(_sync_range, self.file.fileno(), start, end - start)
 
-    def sync_in_background(self):
-        """fsync on a worker thread, so that it overlaps with checking; join() before the commit."""
-        import threading
+    def sync_in_background(self) -> None:
+        """fsync on the worker thread, so that it overlaps with checking; the commit waits for it."""
         self.file.flush()
-        self._synced = threading.Thread(target=os.fsync, args=(self.file.fileno(),), daemon=True)
-        self._synced.start()
-        return self._synced
+        self._background(os.fsync, self.file.fileno())
+
+    def _background(self, func, *args) -> None:
+        if self._worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._worker = ThreadPoolExecutor(max_workers=1)
+        self._pending.append(self._worker.submit(func, *args))
+
+    def _join_background(self) -> None:
+        """Wait for every background call; the first error among them is raised."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
 
     def readable_path(self) -> str:
         """A path that reads the data written so far, before the commit."""

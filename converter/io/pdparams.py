@@ -81,7 +81,7 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     to the file straight from its buffer, one tensor in memory at a time. paddle.load and
     pickle.load read it as a plain dict of numpy arrays."""
     file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
-    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
+    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
         file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))
         offset = file.tell()
         if array.nbytes:

@@ -110,7 +110,7 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos)):
+    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
         offset = file.tell()
         file.write(memoryview(array.reshape(-1)).cast("B"))
         if on_data is not None:
