@@ -94,16 +94,19 @@ def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulS
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
                       rounding_rms: dict | None = None) -> Budget:
     """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty)."""
+    # means in float32: numpy sums pairwise, to a few units of u32, which is plenty for a budget
+    n = max(e_ref.size, 1)
     e2 = np.square(e_ref, dtype=np.float32)
-    e_ref_ms = float(np.mean(e2, dtype=np.float64)) if e2.size else 0.0
-    out_round = np.square(np.abs(y, dtype=np.float32) * np.float32(U32))  # (u32 |y|)^2, per side
-    out_ms = float(np.mean(out_round, dtype=np.float64)) if out_round.size else 0.0
+    e_ref_ms = float(np.sum(e2)) / n
+    out2 = np.multiply(y, np.float32(U32), dtype=np.float32)  # output rounding: (u32 |y|)^2, per side
+    np.square(out2, out=out2)
+    out_ms = float(np.sum(out2)) / n
     rounding_rms = rounding_rms or {}
     kappa = 1.0
     per_side = {}
     if matmul is not None:
-        s2 = matmul.s2.astype(np.float32)
-        s2_mean = float(np.mean(s2, dtype=np.float64)) if s2.size else 0.0
+        s2 = matmul.s2.astype(np.float32, copy=False)
+        s2_mean = float(np.mean(s2)) if s2.size else 0.0
         acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
         model_ms = acc_unit ** 2 * s2_mean
         kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
@@ -112,7 +115,7 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
             c = (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
             coef += c
             per_side[side] = math.sqrt(c * s2_mean + out_ms)
-        var = s2 * np.float32(coef)
+        var = np.multiply(s2, np.float32(coef), dtype=np.float32)
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
@@ -121,9 +124,11 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
             inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
             const += e_ref_ms + (inp or 0.0) ** 2
             per_side[side] = math.sqrt(e_ref_ms + (inp or 0.0) ** 2 + e_ref_ms + out_ms)
-        var = e2 * np.float32(len(formats))
+        var = e2
+        var *= np.float32(len(formats))
         var += np.float32(const)
-    var += out_round * np.float32(len(formats))
+    out2 *= np.float32(len(formats))
+    var += out2
     np.maximum(var, np.finfo(np.float32).tiny, out=var)
     detail = {"kappa": kappa, "fp32_observed_rms": math.sqrt(e_ref_ms),
               "model": "matmul" if matmul is not None else "observed", "sigma_rms": per_side}

@@ -15,13 +15,13 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .capture import Call, flatten
 from ..frameworks.paddle_side import to_numpy as paddle_numpy
-from ..frameworks.torch_side import to_numpy as torch_numpy
 from .replay import _to64, force_paddle_args
 
 
@@ -85,13 +85,18 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
 
 def _errors(values, recorded, keep: bool):
     """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
+    import torch
     out = []
     for v, r in zip(values, recorded):
         if not v.is_floating_point():
             out.append(None)
             continue
-        err = np.subtract(v.detach().cpu().numpy(), torch_numpy(r), dtype=np.float64)
-        out.append(err.astype(np.float32) if keep else float(np.sqrt(np.mean(np.square(err)))) if err.size else 0.0)
+        with torch.no_grad():
+            err = v.detach().cpu() - r.detach().cpu()  # in float64: r is widened element by element
+            if keep:
+                out.append(err.float().numpy())
+            else:
+                out.append(float(torch.linalg.vector_norm(err)) / math.sqrt(err.numel()) if err.numel() else 0.0)
     return out
 
 

@@ -121,7 +121,7 @@ def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray
 
 
 def matmul_stats(module, call: Call) -> MatmulStats | None:
-    """S2 = sum_k (x_k w_k)^2 per output element, and K, for torch matmul layers."""
+    """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for torch matmul layers."""
     import torch
     import torch.nn.functional as F
     names = {c.__name__ for c in type(module).__mro__}
@@ -132,15 +132,15 @@ def matmul_stats(module, call: Call) -> MatmulStats | None:
     w2 = module.weight.detach().float().cpu() ** 2
     with torch.no_grad():
         if "Linear" in names:
-            return MatmulStats(F.linear(x2, w2).double().numpy(), module.in_features)
+            return MatmulStats(F.linear(x2, w2).numpy(), module.in_features)
         if "Conv1D" in names and "Conv1d" not in names:  # HF GPT-2: weight [in, out]
-            return MatmulStats((x2 @ w2).double().numpy(), w2.shape[0])
+            return MatmulStats((x2 @ w2).numpy(), w2.shape[0])
         kernel = float(np.prod(module.kernel_size))
         if names & {"Conv1d", "Conv2d", "Conv3d"}:
-            return MatmulStats(module._conv_forward(x2, w2, None).double().numpy(),
+            return MatmulStats(module._conv_forward(x2, w2, None).numpy(),
                                module.in_channels / module.groups * kernel)
         if names & {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}:
             fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[len(module.kernel_size)]
             s2 = fn(x2, w2, None, module.stride, module.padding, module.output_padding, module.groups, module.dilation)
-            return MatmulStats(s2.double().numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
+            return MatmulStats(s2.numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
     return None
