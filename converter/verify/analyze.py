@@ -169,8 +169,14 @@ def analyze_all(session, pairs, t_calls: dict, p_calls: dict) -> list[LayerResul
     forced_64 = forced_torch64(session, pairs, t_calls)
     rounded_64 = {f: forced_torch64(session, pairs, t_calls, f) for f in set(session.formats.values()) - {"fp32"}}
     children = _children(pairs)
-    return [_analyze_forced(session, pair, t_calls[pair.torch], p_calls[pair.paddle], forced_p, forced_64,
-                            rounded_64, children[pair.torch], t_calls) for pair in pairs]
+
+    def one(pair):
+        return _analyze_forced(session, pair, t_calls[pair.torch], p_calls[pair.paddle], forced_p, forced_64,
+                               rounded_64, children[pair.torch], t_calls)
+    # numpy releases the GIL on whole-array work: two threads keep both cores busy
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(one, pairs))
 
 
 def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_64, children, t_calls):
