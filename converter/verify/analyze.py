@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -11,8 +11,7 @@ from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
 from .precision import is_torch_matmul
-from ..frameworks.torch_side import to_numpy as torch_numpy
-from .forced import ForcedCall, Reference, forced_paddle, forced_torch64, torch_inputs
+from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
 from .report import LayerResult
 
@@ -38,13 +37,16 @@ def _matched(t_out: list[np.ndarray], p_out: list[np.ndarray]):
     return pairs
 
 
-def _matmul(module, call: Call, shape) -> MatmulStats | None:
-    """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
-    matmul = matmul_stats(module, call) if is_torch_matmul(module) else None
+def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
+    """The stats laid out as an output of `shape`; None when there are none or they do not fit."""
     if matmul is None or matmul.s2.size != int(np.prod(shape)):
         return None
-    matmul.s2 = matmul.s2.reshape(shape)
-    return matmul
+    return MatmulStats(matmul.s2.reshape(shape), matmul.k)
+
+
+def _matmul(module, call: Call, shape) -> MatmulStats | None:
+    """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
+    return _fitted(matmul_stats(module, call) if is_torch_matmul(module) else None, shape)
 
 
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
@@ -132,27 +134,22 @@ def _children(pairs) -> dict[str, list]:
     return out
 
 
-def _boundary(session, child, t_calls, forced_p: dict, forced_64: dict, rounded_64: dict):
-    """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`."""
-    loc, ref = forced_p.get(child.paddle), forced_64.get(child.torch)
-    if loc is None or ref is None:
+def _boundary(session, child, differing: dict, forced_64: dict, rounded_64: dict):
+    """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`, where
+    they differ from torch's; None when none does."""
+    ref = forced_64.get(child.torch)
+    if ref is None:
         return None
-    torch_in = [torch_numpy(t) for t in torch_inputs(t_calls[child.torch])]
-    worst, used = None, set()
-    for i, t in enumerate(torch_in):
-        j = next((j for j, c in enumerate(loc.computed) if j not in used and c.shape == t.shape), None)
-        if j is None or i >= len(ref.input_err):
+    worst = None
+    for i, got, t in differing.get(child.torch, ()):
+        if i not in ref.input_err:
             continue
-        used.add(j)
-        got = loc.computed[j]
-        if np.array_equal(got, t):
-            found = (0.0, 0.0, 0.0)  # the usual case: the code passed the value on unchanged
-        elif ref.input_err[i] is None or not np.issubdtype(got.dtype, np.floating):
+        if ref.input_err[i] is None or not np.issubdtype(got.dtype, np.floating):
             # integers (positions, ids) have no rounding: any difference is a bug
             found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
         else:
             rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
-                        if child.torch in r and i < len(r[child.torch].input_rms)}
+                        if child.torch in r and i in r[child.torch].input_rms}
             budget = budget_from_error(session.formats, t, ref.input_err[i], None, rounding)
             diff = np.abs(got - t)
             ratio, tol = budget.ratio(diff)
@@ -162,29 +159,60 @@ def _boundary(session, child, t_calls, forced_p: dict, forced_64: dict, rounded_
     return worst
 
 
-def analyze_all(session, pairs, t_calls: dict, p_calls: dict) -> list[LayerResult]:
-    """Every pair's end-to-end metrics and local error, from two forced passes (plus one per
-    lower-precision format in use) instead of one re-run per module."""
-    forced_p = forced_paddle(session, pairs, t_calls)
-    forced_64 = forced_torch64(session, pairs, t_calls)
-    rounded_64 = {f: forced_torch64(session, pairs, t_calls, f) for f in set(session.formats.values()) - {"fp32"}}
-    children = _children(pairs)
+@dataclass
+class Passes:
+    """What the full strategy gathered for its pairs: both captures, the forced paddle pass,
+    the float64 references (and rounded ones per format), S2 of every torch matmul module,
+    and each pair's end-to-end comparison (result, torch's output, output count)."""
+
+    t_calls: dict
+    p_calls: dict
+    pairs: list
+    forced_p: dict = field(default_factory=dict)
+    forced_64: dict = field(default_factory=dict)
+    rounded_64: dict = field(default_factory=dict)
+    s2: dict = field(default_factory=dict)
+    e2e: dict = field(default_factory=dict)
+
+
+def matmul_stats_all(session, t_calls: dict) -> dict[str, MatmulStats]:
+    """S2 and K of every captured torch matmul module, keyed by path (needs no paddle run)."""
+    out = {}
+    for path, call in t_calls.items():
+        module = session.torch_module(path)
+        stats = matmul_stats(module, call) if is_torch_matmul(module) else None
+        if stats is not None:
+            out[path] = stats
+    return out
+
+
+def end_to_end_all(session, passes: Passes) -> dict:
+    return {pair.torch: end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
+            for pair in passes.pairs}
+
+
+def analyze_all(session, passes: Passes) -> list[LayerResult]:
+    """Every pair's local error against its budget, from the forced paddle pass and the
+    float64 references (see forced.py) instead of one re-run per module."""
+    differing = differing_inputs(passes.pairs, passes.t_calls, passes.forced_p)
+    children = _children(passes.pairs)
 
     def one(pair):
-        return _analyze_forced(session, pair, t_calls[pair.torch], p_calls[pair.paddle], forced_p, forced_64,
-                               rounded_64, children[pair.torch], t_calls)
-    # numpy releases the GIL on whole-array work: two threads keep both cores busy
+        return _analyze_forced(session, pair, passes, children[pair.torch], differing)
+    # numpy and torch release the GIL on whole-array work: two threads keep two cores busy,
+    # each with one torch thread (OpenMP keeps the count per thread)
+    import torch
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(one, pairs))
+    with ThreadPoolExecutor(max_workers=2, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        return list(pool.map(one, passes.pairs))
 
 
-def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_64, children, t_calls):
-    result, y_t, n = end_to_end(session, pair, t_call, p_call)
+def _analyze_forced(session, pair, passes: Passes, children, differing):
+    result, y_t, n = passes.e2e[pair.torch]
     if y_t is None:
         return result
-    loc: ForcedCall | None = forced_p.get(pair.paddle)
-    ref: Reference | None = forced_64.get(pair.torch)
+    loc: ForcedCall | None = passes.forced_p.get(pair.paddle)
+    ref: Reference | None = passes.forced_64.get(pair.torch)
     if loc is None or ref is None or loc.unmatched or len(loc.outputs) < n or len(ref.output_err) < n:
         result.note = "inputs could not be matched for teacher forcing; compared end to end only"
         return result
@@ -200,18 +228,18 @@ def _analyze_forced(session, pair, t_call, p_call, forced_p, forced_64, rounded_
     if result.local_max_abs == 0:
         result.ratio = 0.0  # bit-identical on the same inputs (same kernels): no budget needed
     else:
-        result.ratio, result.budget = _output_budget(session, pair, t_call, ref, rounded_64, y_t, n).ratio(diff)
+        result.ratio, result.budget = _output_budget(session, pair, passes, ref, y_t, n).ratio(diff)
     for child in children:
-        found = _boundary(session, child, t_calls, forced_p, forced_64, rounded_64)
+        found = _boundary(session, child, differing, passes.forced_64, passes.rounded_64)
         if found is not None and found[0] > result.ratio:
             result.ratio, result.budget, result.local_max_abs = found
             result.note = f"worst at the input of {child.torch}, as this layer's own code computed it"
     return result
 
 
-def _output_budget(session, pair, t_call, ref, rounded_64, y_t, n) -> Budget:
+def _output_budget(session, pair, passes: Passes, ref, y_t, n) -> Budget:
     e_ref = join(ref.output_err[:n]).reshape(y_t.shape)
-    matmul = _matmul(session.torch_module(pair.torch), t_call, y_t.shape)
+    matmul = _fitted(passes.s2.get(pair.torch), y_t.shape)
     rounding = {f: max(r[pair.torch].output_rms[:n], default=0.0)
-                for f, r in rounded_64.items() if pair.torch in r} if matmul is None else {}
+                for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding)

@@ -19,9 +19,10 @@ import math
 import numpy as np
 
 from .align import align
-from .analyze import analyze_all
+from .analyze import Passes, analyze_all, end_to_end_all, matmul_stats_all
+from .forced import beside_paddle, forced_paddle, torch_references
 from .budget import make_budget
-from .capture import Recorder, record_paddle, record_torch
+from .capture import Recorder, capture_paddle, capture_torch, record_torch
 from .metrics import compare, join
 from .replay import to_numpy_list
 from .report import LayerResult
@@ -50,18 +51,9 @@ class Bisector:
 
 
 def _capture(session, torch_paths=None, paddle_paths=None, keep=True, limit_bytes=None):
-    rt = record_torch(session.torch_model, Recorder(torch_paths, keep, limit_bytes))
-    try:
-        session.run_torch()
-    finally:
-        rt.remove()
+    rt = capture_torch(session, torch_paths, keep, limit_bytes)
     limit_p = None if limit_bytes is None else max(limit_bytes - rt.held_bytes, 0)
-    rp = record_paddle(session.paddle_model, Recorder(paddle_paths, keep, limit_p))
-    try:
-        session.run_paddle()
-    finally:
-        rp.remove()
-    return rt.calls, rp.calls
+    return rt.calls, capture_paddle(session, paddle_paths, keep, limit_p).calls
 
 
 def first_bad(results: list[LayerResult]) -> LayerResult | None:
@@ -82,11 +74,21 @@ class FullCapture:
             t_paths = {p for p, _ in session.torch_model.named_modules() if _under(p, prefix[0])}
             p_paths = {p for p, _ in [("", None)] + list(session.paddle_model.named_sublayers()) if _under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
-        t_calls, p_calls = _capture(session, t_paths, p_paths, True, self.limit_bytes)
-        self.calls = (t_calls, p_calls)
-        pairs = align(t_calls, p_calls, session.plan)
-        self.pairs = pairs
-        return analyze_all(session, pairs, t_calls, p_calls)
+        rt = capture_torch(session, t_paths, True, self.limit_bytes)
+        limit_p = None if self.limit_bytes is None else max(self.limit_bytes - rt.held_bytes, 0)
+        # torch work that needs no paddle result runs on the core paddle leaves free
+        with beside_paddle(session) as side:
+            s2 = side.submit(matmul_stats_all, session, rt.calls)
+            passes = Passes(rt.calls, capture_paddle(session, p_paths, True, limit_p).calls, [])
+            passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
+            references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls)
+            passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
+            passes.e2e = end_to_end_all(session, passes)
+            passes.s2 = s2.result()
+            passes.forced_64, passes.rounded_64 = references.result()
+        self.calls = (passes.t_calls, passes.p_calls)
+        self.pairs = passes.pairs
+        return analyze_all(session, passes)
 
 
 def _under(path: str, root: str) -> bool:

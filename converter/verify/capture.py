@@ -121,3 +121,23 @@ def record_paddle(model, recorder: Recorder) -> Recorder:
         recorder.handles.append(layer.register_forward_post_hook(
             lambda lay, args, out, _p=path: recorder._post(_p, out, is_tensor, lambda t: t.detach())))
     return recorder
+
+
+def capture_torch(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
+    """One torch forward recording the modules at `paths` (all when None)."""
+    recorder = record_torch(session.torch_model, Recorder(paths, keep, limit_bytes))
+    try:
+        session.run_torch()
+    finally:
+        recorder.remove()
+    return recorder
+
+
+def capture_paddle(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
+    """One paddle forward recording the layers at `paths` (all when None)."""
+    recorder = record_paddle(session.paddle_model, Recorder(paths, keep, limit_bytes))
+    try:
+        session.run_paddle()
+    finally:
+        recorder.remove()
+    return recorder

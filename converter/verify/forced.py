@@ -15,6 +15,7 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from .capture import Call, flatten
 from ..frameworks.paddle_side import to_numpy as paddle_numpy
+from ..frameworks.torch_side import to_numpy as torch_numpy
 from .replay import _to64, force_paddle_args
 
 
@@ -34,12 +36,13 @@ class ForcedCall:
 
 @dataclass
 class Reference:
-    """float64 minus torch's float32, for a layer's outputs and for its inputs as computed."""
+    """float64 minus torch's float32, for a layer's outputs and for the inputs asked for (by
+    index; None where an input is not floating)."""
 
     output_err: list = field(default_factory=list)
-    input_err: list = field(default_factory=list)  # None where an input is not floating
+    input_err: dict = field(default_factory=dict)
     output_rms: list = field(default_factory=list)  # rounded passes: rms effect only
-    input_rms: list = field(default_factory=list)
+    input_rms: dict = field(default_factory=dict)
 
 
 def torch_inputs(call: Call) -> list:
@@ -92,7 +95,7 @@ def _errors(values, recorded, keep: bool):
             out.append(None)
             continue
         with torch.no_grad():
-            err = v.detach().cpu() - r.detach().cpu()  # in float64: r is widened element by element
+            err = v.detach().cpu() - r.detach().cpu().to(v.dtype)
             if keep:
                 out.append(err.float().numpy())
             else:
@@ -100,26 +103,49 @@ def _errors(values, recorded, keep: bool):
     return out
 
 
-def forced_torch64(session, pairs, t_calls: dict, fmt: str | None = None) -> dict[str, Reference]:
-    """The float64 torch model, forced like the paddle side; matmul inputs rounded to `fmt` if given."""
+def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> dict[str, list]:
+    """Per torch path: (input index, the value paddle's enclosing code computed, torch's value)
+    for each input where the two differ. Inputs passed on unchanged need no float64 reference."""
+    out = {}
+    for pair in pairs:
+        loc = forced_p.get(pair.paddle)
+        if loc is None:
+            continue
+        used, found = set(), []
+        for i, t in enumerate(torch_numpy(v) for v in torch_inputs(t_calls[pair.torch])):
+            j = next((j for j, c in enumerate(loc.computed) if j not in used and c.shape == t.shape), None)
+            if j is None:
+                continue
+            used.add(j)
+            if not np.array_equal(loc.computed[j], t):
+                found.append((i, loc.computed[j], t))
+        if found:
+            out[pair.torch] = found
+    return out
+
+
+def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dict[str, Reference]:
+    """The float64 torch model, forced like the paddle side, with hooks on the modules at
+    `paths`; matmul inputs rounded to `fmt` if given. Errors are kept for every input and
+    output (for a rounded pass, their rms only)."""
     import torch
     is_float = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
+    is_any = lambda v: isinstance(v, torch.Tensor)
     keep = fmt is None
     refs: dict[str, Reference] = {}
     handles = []
-    for pair in pairs:
-        t_call: Call = t_calls[pair.torch]
-        module = session.torch64_module(pair.torch)
+    for path in paths:
+        t_call: Call = t_calls[path]
+        module = session.torch64_module(path)
 
-        def pre(mod, args, kwargs, _t=pair.torch, _c=t_call):
+        def pre(mod, args, kwargs, _t=path, _c=t_call):
             if _t in refs:
                 return None
-            is_any = lambda v: isinstance(v, torch.Tensor)
-            errs = _errors(flatten(args, is_any) + flatten(kwargs, is_any), torch_inputs(_c), keep)
-            refs[_t] = Reference(input_err=errs if keep else [], input_rms=[] if keep else errs)
+            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), torch_inputs(_c), keep)))
+            refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
             return _to64(_c.args), _to64(_c.kwargs)
 
-        def post(mod, args, out, _t=pair.torch, _c=t_call):
+        def post(mod, args, out, _t=path, _c=t_call):
             ref = refs.get(_t)
             if ref is not None and not (ref.output_err or ref.output_rms):
                 errs = _errors(flatten(out, is_float), _c.outputs, keep)
@@ -136,3 +162,28 @@ def forced_torch64(session, pairs, t_calls: dict, fmt: str | None = None) -> dic
         for h in handles:
             h.remove()
     return refs
+
+
+def torch_references(session, paths, t_calls: dict) -> tuple[dict[str, Reference], dict[str, dict[str, Reference]]]:
+    """The float64 references of the torch modules at `paths` (forced there, and only there,
+    as the paddle side is), and per lower-precision format in use, the rms effect of rounding
+    matmul inputs to it. Touches only the float64 model, so it can run beside the paddle passes."""
+    return forced_torch64(session, paths, t_calls), \
+        {f: forced_torch64(session, paths, t_calls, f) for f in set(session.formats.values()) - {"fp32"}}
+
+
+@contextlib.contextmanager
+def beside_paddle(session):
+    """A worker thread for torch work that overlaps the paddle passes. On CPU, torch gets one
+    core fewer in it (paddle computes on one core by default; numpy and both frameworks
+    release the GIL), so that neither waits on the other's threads. The thread count is set
+    from within the worker: OpenMP keeps it per thread."""
+    import torch
+    from concurrent.futures import ThreadPoolExecutor
+    threads = torch.get_num_threads()
+    share = max(threads - 1, 1) if session.device == "cpu" else threads
+    try:
+        with ThreadPoolExecutor(max_workers=1, initializer=torch.set_num_threads, initargs=(share,)) as pool:
+            yield pool
+    finally:
+        torch.set_num_threads(threads)
