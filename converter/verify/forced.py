@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,16 +87,24 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     return runs
 
 
-def _errors(values, recorded, keep: bool):
-    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
+def _errors(values, recorded, keep: bool, made_from: dict | None = None):
+    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`.
+    A value that is the widened copy of that very recorded tensor (an input the enclosing
+    code passed on unchanged; `made_from` maps id -> (weak reference to the copy, recorded))
+    has no error: a zero-strided view stands for it, no subtraction needed."""
     import torch
+    made_from = made_from or {}
     out = []
     for v, r in zip(values, recorded):
         if not v.is_floating_point():
             out.append(None)
             continue
+        copy, source = made_from.get(id(v), (None, None))
+        if source is r and copy() is v:
+            out.append(np.broadcast_to(np.float32(0), tuple(v.shape)) if keep else 0.0)
+            continue
         with torch.no_grad():
-            err = v.detach().cpu() - r.detach().cpu().to(v.dtype)
+            err = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
             if keep:
                 out.append(err.float().numpy())
             else:
@@ -133,6 +142,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dic
     is_any = lambda v: isinstance(v, torch.Tensor)
     keep = fmt is None
     refs: dict[str, Reference] = {}
+    made_from: dict[int, tuple] = {}  # widened inputs handed to modules: id -> (weakref, recorded tensor)
     handles = []
     for path in paths:
         t_call: Call = t_calls[path]
@@ -141,9 +151,13 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dic
         def pre(mod, args, kwargs, _t=path, _c=t_call):
             if _t in refs:
                 return None
-            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), torch_inputs(_c), keep)))
+            recorded = torch_inputs(_c)
+            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), recorded, keep, made_from)))
             refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
-            return _to64(_c.args), _to64(_c.kwargs)
+            args64, kwargs64 = _to64(_c.args), _to64(_c.kwargs)
+            for wide, r in zip(flatten(args64, is_any) + flatten(kwargs64, is_any), recorded):
+                made_from[id(wide)] = (weakref.ref(wide), r)
+            return args64, kwargs64
 
         def post(mod, args, out, _t=path, _c=t_call):
             ref = refs.get(_t)
