@@ -25,7 +25,16 @@ import numpy as np
 from .capture import Call, flatten
 from ..frameworks.paddle_side import to_numpy as paddle_numpy
 from ..frameworks.torch_side import to_numpy as torch_numpy
-from .replay import _to64, force_paddle_args
+from .replay import Handed, _to64, force_paddle_args
+
+
+@dataclass
+class HandedOn:
+    """An input that the enclosing code passed on unchanged: the paddle copy of torch's
+    recorded `source`, so no numpy copy of it is made."""
+
+    source: object
+    shape: tuple
 
 
 @dataclass
@@ -58,7 +67,13 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     is_float = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64, paddle.float16,
                                                                        paddle.bfloat16)
     runs: dict[str, ForcedCall] = {}
+    handed = Handed()
     handles = []
+
+    def as_computed(value):
+        source = handed.source_of(value)
+        return paddle_numpy(value) if source is None else HandedOn(source, tuple(value.shape))
+
     for pair in pairs:
         t_call = t_calls[pair.torch]
         layer = session.paddle_layer(pair.paddle)
@@ -66,9 +81,8 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         def pre(lay, args, kwargs, _p=pair.paddle, _t=t_call):
             if _p in runs:
                 return None
-            computed = [paddle_numpy(t) for t in flatten(args, is_any) + flatten(kwargs, is_any)]
-            run = runs[_p] = ForcedCall(computed)
-            args, kwargs, run.unmatched = force_paddle_args(args, kwargs, _t)
+            run = runs[_p] = ForcedCall([as_computed(t) for t in flatten(args, is_any) + flatten(kwargs, is_any)])
+            args, kwargs, run.unmatched = force_paddle_args(args, kwargs, _t, handed)
             return args, kwargs
 
         def post(lay, args, out, _p=pair.paddle):
@@ -121,13 +135,20 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
         if loc is None:
             continue
         used, found = set(), []
-        for i, t in enumerate(torch_numpy(v) for v in torch_inputs(t_calls[pair.torch])):
-            j = next((j for j, c in enumerate(loc.computed) if j not in used and c.shape == t.shape), None)
+        for i, r in enumerate(torch_inputs(t_calls[pair.torch])):
+            shape = tuple(r.shape)
+            j = next((j for j, c in enumerate(loc.computed) if j not in used and tuple(c.shape) == shape), None)
             if j is None:
                 continue
             used.add(j)
-            if not np.array_equal(loc.computed[j], t):
-                found.append((i, loc.computed[j], t))
+            got = loc.computed[j]
+            if isinstance(got, HandedOn):
+                if got.source is r:
+                    continue  # torch's own recorded tensor, handed on: equal
+                got = torch_numpy(got.source)
+            t = torch_numpy(r)
+            if not np.array_equal(got, t):
+                found.append((i, got, t))
         if found:
             out[pair.torch] = found
     return out

@@ -10,6 +10,7 @@ the reference that calibrates the budget.
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import numpy as np
 
@@ -30,11 +31,44 @@ def forced_paddle_inputs(t_call: Call, p_call: Call):
     return None if missing else (args, kwargs)
 
 
-def force_paddle_args(args: tuple, kwargs: dict, t_call: Call):
+class Handed:
+    """Paddle copies of torch's recorded tensors handed to layers during one forced pass. A
+    parent that passes its own input on to a child hands the child the same copy, so it is
+    made once; and a copy's torch source can be looked up. Weak references: a copy lives only
+    as long as the forward holds it."""
+
+    def __init__(self):
+        self._by_torch: dict[int, tuple] = {}  # id(torch tensor) -> (it, weakref to its copy)
+        self._by_paddle: dict[int, tuple] = {}  # id(copy) -> (weakref to it, torch tensor)
+
+    def copy_of(self, tensor, like):
+        """`tensor` (torch) as a paddle tensor on `like`'s place, in `like`'s dtype."""
+        import paddle
+        import torch
+        entry = self._by_torch.get(id(tensor))
+        if entry is not None and entry[0] is tensor:
+            copy = entry[1]()
+            if copy is not None and copy.dtype == like.dtype and str(copy.place) == str(like.place):
+                return copy
+        array = tensor.detach().cpu()
+        array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
+        copy = paddle.to_tensor(array, place=like.place)
+        copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
+        self._by_torch[id(tensor)] = (tensor, weakref.ref(copy))
+        self._by_paddle[id(copy)] = (weakref.ref(copy), tensor)
+        return copy
+
+    def source_of(self, value):
+        """The torch tensor that the paddle tensor `value` is a copy of, or None."""
+        entry = self._by_paddle.get(id(value))
+        return entry[1] if entry is not None and entry[0]() is value else None
+
+
+def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | None = None):
     """(args, kwargs, unmatched count): each paddle tensor replaced by the torch call's tensor
     of the same shape, taken in order."""
     import paddle
-    import torch
+    handed = handed or Handed()
     pool = [t for t in _torch_tensors(t_call)]
     used = [False] * len(pool)
     missing = []
@@ -57,10 +91,7 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call):
         for i, t in enumerate(pool):
             if not used[i] and tuple(t.shape) == tuple(value.shape):
                 used[i] = True
-                array = t.detach().cpu()
-                array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
-                out = paddle.to_tensor(array, place=value.place)
-                return out.astype(value.dtype) if out.dtype != value.dtype else out
+                return handed.copy_of(t, value)
         missing.append(tuple(value.shape))
         return value
 
