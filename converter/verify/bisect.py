@@ -20,7 +20,8 @@ import numpy as np
 
 from .align import align
 from .analyze import Passes, analyze_all, end_to_end_all, matmul_stats_all
-from .forced import beside_paddle, forced_paddle, torch_references
+from .forced import forced_paddle, torch_references
+from .overlap import Beside
 from .budget import make_budget
 from .capture import Recorder, capture_paddle, capture_torch, record_torch
 from .metrics import compare, join
@@ -77,13 +78,15 @@ class FullCapture:
         rt = capture_torch(session, t_paths, True, self.limit_bytes)
         limit_p = None if self.limit_bytes is None else max(self.limit_bytes - rt.held_bytes, 0)
         # torch work that needs no paddle result runs on the core paddle leaves free
-        with beside_paddle(session) as side:
+        with Beside(session) as side:
             s2 = side.submit(matmul_stats_all, session, rt.calls)
             passes = Passes(rt.calls, capture_paddle(session, p_paths, True, limit_p).calls, [])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
-            references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls)
+            references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
+                                     side.between)
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
             passes.e2e = end_to_end_all(session, passes)
+            side.paddle_done()
             passes.s2 = s2.result()
             passes.forced_64, passes.rounded_64 = references.result()
         self.calls = (passes.t_calls, passes.p_calls)

@@ -15,7 +15,6 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 
 from __future__ import annotations
 
-import contextlib
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -154,10 +153,11 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
     return out
 
 
-def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dict[str, Reference]:
+def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None) -> dict[str, Reference]:
     """The float64 torch model, forced like the paddle side, with hooks on the modules at
     `paths`; matmul inputs rounded to `fmt` if given. Errors are kept for every input and
-    output (for a rounded pass, their rms only)."""
+    output (for a rounded pass, their rms only). `between()`, when given, is called before
+    each module, on the thread that runs the pass."""
     import torch
     is_float = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
     is_any = lambda v: isinstance(v, torch.Tensor)
@@ -170,6 +170,8 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dic
         module = session.torch64_module(path)
 
         def pre(mod, args, kwargs, _t=path, _c=t_call):
+            if between is not None:
+                between()
             if _t in refs:
                 return None
             recorded = torch_inputs(_c)
@@ -199,26 +201,10 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None) -> dic
     return refs
 
 
-def torch_references(session, paths, t_calls: dict) -> tuple[dict[str, Reference], dict[str, dict[str, Reference]]]:
+def torch_references(session, paths, t_calls: dict, between=None) -> tuple[dict[str, Reference], dict]:
     """The float64 references of the torch modules at `paths` (forced there, and only there,
     as the paddle side is), and per lower-precision format in use, the rms effect of rounding
-    matmul inputs to it. Touches only the float64 model, so it can run beside the paddle passes."""
-    return forced_torch64(session, paths, t_calls), \
-        {f: forced_torch64(session, paths, t_calls, f) for f in set(session.formats.values()) - {"fp32"}}
-
-
-@contextlib.contextmanager
-def beside_paddle(session):
-    """A worker thread for torch work that overlaps the paddle passes. On CPU, torch gets one
-    core fewer in it (paddle computes on one core by default; numpy and both frameworks
-    release the GIL), so that neither waits on the other's threads. The thread count is set
-    from within the worker: OpenMP keeps it per thread."""
-    import torch
-    from concurrent.futures import ThreadPoolExecutor
-    threads = torch.get_num_threads()
-    share = max(threads - 1, 1) if session.device == "cpu" else threads
-    try:
-        with ThreadPoolExecutor(max_workers=1, initializer=torch.set_num_threads, initargs=(share,)) as pool:
-            yield pool
-    finally:
-        torch.set_num_threads(threads)
+    matmul inputs to it. Touches only the float64 model, so it can run beside the paddle
+    passes; `between()` is called before each module."""
+    return forced_torch64(session, paths, t_calls, None, between), \
+        {f: forced_torch64(session, paths, t_calls, f, between) for f in set(session.formats.values()) - {"fp32"}}

@@ -1,0 +1,45 @@
+"""Torch work beside the paddle passes.
+
+On CPU paddle computes on one core by default, and numpy and both frameworks release the
+GIL while they compute, so torch work that needs no paddle result (S2, the float64
+references) runs on a worker thread meanwhile, on the other cores. OpenMP keeps the thread
+count per thread, so the worker sets its own: one core fewer than torch's usual while paddle
+runs, all of them once the paddle passes are done (at the worker's next `between()`).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+
+class Beside:
+    def __init__(self, session):
+        import torch
+        self.threads = torch.get_num_threads()
+        self.share = max(self.threads - 1, 1) if session.device == "cpu" else self.threads
+        self._paddle_done = False
+        self._widened = False
+        self._pool = None
+
+    def __enter__(self):
+        import torch
+        self._pool = ThreadPoolExecutor(max_workers=1, initializer=torch.set_num_threads, initargs=(self.share,))
+        return self
+
+    def __exit__(self, *exc):
+        self._pool.shutdown(wait=True)
+        return False
+
+    def submit(self, func, *args) -> Future:
+        return self._pool.submit(func, *args)
+
+    def paddle_done(self) -> None:
+        """From the main thread: paddle no longer needs its core."""
+        self._paddle_done = True
+
+    def between(self) -> None:
+        """From the worker, between units of work: take every core once paddle is done."""
+        if self._paddle_done and not self._widened and self.share != self.threads:
+            import torch
+            torch.set_num_threads(self.threads)
+            self._widened = True
