@@ -100,28 +100,48 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     return runs
 
 
-def _errors(values, recorded, keep: bool, made_from: dict | None = None):
-    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`.
-    A value that is the widened copy of that very recorded tensor (an input the enclosing
-    code passed on unchanged; `made_from` maps id -> (weak reference to the copy, recorded))
-    has no error: a zero-strided view stands for it, no subtraction needed."""
+class KnownErrors:
+    """Errors already found in one float64 pass, by the identity of the float64 tensor and the
+    storage of the recorded one. Modules hand tensors on: a wrapper returns its child's output,
+    a child takes its sibling's output or its parent's input; each such error is computed once.
+    Weak references: an entry is good only while its float64 tensor lives, and version
+    counters: only while neither tensor was changed in place."""
+
+    def __init__(self):
+        self._items: dict[int, tuple] = {}
+
+    @staticmethod
+    def _key(v, r) -> tuple:
+        return v._version, r.data_ptr(), tuple(r.shape), tuple(r.stride()), r.dtype, r._version
+
+    def get(self, v, r):
+        entry = self._items.get(id(v))
+        if entry is not None and entry[0]() is v and entry[1] == self._key(v, r):
+            return entry[2]
+        return None
+
+    def put(self, v, r, err) -> None:
+        self._items[id(v)] = (weakref.ref(v), self._key(v, r), err)
+
+
+def _errors(values, recorded, keep: bool, known: KnownErrors):
+    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
     import torch
-    made_from = made_from or {}
     out = []
     for v, r in zip(values, recorded):
         if not v.is_floating_point():
             out.append(None)
             continue
-        copy, source = made_from.get(id(v), (None, None))
-        if source is r and copy() is v:
-            out.append(np.broadcast_to(np.float32(0), tuple(v.shape)) if keep else 0.0)
-            continue
-        with torch.no_grad():
-            err = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
-            if keep:
-                out.append(err.float().numpy())
-            else:
-                out.append(float(torch.linalg.vector_norm(err)) / math.sqrt(err.numel()) if err.numel() else 0.0)
+        err = known.get(v, r)
+        if err is None:
+            with torch.no_grad():
+                diff = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
+                if keep:
+                    err = diff.float().numpy()
+                else:
+                    err = float(torch.linalg.vector_norm(diff)) / math.sqrt(diff.numel()) if diff.numel() else 0.0
+            known.put(v, r, err)
+        out.append(err)
     return out
 
 
@@ -163,7 +183,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     is_any = lambda v: isinstance(v, torch.Tensor)
     keep = fmt is None
     refs: dict[str, Reference] = {}
-    made_from: dict[int, tuple] = {}  # widened inputs handed to modules: id -> (weakref, recorded tensor)
+    known = KnownErrors()
     handles = []
     for path in paths:
         t_call: Call = t_calls[path]
@@ -175,17 +195,18 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             if _t in refs:
                 return None
             recorded = torch_inputs(_c)
-            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), recorded, keep, made_from)))
+            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), recorded, keep, known)))
             refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
             args64, kwargs64 = _to64(_c.args), _to64(_c.kwargs)
             for wide, r in zip(flatten(args64, is_any) + flatten(kwargs64, is_any), recorded):
-                made_from[id(wide)] = (weakref.ref(wide), r)
+                if wide.is_floating_point():  # a widened copy of r itself: no error at all
+                    known.put(wide, r, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0)
             return args64, kwargs64
 
         def post(mod, args, out, _t=path, _c=t_call):
             ref = refs.get(_t)
             if ref is not None and not (ref.output_err or ref.output_rms):
-                errs = _errors(flatten(out, is_float), _c.outputs, keep)
+                errs = _errors(flatten(out, is_float), _c.outputs, keep, known)
                 if keep:
                     ref.output_err = errs
                 else:
