@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,7 +164,7 @@ def _boundary(session, child, differing: dict, forced_64: dict, rounded_64: dict
 class Passes:
     """What the full strategy gathered for its pairs: both captures, the forced paddle pass,
     the float64 references (and rounded ones per format), S2 of every torch matmul module,
-    and each pair's end-to-end comparison (result, torch's output, output count)."""
+    and the pairs' end-to-end comparisons found so far (result, torch's output, output count)."""
 
     t_calls: dict
     p_calls: dict
@@ -186,9 +187,17 @@ def matmul_stats_all(session, t_calls: dict) -> dict[str, MatmulStats]:
     return out
 
 
-def end_to_end_all(session, passes: Passes) -> dict:
-    return {pair.torch: end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
-            for pair in passes.pairs}
+def end_to_end_until(session, passes: Passes, stop) -> None:
+    """Pairs' end-to-end comparisons, in order, into passes.e2e until `stop()` is true (work to
+    fill a wait with); analyze_all does the rest."""
+    for pair in passes.pairs:
+        if stop():
+            return
+        passes.e2e[pair.torch] = _end_to_end(session, pair, passes)
+
+
+def _end_to_end(session, pair, passes: Passes):
+    return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
 
 
 def analyze_all(session, passes: Passes) -> list[LayerResult]:
@@ -208,7 +217,7 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
 
 
 def _analyze_forced(session, pair, passes: Passes, children, differing):
-    result, y_t, n = passes.e2e[pair.torch]
+    result, y_t, n = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
     if y_t is None:
         return result
     loc: ForcedCall | None = passes.forced_p.get(pair.paddle)
@@ -220,11 +229,13 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
     if y_local.size != y_t.size:
         result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
         return result
-    y_local = y_local.reshape(y_t.shape)
-    diff = np.abs(y_local - y_t)
-    if np.isnan(diff).any():
+    diff = np.subtract(y_local.reshape(y_t.shape), y_t)
+    np.abs(diff, out=diff)
+    top = float(diff.max())  # NaN when there is one
+    if math.isnan(top):
         diff = np.nan_to_num(diff, nan=np.inf)
-    result.local_max_abs, result.local_mean_abs = float(diff.max()), float(diff.mean())
+        top = float("inf")
+    result.local_max_abs, result.local_mean_abs = top, float(diff.mean())
     if result.local_max_abs == 0:
         result.ratio = 0.0  # bit-identical on the same inputs (same kernels): no budget needed
     else:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .align import align
-from .analyze import Passes, analyze_all, end_to_end_all, matmul_stats_all
+from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
 from .forced import forced_paddle, torch_references
 from .overlap import Beside
 from .budget import make_budget
@@ -85,8 +85,8 @@ class FullCapture:
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
                                      side.between)
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
-            passes.e2e = end_to_end_all(session, passes)
-            side.paddle_done()
+            end_to_end_until(session, passes, references.done)
+            side.main_done()
             passes.s2 = s2.result()
             passes.forced_64, passes.rounded_64 = references.result()
         self.calls = (passes.t_calls, passes.p_calls)

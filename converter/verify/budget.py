@@ -69,14 +69,15 @@ class Budget:
         diff = np.asarray(diff).reshape(self.var.shape)
         if diff.size == 0:
             return 0.0, 0.0
-        q = np.square(diff, dtype=np.float32)
-        if not np.isfinite(q).all():
-            q = np.nan_to_num(q, nan=np.inf)
-        np.divide(q, self.var, out=q)
-        worst = int(np.argmax(q))
-        if q.flat[worst] == 0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            q = np.square(diff, dtype=np.float32)
+            np.divide(q, self.var, out=q)
+        worst = int(np.argmax(q))  # the first NaN, when there is one: over any budget
+        top = float(q.flat[worst])
+        if top == 0:
             return 0.0, self.scalar()
-        return float(math.sqrt(q.flat[worst])) / self.factor, float(math.sqrt(self.var.flat[worst])) * self.factor
+        ratio = float("inf") if math.isnan(top) else math.sqrt(top) / self.factor
+        return ratio, float(math.sqrt(self.var.flat[worst])) * self.factor
 
     def scalar(self) -> float:
         """A typical tolerance: the rms sigma times the tail factor, for reports."""

@@ -3,8 +3,8 @@
 On CPU paddle computes on one core by default, and numpy and both frameworks release the
 GIL while they compute, so torch work that needs no paddle result (S2, the float64
 references) runs on a worker thread meanwhile, on the other cores. OpenMP keeps the thread
-count per thread, so the worker sets its own: one core fewer than torch's usual while paddle
-runs, all of them once the paddle passes are done (at the worker's next `between()`).
+count per thread, so the worker sets its own: one core fewer than torch's usual while the
+main thread works, all of them once it only waits (at the worker's next `between()`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class Beside:
         import torch
         self.threads = torch.get_num_threads()
         self.share = max(self.threads - 1, 1) if session.device == "cpu" else self.threads
-        self._paddle_done = False
+        self._main_done = False
         self._widened = False
         self._pool = None
 
@@ -33,13 +33,13 @@ class Beside:
     def submit(self, func, *args) -> Future:
         return self._pool.submit(func, *args)
 
-    def paddle_done(self) -> None:
-        """From the main thread: paddle no longer needs its core."""
-        self._paddle_done = True
+    def main_done(self) -> None:
+        """From the main thread: it has nothing left to do but wait."""
+        self._main_done = True
 
     def between(self) -> None:
-        """From the worker, between units of work: take every core once paddle is done."""
-        if self._paddle_done and not self._widened and self.share != self.threads:
+        """From the worker, between units of work: take every core once the main thread waits."""
+        if self._main_done and not self._widened and self.share != self.threads:
             import torch
             torch.set_num_threads(self.threads)
             self._widened = True
