@@ -40,7 +40,7 @@ def _cosine(ref: np.ndarray, got: np.ndarray, d: np.ndarray) -> float:
     nr, ng = math.sqrt(float(np.dot(r, r))), math.sqrt(float(np.dot(g, g)))
     if nr == 0 or ng == 0 or not math.isfinite(nr * ng):
         return float(nr == ng)
-    gap = float(np.dot(d, g + r)) / (nr + ng)  # |g| - |r|
+    gap = (float(np.dot(d, g)) + float(np.dot(d, r))) / (nr + ng)  # |g| - |r| = d.(g + r) / (|g| + |r|)
     one_minus = (float(np.dot(d, d)) - gap * gap) / (2 * nr * ng)
     return min(max(1.0 - one_minus, -1.0), 1.0)
 

@@ -1,0 +1,54 @@
+"""The comparison statistics and the budget ratio, against float64 computed here directly."""
+
+import math
+
+import numpy as np
+import pytest
+
+from converter.verify.budget import budget_from_error
+from converter.verify.metrics import compare
+
+
+def _reference(ref, got):
+    r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    d = np.abs(g - r)
+    return d.max(), d.mean(), (d / np.maximum(np.abs(r), np.finfo(np.float32).tiny)).max(), \
+        np.dot(r, g) / math.sqrt(np.dot(r, r) * np.dot(g, g))
+
+
+@pytest.mark.parametrize("noise", [1e-7, 1e-4, 0.5])
+def test_compare_matches_float64(noise):
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((64, 3000)).astype(np.float32)
+    got = (ref + noise * rng.standard_normal(ref.shape)).astype(np.float32)
+    m = compare(ref, got)
+    max_abs, mean_abs, max_rel, cosine = _reference(ref, got)
+    assert m.max_abs == pytest.approx(max_abs, rel=1e-6)
+    assert m.mean_abs == pytest.approx(mean_abs, rel=1e-4)
+    assert m.max_rel == pytest.approx(max_rel, rel=1e-6)
+    assert abs(m.cosine - cosine) < 1e-12 + 1e-6 * (1 - cosine)  # 1 - cos is what carries the information
+    worst = abs(float(got[m.worst_index]) - float(ref[m.worst_index]))
+    assert worst == pytest.approx(max_abs, rel=1e-6)
+    assert m.nan == m.inf == 0
+
+
+def test_compare_counts_nan_and_inf_and_reports_them_as_worst():
+    ref = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = ref.copy()
+    got[1, 2], got[2, 0] = np.nan, np.inf
+    m = compare(ref, got)
+    assert (m.nan, m.inf) == (1, 1)
+    assert m.max_abs == math.inf and m.worst_index in {(1, 2), (2, 0)}
+
+
+def test_budget_ratio_is_infinite_for_nan_and_zero_for_equal():
+    rng = np.random.default_rng(2)
+    y = rng.standard_normal(1000).astype(np.float32)
+    e_ref = (y * 1e-7).astype(np.float32)
+    budget = budget_from_error({"torch": "fp32", "paddle": "fp32"}, y, e_ref, None)
+    assert budget.ratio(np.zeros_like(y))[0] == 0.0
+    diff = np.zeros_like(y)
+    diff[17] = np.nan
+    assert budget.ratio(diff)[0] == math.inf
+    small = np.abs(e_ref)  # as large as torch's own float32 error: well within budget
+    assert 0 < budget.ratio(small)[0] < 1
