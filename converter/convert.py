@@ -108,13 +108,14 @@ def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -
 
 class ReadBack:
     """Reads each tensor back from the output file as soon as it is written, and compares it bit
-    for bit with its source under the plan, on a worker thread while the next one is produced."""
+    for bit with its source under the plan, on two worker threads while the next ones are
+    produced (the comparison of a transposed tensor is the slowest step of a conversion)."""
 
     def __init__(self, path: str, plan: MappingPlan, source: Source):
         self.fd = os.open(path, os.O_RDONLY)
         self.table = plan.by_output_name()
         self.source = source
-        self.checker = Behind(self._check)
+        self.checker = Behind(self._check, workers=2)
 
     def written(self, info: TensorInfo, offset: int) -> None:
         self.checker.submit(info.nbytes, info, offset)

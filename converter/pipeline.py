@@ -34,14 +34,14 @@ def ahead(func, items, size, slack: int = SLACK):
 
 
 class Behind:
-    """Run `func(*args)` calls on a worker thread, in order, while the calls not yet finished
-    come to at most `slack` bytes (`submit(nbytes, *args)`); `close()` waits for the rest and
-    returns every result."""
+    """Run `func(*args)` calls on `workers` threads, started in order, while the calls not yet
+    finished come to at most `slack` bytes (`submit(nbytes, *args)`); `close()` waits for the
+    rest and returns every result, in the order submitted."""
 
-    def __init__(self, func, slack: int = SLACK):
+    def __init__(self, func, slack: int = SLACK, workers: int = 1):
         self.func = func
         self.slack = slack
-        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.pool = ThreadPoolExecutor(max_workers=workers)
         self.pending = deque()  # (future, bytes)
         self.held = 0
         self.results = []

@@ -256,8 +256,9 @@ def test_pipeline_keeps_order_and_bounds_the_bytes_in_flight():
             live[0] -= n
     assert got == sizes
     assert peak[0] <= 200 + 100  # the item in hand plus at most the slack
-    checker = Behind(lambda n: n * 2, slack=100)
-    for n in sizes:
-        checker.submit(n, n)
-        assert checker.held <= max(100, n)
-    assert checker.close() == [n * 2 for n in sizes]
+    for workers in (1, 2):
+        checker = Behind(lambda n: n * 2, slack=100, workers=workers)
+        for n in sizes:
+            checker.submit(n, n)
+            assert checker.held <= max(100, n)
+        assert checker.close() == [n * 2 for n in sizes]
