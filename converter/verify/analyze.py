@@ -28,14 +28,14 @@ class Evidence:
     budget: Budget | None = None
 
 
-def _matched(t_out: list[np.ndarray], p_out: list[np.ndarray]):
-    """Outputs paired by position while their shapes agree."""
-    pairs = []
+def _matched(t_out: list, p_out: list) -> int:
+    """How many outputs pair up by position: while their shapes agree."""
+    n = 0
     for a, b in zip(t_out, p_out):
-        if a.shape != b.shape:
+        if tuple(a.shape) != tuple(b.shape):
             break
-        pairs.append((a, b))
-    return pairs
+        n += 1
+    return n
 
 
 def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
@@ -63,23 +63,29 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
     return make_budget(formats, y_t, y64, matmul, rounding)
 
 
-def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
-    """(result with the end-to-end metrics, torch's matched outputs as one array or None, their count)."""
-    t_out = to_numpy_list(t_call.outputs, "torch")
-    p_out = to_numpy_list(p_call.outputs, "paddle")
-    matched = _matched(t_out, p_out)
+def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict | None = None):
+    """(result with the end-to-end metrics, torch's matched outputs as one array or None, their
+    count). `seen` keeps metrics by the outputs' identity: a wrapper that returns its child's
+    output (on both sides) gets the child's figures without comparing again."""
+    t_out, p_out = t_call.outputs, p_call.outputs
+    n = _matched(t_out, p_out)
     result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
                          tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
-    if not matched:
+    if not n:
         result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
                        f"paddle {[list(b.shape) for b in p_out]}")
         result.ratio = float("inf") if t_out and p_out else None
         return result, None, 0
-    y_t = join([a for a, _ in matched])
-    m = compare(y_t, join([b for _, b in matched]))
+    y_t = join(to_numpy_list(t_out[:n], "torch"))
+    key = (tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride())) for a in t_out[:n]), tuple(id(b) for b in p_out[:n]))
+    m = seen.get(key) if seen is not None else None
+    if m is None:
+        m = compare(y_t, join(to_numpy_list(p_out[:n], "paddle")))
+        if seen is not None:
+            seen[key] = m
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    return result, y_t, len(matched)
+    return result, y_t, n
 
 
 def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool = False):
@@ -174,6 +180,7 @@ class Passes:
     rounded_64: dict = field(default_factory=dict)
     s2: dict = field(default_factory=dict)
     e2e: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # end-to-end metrics by the outputs' identity
 
 
 def matmul_stats_all(session, t_calls: dict) -> dict[str, MatmulStats]:
@@ -197,7 +204,7 @@ def end_to_end_until(session, passes: Passes, stop) -> None:
 
 
 def _end_to_end(session, pair, passes: Passes):
-    return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
+    return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], passes.metrics)
 
 
 def analyze_all(session, passes: Passes) -> list[LayerResult]:
