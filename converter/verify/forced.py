@@ -69,9 +69,20 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     handed = Handed()
     handles = []
 
+    converted: dict[int, tuple] = {}  # id -> (weakref, version, numpy copy): each tensor converted once
+
+    def as_numpy(value):
+        version = value._inplace_version() if hasattr(value, "_inplace_version") else None
+        entry = converted.get(id(value))
+        if entry is not None and entry[0]() is value and entry[1] == version:
+            return entry[2]
+        array = paddle_numpy(value)
+        converted[id(value)] = (weakref.ref(value), version, array)
+        return array
+
     def as_computed(value):
         source = handed.source_of(value)
-        return paddle_numpy(value) if source is None else HandedOn(source, tuple(value.shape))
+        return as_numpy(value) if source is None else HandedOn(source, tuple(value.shape))
 
     for pair in pairs:
         t_call = t_calls[pair.torch]
@@ -87,7 +98,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         def post(lay, args, out, _p=pair.paddle):
             run = runs.get(_p)
             if run is not None and not run.outputs:
-                run.outputs = [paddle_numpy(t) for t in flatten(out, is_float)]
+                run.outputs = [as_numpy(t) for t in flatten(out, is_float)]
 
         # first in line: it must see the inputs as computed, before any emulation rounds them
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
