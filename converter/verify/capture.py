@@ -123,21 +123,20 @@ def record_paddle(model, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def capture_torch(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
-    """One torch forward recording the modules at `paths` (all when None)."""
-    recorder = record_torch(session.torch_model, Recorder(paths, keep, limit_bytes))
+def _capture(record, model, run, paths, keep, limit_bytes) -> Recorder:
+    recorder = record(model, Recorder(paths, keep, limit_bytes))
     try:
-        session.run_torch()
+        run()
     finally:
         recorder.remove()
     return recorder
+
+
+def capture_torch(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
+    """One torch forward recording the modules at `paths` (all when None)."""
+    return _capture(record_torch, session.torch_model, session.run_torch, paths, keep, limit_bytes)
 
 
 def capture_paddle(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None)."""
-    recorder = record_paddle(session.paddle_model, Recorder(paths, keep, limit_bytes))
-    try:
-        session.run_paddle()
-    finally:
-        recorder.remove()
-    return recorder
+    return _capture(record_paddle, session.paddle_model, session.run_paddle, paths, keep, limit_bytes)
