@@ -52,3 +52,25 @@ def test_budget_ratio_is_infinite_for_nan_and_zero_for_equal():
     assert budget.ratio(diff)[0] == math.inf
     small = np.abs(e_ref)  # as large as torch's own float32 error: well within budget
     assert 0 < budget.ratio(small)[0] < 1
+
+
+def test_by_identity_forgets_changed_and_dead_objects():
+    import gc
+    import weakref
+
+    import torch
+
+    from converter.verify.identity import ByIdentity
+    table = ByIdentity()
+    t = torch.zeros(3)
+    table.put(t, "zeros", t._version)
+    assert table.get(t, t._version) == "zeros"
+    t.add_(1)  # changed in place: its version moves on
+    assert table.get(t, t._version) is None
+    other = torch.zeros(3)
+    table.put(other, "other")
+    alive = weakref.ref(other)
+    del other
+    gc.collect()
+    assert alive() is None  # the table does not keep its keys alive, so their ids can be reused
+    assert table.get(torch.zeros(3)) is None

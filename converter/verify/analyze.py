@@ -45,9 +45,14 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     return MatmulStats(matmul.s2.reshape(shape), matmul.k)
 
 
+def _matmul_stats(module, call: Call) -> MatmulStats | None:
+    """S2 and K of a torch matmul layer's call; None for any other layer."""
+    return matmul_stats(module, call) if is_torch_matmul(module) else None
+
+
 def _matmul(module, call: Call, shape) -> MatmulStats | None:
     """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
-    return _fitted(matmul_stats(module, call) if is_torch_matmul(module) else None, shape)
+    return _fitted(_matmul_stats(module, call), shape)
 
 
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
@@ -188,8 +193,7 @@ def matmul_stats_all(session, t_calls: dict) -> dict[str, MatmulStats]:
     """S2 and K of every captured torch matmul module, keyed by path (needs no paddle run)."""
     out = {}
     for path, call in t_calls.items():
-        module = session.torch_module(path)
-        stats = matmul_stats(module, call) if is_torch_matmul(module) else None
+        stats = _matmul_stats(session.torch_module(path), call)
         if stats is not None:
             out[path] = stats
     return out

@@ -51,10 +51,14 @@ class Bisector:
         return self.lo >= self.hi
 
 
+def _left(limit_bytes, torch_recorder):
+    """What a memory limit leaves for paddle's capture after torch's."""
+    return None if limit_bytes is None else max(limit_bytes - torch_recorder.held_bytes, 0)
+
+
 def _capture(session, torch_paths=None, paddle_paths=None, keep=True, limit_bytes=None):
     rt = capture_torch(session, torch_paths, keep, limit_bytes)
-    limit_p = None if limit_bytes is None else max(limit_bytes - rt.held_bytes, 0)
-    return rt.calls, capture_paddle(session, paddle_paths, keep, limit_p).calls
+    return rt.calls, capture_paddle(session, paddle_paths, keep, _left(limit_bytes, rt)).calls
 
 
 def first_bad(results: list[LayerResult]) -> LayerResult | None:
@@ -76,11 +80,10 @@ class FullCapture:
             p_paths = {p for p, _ in [("", None)] + list(session.paddle_model.named_sublayers()) if _under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         rt = capture_torch(session, t_paths, True, self.limit_bytes)
-        limit_p = None if self.limit_bytes is None else max(self.limit_bytes - rt.held_bytes, 0)
         # torch work that needs no paddle result runs on the core paddle leaves free
         with Beside(session) as side:
             s2 = side.submit(matmul_stats_all, session, rt.calls)
-            passes = Passes(rt.calls, capture_paddle(session, p_paths, True, limit_p).calls, [])
+            passes = Passes(rt.calls, capture_paddle(session, p_paths, True, _left(self.limit_bytes, rt)).calls, [])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
                                      side.between)

@@ -16,12 +16,12 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .capture import Call, flatten
+from .identity import ByIdentity
 from ..frameworks.paddle_side import to_numpy as paddle_numpy
 from ..frameworks.torch_side import to_numpy as torch_numpy
 from .replay import Handed, _to64, force_paddle_args
@@ -69,15 +69,14 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     handed = Handed()
     handles = []
 
-    converted: dict[int, tuple] = {}  # id -> (weakref, version, numpy copy): each tensor converted once
+    converted = ByIdentity()  # each tensor converted to numpy once
 
     def as_numpy(value):
         version = value._inplace_version() if hasattr(value, "_inplace_version") else None
-        entry = converted.get(id(value))
-        if entry is not None and entry[0]() is value and entry[1] == version:
-            return entry[2]
-        array = paddle_numpy(value)
-        converted[id(value)] = (weakref.ref(value), version, array)
+        array = converted.get(value, version)
+        if array is None:
+            array = paddle_numpy(value)
+            converted.put(value, array, version)
         return array
 
     def as_computed(value):
@@ -111,31 +110,15 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     return runs
 
 
-class KnownErrors:
-    """Errors already found in one float64 pass, by the identity of the float64 tensor and the
-    storage of the recorded one. Modules hand tensors on: a wrapper returns its child's output,
-    a child takes its sibling's output or its parent's input; each such error is computed once.
-    Weak references: an entry is good only while its float64 tensor lives, and version
-    counters: only while neither tensor was changed in place."""
-
-    def __init__(self):
-        self._items: dict[int, tuple] = {}
-
-    @staticmethod
-    def _key(v, r) -> tuple:
-        return v._version, r.data_ptr(), tuple(r.shape), tuple(r.stride()), r.dtype, r._version
-
-    def get(self, v, r):
-        entry = self._items.get(id(v))
-        if entry is not None and entry[0]() is v and entry[1] == self._key(v, r):
-            return entry[2]
-        return None
-
-    def put(self, v, r, err) -> None:
-        self._items[id(v)] = (weakref.ref(v), self._key(v, r), err)
+def _stamp(v, r) -> tuple:
+    """What an error found for the float64 tensor `v` against the recorded `r` depends on
+    beyond `v` itself: r's storage and layout, and both version counters (in-place changes).
+    Modules hand tensors on (a wrapper returns its child's output, a child takes its
+    sibling's output or its parent's input), so each error is computed once."""
+    return v._version, r.data_ptr(), tuple(r.shape), tuple(r.stride()), r.dtype, r._version
 
 
-def _errors(values, recorded, keep: bool, known: KnownErrors):
+def _errors(values, recorded, keep: bool, known: ByIdentity):
     """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
     import torch
     out = []
@@ -143,7 +126,7 @@ def _errors(values, recorded, keep: bool, known: KnownErrors):
         if not v.is_floating_point():
             out.append(None)
             continue
-        err = known.get(v, r)
+        err = known.get(v, _stamp(v, r))
         if err is None:
             with torch.no_grad():
                 diff = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
@@ -151,7 +134,7 @@ def _errors(values, recorded, keep: bool, known: KnownErrors):
                     err = diff.float().numpy()
                 else:
                     err = float(torch.linalg.vector_norm(diff)) / math.sqrt(diff.numel()) if diff.numel() else 0.0
-            known.put(v, r, err)
+            known.put(v, err, _stamp(v, r))
         out.append(err)
     return out
 
@@ -194,7 +177,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     is_any = lambda v: isinstance(v, torch.Tensor)
     keep = fmt is None
     refs: dict[str, Reference] = {}
-    known = KnownErrors()
+    known = ByIdentity()  # errors found so far in this pass
     handles = []
     for path in paths:
         t_call: Call = t_calls[path]
@@ -211,7 +194,8 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             args64, kwargs64 = _to64(_c.args), _to64(_c.kwargs)
             for wide, r in zip(flatten(args64, is_any) + flatten(kwargs64, is_any), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
-                    known.put(wide, r, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0)
+                    known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0,
+                              _stamp(wide, r))
             return args64, kwargs64
 
         def post(mod, args, out, _t=path, _c=t_call):

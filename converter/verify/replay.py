@@ -16,6 +16,7 @@ import numpy as np
 
 from .budget import MatmulStats
 from .capture import Call, flatten
+from .identity import ByIdentity
 from .precision import round_torch_matmuls
 
 
@@ -34,34 +35,32 @@ def forced_paddle_inputs(t_call: Call, p_call: Call):
 class Handed:
     """Paddle copies of torch's recorded tensors handed to layers during one forced pass. A
     parent that passes its own input on to a child hands the child the same copy, so it is
-    made once; and a copy's torch source can be looked up. Weak references: a copy lives only
-    as long as the forward holds it."""
+    made once; and a copy's torch source can be looked up. A copy lives only as long as the
+    forward holds it."""
 
     def __init__(self):
-        self._by_torch: dict[int, tuple] = {}  # id(torch tensor) -> (it, weakref to its copy)
-        self._by_paddle: dict[int, tuple] = {}  # id(copy) -> (weakref to it, torch tensor)
+        self._copies = ByIdentity()  # torch tensor -> weakref to its copy
+        self._sources = ByIdentity()  # copy -> its torch tensor
 
     def copy_of(self, tensor, like):
         """`tensor` (torch) as a paddle tensor on `like`'s place, in `like`'s dtype."""
         import paddle
         import torch
-        entry = self._by_torch.get(id(tensor))
-        if entry is not None and entry[0] is tensor:
-            copy = entry[1]()
-            if copy is not None and copy.dtype == like.dtype and str(copy.place) == str(like.place):
-                return copy
+        made = self._copies.get(tensor)
+        copy = made() if made is not None else None
+        if copy is not None and copy.dtype == like.dtype and str(copy.place) == str(like.place):
+            return copy
         array = tensor.detach().cpu()
         array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
         copy = paddle.to_tensor(array, place=like.place)
         copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
-        self._by_torch[id(tensor)] = (tensor, weakref.ref(copy))
-        self._by_paddle[id(copy)] = (weakref.ref(copy), tensor)
+        self._copies.put(tensor, weakref.ref(copy))
+        self._sources.put(copy, tensor)
         return copy
 
     def source_of(self, value):
         """The torch tensor that the paddle tensor `value` is a copy of, or None."""
-        entry = self._by_paddle.get(id(value))
-        return entry[1] if entry is not None and entry[0]() is value else None
+        return self._sources.get(value)
 
 
 def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | None = None):
