@@ -74,3 +74,41 @@ def test_by_identity_forgets_changed_and_dead_objects():
     gc.collect()
     assert alive() is None  # the table does not keep its keys alive, so their ids can be reused
     assert table.get(torch.zeros(3)) is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda torch: (torch.nn.Linear(96, 40), torch.randn(3, 7, 96)),
+    lambda torch: (torch.nn.Conv2d(6, 8, 3, padding=1, padding_mode="reflect"), torch.randn(2, 6, 9, 9)),
+    lambda torch: (torch.nn.Conv2d(8, 8, 3, groups=4), torch.randn(2, 8, 9, 9)),
+    lambda torch: (torch.nn.ConvTranspose2d(6, 4, 3, stride=2), torch.randn(2, 6, 5, 5)),
+], ids=["linear", "conv_reflect", "conv_groups", "conv_transpose"])
+def test_s2_in_bf16_is_within_two_percent_of_float64(make):
+    """S2 sets the budget's scale, not its last digits: squares rounded to bf16 and summed in
+    float32 stay within 2% of S2 in float64, elementwise."""
+    import torch
+
+    from converter.verify.capture import Call
+    from converter.verify.replay import matmul_stats
+    torch.manual_seed(0)
+    module, x = make(torch)
+    exact = matmul_stats(module.double(), Call("m", "T", 0, args=(x.double(),)), torch.float64)
+    module.float()
+    for dtype in (torch.bfloat16, None):  # bf16, then what this machine picks by default
+        got = matmul_stats(module, Call("m", "T", 0, args=(x,)), dtype)
+        assert got.s2.dtype == np.float32 and got.s2.shape == exact.s2.shape and got.k == exact.k
+        assert np.abs(got.s2 / exact.s2 - 1).max() < 0.02
+
+
+def test_float64_minus_float32_is_exact_before_its_rounding_to_float32():
+    """The float64 reference's error is computed in float64 and only then stored as float32."""
+    import torch
+
+    from converter.verify.forced import _minus
+    rng = np.random.default_rng(3)
+    r32 = torch.from_numpy(rng.standard_normal(5000).astype(np.float32))
+    v64 = r32.double() + torch.from_numpy(rng.standard_normal(5000) * 1e-8)
+    got = _minus(v64, r32)
+    assert got.dtype == np.float32
+    assert np.array_equal(got, (v64.numpy() - r32.numpy().astype(np.float64)).astype(np.float32))
+    half = _minus(v64, r32.half())  # a float16 recording widens exactly too
+    assert np.array_equal(half, (v64.numpy() - r32.half().numpy().astype(np.float64)).astype(np.float32))

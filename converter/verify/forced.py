@@ -16,6 +16,7 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,20 +129,37 @@ def _errors(values, recorded, keep: bool, known: ByIdentity):
             continue
         err = known.get(v, _stamp(v, r))
         if err is None:
-            with torch.no_grad():
-                diff = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
-                if keep:
-                    err = diff.float().numpy()
-                else:
+            if keep:
+                err = _minus(v.detach().cpu(), r.detach().cpu())
+            else:
+                with torch.no_grad():
+                    diff = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
                     err = float(torch.linalg.vector_norm(diff)) / math.sqrt(diff.numel()) if diff.numel() else 0.0
             known.put(v, err, _stamp(v, r))
         out.append(err)
     return out
 
 
+def _minus(v, r) -> np.ndarray:
+    """v - r computed in float64 (r widens element by element), stored as float32: the
+    difference of a float64 value and its float32 result is far inside float32's range."""
+    import torch
+    if r.dtype not in (torch.float32, torch.float64, torch.float16):  # numpy has no bf16
+        return (v - r).float().numpy()
+    a, b = v.numpy(), r.numpy()
+    return np.subtract(a, b, out=np.empty(np.broadcast_shapes(a.shape, b.shape), np.float32), casting="same_kind")
+
+
 def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> dict[str, list]:
     """Per torch path: (input index, the value paddle's enclosing code computed, torch's value)
-    for each input where the two differ. Inputs passed on unchanged need no float64 reference."""
+    for each input where the two differ and the enclosing code made the difference. Inputs
+    passed on unchanged need no check of their own: torch's recorded tensor (equal), or, on
+    both sides, an output of another pair (that pair's own check covers it)."""
+    made = {}  # id of a forced paddle output -> torch's recorded tensor for it
+    for pair in pairs:
+        loc = forced_p.get(pair.paddle)
+        if loc is not None:
+            made.update((id(a), t) for a, t in zip(loc.outputs, t_calls[pair.torch].outputs))
     out = {}
     for pair in pairs:
         loc = forced_p.get(pair.paddle)
@@ -159,12 +177,20 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
                 if got.source is r:
                     continue  # torch's own recorded tensor, handed on: equal
                 got = torch_numpy(got.source)
+            elif id(got) in made and _same_storage(made[id(got)], r):
+                continue  # another pair's output, handed on unchanged on both sides
             t = torch_numpy(r)
             if not np.array_equal(got, t):
                 found.append((i, got, t))
         if found:
             out[pair.torch] = found
     return out
+
+
+def _same_storage(a, b) -> bool:
+    """Two torch tensors that are views of the same values."""
+    return (a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) == (b.data_ptr(), tuple(b.shape),
+                                                                         tuple(b.stride()), b.dtype)
 
 
 def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None) -> dict[str, Reference]:
@@ -178,6 +204,19 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     keep = fmt is None
     refs: dict[str, Reference] = {}
     known = ByIdentity()  # errors found so far in this pass
+    widened = ByIdentity()  # recorded tensor -> weak reference to its float64 copy
+
+    def widen(r):
+        """A recorded tensor's float64 copy: one per tensor (a parent hands its input on, siblings
+        take the same tensor), for as long as the forward holds it unchanged."""
+        made = widened.get(r, r._version)
+        copy = made() if made is not None else None
+        if copy is None or copy._version != 0:
+            copy = r.detach().cpu().double()
+            if copy is not r:
+                widened.put(r, weakref.ref(copy), r._version)
+        return copy
+
     handles = []
     for path in paths:
         t_call: Call = t_calls[path]
@@ -191,7 +230,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             recorded = torch_inputs(_c)
             errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), recorded, keep, known)))
             refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
-            args64, kwargs64 = _to64(_c.args), _to64(_c.kwargs)
+            args64, kwargs64 = _to64(_c.args, widen), _to64(_c.kwargs, widen)
             for wide, r in zip(flatten(args64, is_any) + flatten(kwargs64, is_any), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
                     known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0,

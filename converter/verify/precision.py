@@ -151,6 +151,23 @@ def _is(obj, names) -> bool:
     return any(c.__name__ in names for c in type(obj).__mro__)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX512-BF16; Linux only:
+    elsewhere False, which only costs speed)."""
+    global _NATIVE_BF16
+    if _NATIVE_BF16 is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        except OSError:
+            flags = []
+        _NATIVE_BF16 = bool({"amx_bf16", "avx512_bf16"} & set(flags))
+    return _NATIVE_BF16
+
+
+_NATIVE_BF16: bool | None = None
+
+
 def is_torch_matmul(module) -> bool:
     """A torch layer whose matmul or convolution a lower-precision format rounds the inputs of."""
     return _is(module, TORCH_MATMUL_TYPES) and getattr(module, "weight", None) is not None

@@ -17,7 +17,7 @@ import numpy as np
 from .budget import MatmulStats
 from .capture import Call, flatten
 from .identity import ByIdentity
-from .precision import round_torch_matmuls
+from .precision import cpu_has_native_bf16, round_torch_matmuls
 
 
 def _torch_tensors(call: Call) -> list:
@@ -113,14 +113,18 @@ def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     return to_numpy_list(flatten(out, is_tensor), "paddle")
 
 
-def _to64(value):
+def _to64(value, widen=None):
+    """`value` with its floating tensors widened to float64 (by `widen` when given) and moved to
+    the CPU."""
     import torch
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().double() if value.is_floating_point() else value.cpu()
+        if not value.is_floating_point():
+            return value.cpu()
+        return widen(value) if widen is not None else value.detach().cpu().double()
     if isinstance(value, (list, tuple)):
-        return type(value)(_to64(v) for v in value)
+        return type(value)(_to64(v, widen) for v in value)
     if isinstance(value, dict):
-        return {k: _to64(v) for k, v in value.items()}
+        return {k: _to64(v, widen) for k, v in value.items()}
     return value
 
 
@@ -150,27 +154,38 @@ def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray
     return to_numpy_list(flatten(out, is_tensor), "torch")
 
 
-def matmul_stats(module, call: Call) -> MatmulStats | None:
-    """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for torch matmul layers."""
+def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
+    """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for torch matmul layers.
+
+    A budget needs S2's magnitude, not its last digits: by default the squares are rounded to
+    bf16 (8 bits, float32's range) and summed in float32 by the bf16 kernels, which puts S2
+    within about 1%, where the CPU has bf16 matrix units (several times faster there); float32
+    elsewhere. `s2_dtype` overrides the choice."""
     import torch
     import torch.nn.functional as F
     names = {c.__name__ for c in type(module).__mro__}
     if not call.args or not isinstance(call.args[0], torch.Tensor) or getattr(module, "weight", None) is None:
         return None
-    # a budget needs S2's magnitude, not its last digits: float32 is enough and fast
-    x2 = call.args[0].detach().float().cpu() ** 2
-    w2 = module.weight.detach().float().cpu() ** 2
+    x, w = call.args[0].detach(), module.weight.detach()
+    if s2_dtype is None:
+        s2_dtype = torch.bfloat16 if x.device.type == "cpu" and cpu_has_native_bf16() else torch.float32
+    x2, w2 = _squared(x.cpu(), s2_dtype), _squared(w.cpu(), s2_dtype)
+    as_stats = lambda s2, k: MatmulStats(s2.float().numpy(), k)
     with torch.no_grad():
         if "Linear" in names:
-            return MatmulStats(F.linear(x2, w2).numpy(), module.in_features)
+            return as_stats(F.linear(x2, w2), module.in_features)
         if "Conv1D" in names and "Conv1d" not in names:  # HF GPT-2: weight [in, out]
-            return MatmulStats((x2 @ w2).numpy(), w2.shape[0])
+            return as_stats(x2 @ w2, w2.shape[0])
         kernel = float(np.prod(module.kernel_size))
         if names & {"Conv1d", "Conv2d", "Conv3d"}:
-            return MatmulStats(module._conv_forward(x2, w2, None).numpy(),
-                               module.in_channels / module.groups * kernel)
+            return as_stats(module._conv_forward(x2, w2, None), module.in_channels / module.groups * kernel)
         if names & {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}:
             fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[len(module.kernel_size)]
             s2 = fn(x2, w2, None, module.stride, module.padding, module.output_padding, module.groups, module.dilation)
-            return MatmulStats(s2.numpy(), max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
+            return as_stats(s2, max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
     return None
+
+
+def _squared(t, dtype):
+    """t * t in `dtype`, never in place on `t` itself."""
+    return t.square() if t.dtype == dtype else t.to(dtype).square_()
