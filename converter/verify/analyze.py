@@ -189,13 +189,17 @@ class Passes:
     local: dict = field(default_factory=dict)  # local figures by the identity of what they come from
 
 
-def matmul_stats_all(session, t_calls: dict) -> dict[str, MatmulStats]:
-    """S2 and K of every captured torch matmul module, keyed by path (needs no paddle run)."""
-    out = {}
+def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
+    """S2 and K of every captured torch matmul module, keyed by path, into `into` (needs no paddle
+    run). With `stop`, it returns when `stop()` is true, and a later call does the rest."""
+    out = {} if into is None else into
     for path, call in t_calls.items():
+        if path in out:
+            continue
+        if stop is not None and stop():
+            break
         stats = _matmul_stats(session.torch_module(path), call)
-        if stats is not None:
-            out[path] = stats
+        out[path] = stats
     return out
 
 
@@ -271,8 +275,11 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, n) -> tuple:
         top = float("inf")
     if top == 0:
         return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
-    ratio, budget = _output_budget(session, pair, passes, ref, y_t, n).ratio(diff)
-    return top, float(diff.mean()), ratio, budget
+    mean = float(np.add.reduce(diff, axis=None)) / diff.size
+    budget = _output_budget(session, pair, passes, ref, y_t, n)
+    with np.errstate(over="ignore"):
+        ratio, tolerance = budget.ratio_of_squares(np.square(diff, out=diff).reshape(budget.var.shape))
+    return top, mean, ratio, tolerance
 
 
 def _output_budget(session, pair, passes: Passes, ref, y_t, n) -> Budget:

@@ -67,10 +67,14 @@ class Budget:
     def ratio(self, diff: np.ndarray) -> tuple[float, float]:
         """(ratio, budget at the worst element) for an elementwise |difference|."""
         diff = np.asarray(diff).reshape(self.var.shape)
-        if diff.size == 0:
+        with np.errstate(over="ignore"):
+            return self.ratio_of_squares(np.square(diff, dtype=np.float32))
+
+    def ratio_of_squares(self, q: np.ndarray) -> tuple[float, float]:
+        """The same from the squared differences (float32, laid out as var), which it overwrites."""
+        if q.size == 0:
             return 0.0, 0.0
         with np.errstate(over="ignore", invalid="ignore"):
-            q = np.square(diff, dtype=np.float32)
             np.divide(q, self.var, out=q)
         worst = int(np.argmax(q))  # the first NaN, when there is one: over any budget
         top = float(q.flat[worst])
@@ -95,19 +99,19 @@ def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulS
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
                       rounding_rms: dict | None = None) -> Budget:
     """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty)."""
-    # means in float32: numpy sums pairwise, to a few units of u32, which is plenty for a budget
+    # means from float32 dot products and sums: a few units of u32, plenty for a budget
+    shape = np.shape(matmul.s2) if matmul is not None else np.shape(e_ref)
+    e_ref, y = e_ref.ravel(), y.ravel()
     n = max(e_ref.size, 1)
-    e2 = np.square(e_ref, dtype=np.float32)
-    e_ref_ms = float(np.sum(e2)) / n
-    out2 = np.multiply(y, np.float32(U32), dtype=np.float32)  # output rounding: (u32 |y|)^2, per side
-    np.square(out2, out=out2)
-    out_ms = float(np.sum(out2)) / n
+    e_ref_ms = float(np.dot(e_ref, e_ref)) / n
+    y2 = np.square(y, dtype=np.float32)
+    out_ms = U32 * U32 * float(np.dot(y, y)) / n  # output rounding: (u32 |y|)^2, per side
     rounding_rms = rounding_rms or {}
     kappa = 1.0
     per_side = {}
     if matmul is not None:
-        s2 = matmul.s2.astype(np.float32, copy=False)
-        s2_mean = float(np.mean(s2)) if s2.size else 0.0
+        s2 = matmul.s2.astype(np.float32, copy=False).ravel()
+        s2_mean = _mean(s2)
         acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
         model_ms = acc_unit ** 2 * s2_mean
         kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
@@ -117,6 +121,7 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
             coef += c
             per_side[side] = math.sqrt(c * s2_mean + out_ms)
         var = np.multiply(s2, np.float32(coef), dtype=np.float32)
+        const = 0.0
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
@@ -125,12 +130,15 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
             inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
             const += e_ref_ms + (inp or 0.0) ** 2
             per_side[side] = math.sqrt(e_ref_ms + (inp or 0.0) ** 2 + e_ref_ms + out_ms)
-        var = e2
+        var = np.square(e_ref, dtype=np.float32)
         var *= np.float32(len(formats))
-        var += np.float32(const)
-    out2 *= np.float32(len(formats))
-    var += out2
-    np.maximum(var, np.finfo(np.float32).tiny, out=var)
+    y2 *= np.float32(U32 * U32 * len(formats))
+    var += y2
+    var += np.float32(const + np.finfo(np.float32).tiny)  # never 0: no division by it
     detail = {"kappa": kappa, "fp32_observed_rms": math.sqrt(e_ref_ms),
               "model": "matmul" if matmul is not None else "observed", "sigma_rms": per_side}
-    return Budget(var, dict(formats), detail)
+    return Budget(var.reshape(shape), dict(formats), detail)
+
+
+def _mean(a: np.ndarray) -> float:
+    return float(np.add.reduce(a, dtype=np.float32)) / a.size if a.size else 0.0

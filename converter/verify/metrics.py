@@ -33,15 +33,15 @@ def join(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(a).ravel() for a in arrays])
 
 
-def _cosine(ref: np.ndarray, got: np.ndarray, d: np.ndarray) -> float:
-    """cos(ref, got) from float32 dot products, exact to about 1e-12 near 1: 1 - cos is
-    computed from d = got - ref, since |d|^2 = |r|^2 + |g|^2 - 2 r.g and |g| - |r| = d.(g + r) / (|g| + |r|)."""
-    r, g, d = ref.ravel(), got.ravel(), d.ravel()
-    nr, ng = math.sqrt(float(np.dot(r, r))), math.sqrt(float(np.dot(g, g)))
+def _cosine(rr: float, dr: float, dd: float) -> float:
+    """cos(ref, got) from float32 dot products of ref and d = got - ref, exact to about 1e-12
+    near 1: |g|^2 = |r|^2 + 2 d.r + |d|^2, |g| - |r| = (2 d.r + |d|^2) / (|g| + |r|), and
+    1 - cos = (|d|^2 - (|g| - |r|)^2) / (2 |r| |g|)."""
+    nr, ng = math.sqrt(rr), math.sqrt(max(rr + 2 * dr + dd, 0.0))
     if nr == 0 or ng == 0 or not math.isfinite(nr * ng):
         return float(nr == ng)
-    gap = (float(np.dot(d, g)) + float(np.dot(d, r))) / (nr + ng)  # |g| - |r| = d.(g + r) / (|g| + |r|)
-    one_minus = (float(np.dot(d, d)) - gap * gap) / (2 * nr * ng)
+    gap = (2 * dr + dd) / (nr + ng)
+    one_minus = (dd - gap * gap) / (2 * nr * ng)
     return min(max(1.0 - one_minus, -1.0), 1.0)
 
 
@@ -54,17 +54,21 @@ def _compare(ref: np.ndarray, got: np.ndarray) -> Metrics:
     if ref.size == 0:
         return Metrics(tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0, 0, ())
     d = np.subtract(got, ref)
-    diff = np.abs(d)
-    worst = int(np.argmax(diff))  # a NaN, when there is one
+    r, flat = ref.ravel(), d.ravel()
+    dd = float(np.dot(flat, flat))
     nan = inf = 0
-    if not math.isfinite(float(diff.flat[worst])):
+    if math.isfinite(dd):
+        dots = float(np.dot(r, r)), float(np.dot(flat, r)), dd  # before d loses its signs
+        diff = np.abs(d, out=d)
+    else:
         nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
-        diff = np.nan_to_num(diff, nan=np.inf)
-        got = np.nan_to_num(got)
-        d = np.subtract(got, ref)
-        worst = int(np.argmax(diff))
+        diff = np.nan_to_num(np.abs(d), nan=np.inf)
+        d = np.subtract(np.nan_to_num(got), ref).ravel()
+        dots = float(np.dot(r, r)), float(np.dot(d, r)), float(np.dot(d, d))
+    worst = int(np.argmax(diff))
     rel = np.abs(ref)
-    np.maximum(rel, np.finfo(np.float32).tiny, out=rel)
+    rel += np.finfo(np.float32).tiny  # no division by 0; a no-op for any |ref| above about 1e-31
     np.divide(diff, rel, out=rel)
-    return Metrics(tuple(ref.shape), float(diff.flat[worst]), float(np.mean(diff)), float(rel.max()),
-                   _cosine(ref, got, d), nan, inf, tuple(int(i) for i in np.unravel_index(worst, diff.shape)))
+    return Metrics(tuple(ref.shape), float(diff.flat[worst]), float(np.add.reduce(diff, axis=None)) / diff.size,
+                   float(rel.max()), _cosine(*dots), nan, inf,
+                   tuple(int(i) for i in np.unravel_index(worst, diff.shape)))
