@@ -140,3 +140,21 @@ def test_auto_strategy_switches_to_binary_search_when_activations_do_not_fit():
     assert report.strategy == "binary"
     assert any("switched to the low-memory binary search" in n for n in report.notes)
     assert report.first_bad.torch == bug.culprit
+
+
+def test_captures_running_at_once_share_one_memory_limit():
+    """Full capture records torch and paddle at the same time: the limit bounds what both hold
+    together, and once it is passed both stop."""
+    from converter.examples import bert_port as B
+    from converter.verify.bisect import FullCapture
+    from converter.verify.capture import Allowance, CaptureTooLarge, capture_torch
+    from converter.verify.session import PortSession
+    session = PortSession(spec_from_functions(B.torch_model, B.paddle_model, B.inputs, label="bert"),
+                          Options(device="cpu"))
+    alone = Allowance()
+    capture_torch(session, allowance=alone)
+    assert alone.held > 0
+    with pytest.raises(CaptureTooLarge):  # either side alone fits, both together do not
+        FullCapture(int(alone.held * 1.5)).run(session)
+    results = FullCapture(int(alone.held * 2.5)).run(session)
+    assert any(r.within_budget is False for r in results)  # the bundled port's GELU bug

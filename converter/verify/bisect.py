@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
 from .forced import forced_paddle, torch_references
 from .overlap import Beside
 from .budget import make_budget
-from .capture import Recorder, capture_paddle, capture_torch, record_torch
+from .capture import Allowance, Recorder, capture_paddle, capture_torch, record_torch
 from .metrics import compare, join
 from .replay import to_numpy_list
 from .report import LayerResult
@@ -51,14 +52,9 @@ class Bisector:
         return self.lo >= self.hi
 
 
-def _left(limit_bytes, torch_recorder):
-    """What a memory limit leaves for paddle's capture after torch's."""
-    return None if limit_bytes is None else max(limit_bytes - torch_recorder.held_bytes, 0)
-
-
-def _capture(session, torch_paths=None, paddle_paths=None, keep=True, limit_bytes=None):
-    rt = capture_torch(session, torch_paths, keep, limit_bytes)
-    return rt.calls, capture_paddle(session, paddle_paths, keep, _left(limit_bytes, rt)).calls
+def _capture(session, torch_paths=None, paddle_paths=None, keep=True):
+    rt = capture_torch(session, torch_paths, keep)
+    return rt.calls, capture_paddle(session, paddle_paths, keep).calls
 
 
 def first_bad(results: list[LayerResult]) -> LayerResult | None:
@@ -79,18 +75,26 @@ class FullCapture:
             t_paths = {p for p, _ in session.torch_model.named_modules() if _under(p, prefix[0])}
             p_paths = {p for p, _ in [("", None)] + list(session.paddle_model.named_sublayers()) if _under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
-        rt = capture_torch(session, t_paths, True, self.limit_bytes)
-        # torch work that needs no paddle result runs on the core paddle leaves free
+        allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
+        # the captures run at once (paddle computes on one core on CPU); then torch work that
+        # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
         with Beside(session) as side:
-            s2 = side.submit(matmul_stats_all, session, rt.calls)
-            passes = Passes(rt.calls, capture_paddle(session, p_paths, True, _left(self.limit_bytes, rt)).calls, [])
+            rt = side.submit(capture_torch, session, t_paths, True, allowance)
+            paddle_captured = threading.Event()
+            s2 = {}  # S2 of the torch matmul modules: the worker's until paddle's capture ends
+            s2_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, s2, paddle_captured.is_set))
+            rp = capture_paddle(session, p_paths, True, allowance)
+            paddle_captured.set()
+            passes = Passes(rt.result().calls, rp.calls, [], s2=s2)
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
                                      side.between)
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
+            s2_first.result()
+            with side.beside_worker():
+                matmul_stats_all(session, passes.t_calls, s2)  # the rest
             end_to_end_until(session, passes, references.done)
             side.main_done()
-            passes.s2 = s2.result()
             passes.forced_64, passes.rounded_64 = references.result()
         self.calls = (passes.t_calls, passes.p_calls)
         self.pairs = passes.pairs

@@ -5,6 +5,7 @@ their floating tensors."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 
 
@@ -41,16 +42,33 @@ class CaptureTooLarge(Exception):
     """Recorded activations passed the memory limit: a low-memory strategy is needed."""
 
 
+class Allowance:
+    """Bytes that recorders may hold between them (no limit when `limit` is None). Recorders
+    that run at once share one: once it is exceeded, every recorder using it stops."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = limit
+        self.held = 0
+        self.exceeded = False
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            self.held += n
+            self.exceeded = self.exceeded or (self.limit is not None and self.held > self.limit)
+        if self.exceeded:
+            raise CaptureTooLarge(self.held)
+
+
 class Recorder:
     """Records calls of the modules named in `paths` (all when None). With keep=False only the
-    order, types and output shapes are kept (an outline); `limit_bytes` bounds what is held."""
+    order, types and output shapes are kept (an outline); `allowance` bounds what is held."""
 
-    def __init__(self, paths=None, keep=True, limit_bytes=None):
+    def __init__(self, paths=None, keep=True, allowance: Allowance | None = None):
         self.paths = paths
         self.keep_inputs = keep
         self.keep_outputs = keep
-        self.limit_bytes = limit_bytes
-        self.held_bytes = 0
+        self.allowance = allowance or Allowance()
         self.calls: dict[str, Call] = {}
         self.counter = 0
         self.handles = []
@@ -75,9 +93,7 @@ class Recorder:
         call.shapes = [tuple(t.shape) for t in tensors]
         if self.keep_outputs:
             call.outputs = [detach(t) for t in tensors]
-            self.held_bytes += sum(int(t.numel()) * t.element_size() for t in tensors) * 2  # inputs alike
-            if self.limit_bytes is not None and self.held_bytes > self.limit_bytes:
-                raise CaptureTooLarge(self.held_bytes)
+            self.allowance.take(sum(int(t.numel()) * t.element_size() for t in tensors) * 2)  # inputs alike
 
     def ordered(self) -> list[Call]:
         """Calls in completion order: children before their parent, as execution finishes them."""
@@ -123,8 +139,8 @@ def record_paddle(model, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def _capture(record, model, run, paths, keep, limit_bytes) -> Recorder:
-    recorder = record(model, Recorder(paths, keep, limit_bytes))
+def _capture(record, model, run, paths, keep, allowance) -> Recorder:
+    recorder = record(model, Recorder(paths, keep, allowance))
     try:
         run()
     finally:
@@ -132,11 +148,11 @@ def _capture(record, model, run, paths, keep, limit_bytes) -> Recorder:
     return recorder
 
 
-def capture_torch(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
+def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One torch forward recording the modules at `paths` (all when None)."""
-    return _capture(record_torch, session.torch_model, session.run_torch, paths, keep, limit_bytes)
+    return _capture(record_torch, session.torch_model, session.run_torch, paths, keep, allowance)
 
 
-def capture_paddle(session, paths=None, keep=True, limit_bytes=None) -> Recorder:
+def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None)."""
-    return _capture(record_paddle, session.paddle_model, session.run_paddle, paths, keep, limit_bytes)
+    return _capture(record_paddle, session.paddle_model, session.run_paddle, paths, keep, allowance)

@@ -9,6 +9,7 @@ main thread works, all of them once it only waits (at the worker's next `between
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 
@@ -32,6 +33,17 @@ class Beside:
 
     def submit(self, func, *args) -> Future:
         return self._pool.submit(func, *args)
+
+    @contextlib.contextmanager
+    def beside_worker(self):
+        """On the main thread: torch work here takes only the cores the worker leaves free."""
+        import torch
+        before = torch.get_num_threads()
+        torch.set_num_threads(max(self.threads - self.share, 1) if self.share != self.threads else before)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def main_done(self) -> None:
         """From the main thread: it has nothing left to do but wait."""
