@@ -83,8 +83,10 @@ class FullCapture:
             paddle_captured = threading.Event()
             s2 = {}  # S2 of the torch matmul modules: the worker's until paddle's capture ends
             s2_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, s2, paddle_captured.is_set))
-            rp = capture_paddle(session, p_paths, True, allowance)
-            paddle_captured.set()
+            try:
+                rp = capture_paddle(session, p_paths, True, allowance)
+            finally:
+                paddle_captured.set()
             passes = Passes(rt.result().calls, rp.calls, [], s2=s2)
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,

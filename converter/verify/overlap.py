@@ -1,10 +1,11 @@
 """Torch work beside the paddle passes.
 
 On CPU paddle computes on one core by default, and numpy and both frameworks release the
-GIL while they compute, so torch work that needs no paddle result (S2, the float64
-references) runs on a worker thread meanwhile, on the other cores. OpenMP keeps the thread
-count per thread, so the worker sets its own: one core fewer than torch's usual while the
-main thread works, all of them once it only waits (at the worker's next `between()`).
+GIL while they compute, so torch work that needs no paddle result (its capture, S2, the
+float64 references) runs on a worker thread meanwhile, on the other cores. OpenMP keeps
+the thread count per thread, so the worker sets its own: one core fewer than torch's usual
+while the main thread works, all of them once it only waits (at the worker's next
+`between()`). Torch work on the main thread meanwhile takes the core left (`beside_worker`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ class Beside:
 
     def __enter__(self):
         import torch
-        self._pool = ThreadPoolExecutor(max_workers=1, initializer=torch.set_num_threads, initargs=(self.share,))
+        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+        def start():  # both are kept per thread: the thread count by OpenMP, the device by CUDA
+            torch.set_num_threads(self.share)
+            if device is not None:
+                torch.cuda.set_device(device)
+        self._pool = ThreadPoolExecutor(max_workers=1, initializer=start)
         return self
 
     def __exit__(self, *exc):
