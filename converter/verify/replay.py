@@ -159,18 +159,18 @@ def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
 
     A budget needs S2's magnitude, not its last digits: by default the squares are rounded to
     bf16 (8 bits, float32's range) and summed in float32 by the bf16 kernels, which puts S2
-    within about 1%, where the CPU has bf16 matrix units (several times faster there); float32
-    elsewhere. `s2_dtype` overrides the choice."""
+    within 2%, where the CPU has bf16 matrix units (several times faster there); float32
+    elsewhere (on a GPU, on the GPU). `s2_dtype` overrides the choice."""
     import torch
     import torch.nn.functional as F
     names = {c.__name__ for c in type(module).__mro__}
     if not call.args or not isinstance(call.args[0], torch.Tensor) or getattr(module, "weight", None) is None:
         return None
-    x, w = call.args[0].detach(), module.weight.detach()
+    x, w = call.args[0].detach(), module.weight.detach()  # on the device they ran on
     if s2_dtype is None:
         s2_dtype = torch.bfloat16 if x.device.type == "cpu" and cpu_has_native_bf16() else torch.float32
-    x2, w2 = _squared(x.cpu(), s2_dtype), _squared(w.cpu(), s2_dtype)
-    as_stats = lambda s2, k: MatmulStats(s2.float().numpy(), k)
+    x2, w2 = _squared(x, s2_dtype), _squared(w.to(x.device), s2_dtype)
+    as_stats = lambda s2, k: MatmulStats(s2.float().cpu().numpy(), k)
     with torch.no_grad():
         if "Linear" in names:
             return as_stats(F.linear(x2, w2), module.in_features)
