@@ -17,6 +17,9 @@ from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64,
 from .report import LayerResult
 
 
+ANALYSIS_THREADS = 8
+
+
 @dataclass
 class Evidence:
     """What an analysis saw, kept for the diagnosis of the first bad layer."""
@@ -224,11 +227,13 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
 
     def one(pair):
         return _analyze_forced(session, pair, passes, children[pair.torch], differing)
-    # numpy and torch release the GIL on whole-array work: two threads keep two cores busy,
-    # each with one torch thread (OpenMP keeps the count per thread)
+    # numpy and torch release the GIL on whole-array work: one thread per core torch may use
+    # (up to 8: the Python between the arrays is serial), each with one torch thread (OpenMP
+    # keeps the count per thread)
     import torch
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=2, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    workers = max(1, min(torch.get_num_threads(), ANALYSIS_THREADS))
+    with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         return list(pool.map(one, passes.pairs))
 
 
