@@ -193,16 +193,16 @@ class Passes:
 
 
 def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
-    """S2 and K of every captured torch matmul module, keyed by path, into `into` (needs no paddle
-    run). With `stop`, it returns when `stop()` is true, and a later call does the rest."""
+    """S2 and K of every captured torch module, keyed by path (None for modules that are not
+    matmuls), into `into`; needs no paddle run. With `stop`, it returns once `stop()` is true,
+    and a later call does the rest."""
     out = {} if into is None else into
     for path, call in t_calls.items():
         if path in out:
             continue
         if stop is not None and stop():
             break
-        stats = _matmul_stats(session.torch_module(path), call)
-        out[path] = stats
+        out[path] = _matmul_stats(session.torch_module(path), call)
     return out
 
 
