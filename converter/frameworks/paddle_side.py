@@ -24,6 +24,33 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def is_tensor(value) -> bool:
+    return isinstance(value, import_paddle().Tensor)
+
+
+def is_float_tensor(value) -> bool:
+    paddle = import_paddle()
+    return isinstance(value, paddle.Tensor) and value.dtype in (paddle.float32, paddle.float64, paddle.float16,
+                                                                paddle.bfloat16)
+
+
+def named_layers(model) -> list:
+    """(path, layer) for the model and every layer inside it, the model's path being ""."""
+    return [("", model)] + list(model.named_sublayers())
+
+
+def add_hooks(layer, pre=None, post=None, first=False) -> list:
+    """Hooks on one layer: pre(layer, args, kwargs) may return new (args, kwargs);
+    post(layer, args, output). `first` puts the pre-hook before those already there.
+    Returns the handles, to remove them."""
+    handles = []
+    if pre is not None:
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=first))
+    if post is not None:
+        handles.append(layer.register_forward_post_hook(post))
+    return handles
+
+
 def forward(model, inputs, device: str):
     """The model on the spec's inputs (a dict of keyword arrays or a tuple of positional ones)."""
     paddle = import_paddle()

@@ -22,6 +22,31 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def is_tensor(value) -> bool:
+    return isinstance(value, import_torch().Tensor)
+
+
+def is_float_tensor(value) -> bool:
+    return is_tensor(value) and value.is_floating_point()
+
+
+def named_layers(model) -> list:
+    """(path, module) for the model and every module inside it, the model's path being ""."""
+    return list(model.named_modules())
+
+
+def add_hooks(layer, pre=None, post=None, first=False) -> list:
+    """Hooks on one module: pre(module, args, kwargs) may return new (args, kwargs);
+    post(module, args, output). `first` puts the pre-hook before those already there.
+    Returns the handles, to remove them."""
+    handles = []
+    if pre is not None:
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=first))
+    if post is not None:
+        handles.append(layer.register_forward_hook(post))
+    return handles
+
+
 def forward(model, inputs, device: str):
     """The model on the spec's inputs (a dict of keyword arrays or a tuple of positional ones)."""
     torch = import_torch()

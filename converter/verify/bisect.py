@@ -24,7 +24,8 @@ from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
 from .forced import forced_paddle, torch_references
 from .overlap import Beside
 from .budget import make_budget
-from .capture import Allowance, Recorder, capture_paddle, capture_torch, record_torch
+from ..frameworks import paddle_side, torch_side
+from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
 from .metrics import compare, join
 from .replay import to_numpy_list
 from .report import LayerResult
@@ -72,8 +73,8 @@ class FullCapture:
         """Results for every pair (inside one torch/paddle subtree when `prefix` is given)."""
         t_paths = p_paths = None
         if prefix is not None:
-            t_paths = {p for p, _ in session.torch_model.named_modules() if _under(p, prefix[0])}
-            p_paths = {p for p, _ in [("", None)] + list(session.paddle_model.named_sublayers()) if _under(p, prefix[1])}
+            t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if _under(p, prefix[0])}
+            p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if _under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
         # the captures run at once (paddle computes on one core on CPU); then torch work that
@@ -143,7 +144,7 @@ class BinarySearch:
     @staticmethod
     def _reference(session, path: str, fmt: str | None = None) -> np.ndarray:
         """The float64 torch model's output at `path` (matmul inputs rounded to `fmt` if given)."""
-        ref = record_torch(session.torch64, Recorder({path}))
+        ref = record(torch_side, session.torch64, Recorder({path}))
         try:
             session.run_torch64(fmt)
         finally:

@@ -24,6 +24,11 @@ def flatten(value, is_tensor) -> list:
     return []
 
 
+def call_tensors(args, kwargs, is_tensor) -> list:
+    """The tensors a call received: positional, then keyword, each in a stable order."""
+    return flatten(args, is_tensor) + flatten(kwargs, is_tensor)
+
+
 @dataclass
 class Call:
     """One call of a module: where it sat in execution order, its inputs and outputs."""
@@ -83,7 +88,7 @@ class Recorder:
                                 args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
         self.counter += 1
 
-    def _post(self, path, output, is_tensor, detach):
+    def _post(self, path, output, is_tensor):
         call = self.calls.get(path)
         if call is None or call.end >= 0:
             return
@@ -92,7 +97,7 @@ class Recorder:
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
         if self.keep_outputs:
-            call.outputs = [detach(t) for t in tensors]
+            call.outputs = [t.detach() for t in tensors]
             self.allowance.take(sum(int(t.numel()) * t.element_size() for t in tensors) * 2)  # inputs alike
 
     def ordered(self) -> list[Call]:
@@ -105,42 +110,21 @@ class Recorder:
         self.handles = []
 
 
-def record_torch(model, recorder: Recorder) -> Recorder:
-    import torch
-
-    def is_tensor(v):
-        return isinstance(v, torch.Tensor) and v.is_floating_point()
-
-    for path, module in model.named_modules():
-        if not recorder.wants(path):
-            continue
-        name = type(module).__name__
-        recorder.handles.append(module.register_forward_pre_hook(
-            lambda m, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs), with_kwargs=True))
-        recorder.handles.append(module.register_forward_hook(
-            lambda m, args, out, _p=path: recorder._post(_p, out, is_tensor, lambda t: t.detach())))
-    return recorder
-
-
-def record_paddle(model, recorder: Recorder) -> Recorder:
-    import paddle
-
-    def is_tensor(v):
-        return isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64, paddle.float16, paddle.bfloat16)
-
-    for path, layer in [("", model)] + list(model.named_sublayers()):
+def record(side, model, recorder: Recorder) -> Recorder:
+    """Hooks that record the calls of `model`'s modules into `recorder`; `side` is the
+    framework's adapter (frameworks.torch_side or paddle_side)."""
+    for path, layer in side.named_layers(model):
         if not recorder.wants(path):
             continue
         name = type(layer).__name__
-        recorder.handles.append(layer.register_forward_pre_hook(
-            lambda lay, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs), with_kwargs=True))
-        recorder.handles.append(layer.register_forward_post_hook(
-            lambda lay, args, out, _p=path: recorder._post(_p, out, is_tensor, lambda t: t.detach())))
+        recorder.handles += side.add_hooks(
+            layer, pre=lambda lay, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs),
+            post=lambda lay, args, out, _p=path: recorder._post(_p, out, side.is_float_tensor))
     return recorder
 
 
-def _capture(record, model, run, paths, keep, allowance) -> Recorder:
-    recorder = record(model, Recorder(paths, keep, allowance))
+def _capture(side, model, run, paths, keep, allowance) -> Recorder:
+    recorder = record(side, model, Recorder(paths, keep, allowance))
     try:
         run()
     finally:
@@ -150,9 +134,11 @@ def _capture(record, model, run, paths, keep, allowance) -> Recorder:
 
 def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One torch forward recording the modules at `paths` (all when None)."""
-    return _capture(record_torch, session.torch_model, session.run_torch, paths, keep, allowance)
+    from ..frameworks import torch_side
+    return _capture(torch_side, session.torch_model, session.run_torch, paths, keep, allowance)
 
 
 def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None)."""
-    return _capture(record_paddle, session.paddle_model, session.run_paddle, paths, keep, allowance)
+    from ..frameworks import paddle_side
+    return _capture(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
 from .precision import round_array
 from .report import Diagnosis, LayerResult
@@ -40,7 +41,7 @@ def _walk_pairs(ctx):
     """(torch path, torch module, paddle layer) for the culprit and its sublayers that have the
     same relative path on both sides."""
     t_root, p_root = ctx.torch_module, ctx.paddle_layer
-    p_layers = dict([("", p_root)] + list(p_root.named_sublayers()))
+    p_layers = dict(paddle_side.named_layers(p_root))
     for rel, module in t_root.named_modules():
         if rel in p_layers:
             yield ".".join(filter(None, [ctx.result.torch, rel])) or "<model>", module, p_layers[rel]
@@ -220,7 +221,7 @@ def check_training(ctx) -> list[Diagnosis]:
     """A layer in training mode, or randomness between two identical runs (dropout left on)."""
     from .replay import run_paddle
     out = []
-    training = [n for n, l in [("", ctx.paddle_layer)] + list(ctx.paddle_layer.named_sublayers()) if l.training]
+    training = [n for n, l in paddle_side.named_layers(ctx.paddle_layer) if l.training]
     if training:
         out.append(Diagnosis(ctx.name, f"paddle layer(s) in training mode: {', '.join(training[:3]) or '<this layer>'}",
                              "call model.eval() on the paddle model before comparing"))

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .capture import Call, flatten
+from ..frameworks import paddle_side, torch_side
+from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity
-from ..frameworks.paddle_side import to_numpy as paddle_numpy
-from ..frameworks.torch_side import to_numpy as torch_numpy
-from .replay import Handed, _to64, force_paddle_args
+from .replay import Handed, _to64, force_paddle_args, torch_inputs
 
 
 @dataclass
@@ -55,17 +54,7 @@ class Reference:
     input_rms: dict = field(default_factory=dict)
 
 
-def torch_inputs(call: Call) -> list:
-    import torch
-    is_any = lambda v: isinstance(v, torch.Tensor)
-    return flatten(call.args, is_any) + flatten(call.kwargs, is_any)
-
-
 def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
-    import paddle
-    is_any = lambda v: isinstance(v, paddle.Tensor)
-    is_float = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64, paddle.float16,
-                                                                       paddle.bfloat16)
     runs: dict[str, ForcedCall] = {}
     handed = Handed()
     handles = []
@@ -76,7 +65,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         version = value._inplace_version() if hasattr(value, "_inplace_version") else None
         array = converted.get(value, version)
         if array is None:
-            array = paddle_numpy(value)
+            array = paddle_side.to_numpy(value)
             converted.put(value, array, version)
         return array
 
@@ -91,18 +80,17 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         def pre(lay, args, kwargs, _p=pair.paddle, _t=t_call):
             if _p in runs:
                 return None
-            run = runs[_p] = ForcedCall([as_computed(t) for t in flatten(args, is_any) + flatten(kwargs, is_any)])
+            run = runs[_p] = ForcedCall([as_computed(t) for t in call_tensors(args, kwargs, paddle_side.is_tensor)])
             args, kwargs, run.unmatched = force_paddle_args(args, kwargs, _t, handed)
             return args, kwargs
 
         def post(lay, args, out, _p=pair.paddle):
             run = runs.get(_p)
             if run is not None and not run.outputs:
-                run.outputs = [as_numpy(t) for t in flatten(out, is_float)]
+                run.outputs = [as_numpy(t) for t in flatten(out, paddle_side.is_float_tensor)]
 
         # first in line: it must see the inputs as computed, before any emulation rounds them
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
-        handles.append(layer.register_forward_post_hook(post))
+        handles += paddle_side.add_hooks(layer, pre, post, first=True)
     try:
         session.run_paddle()
     finally:
@@ -176,10 +164,10 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
             if isinstance(got, HandedOn):
                 if got.source is r:
                     continue  # torch's own recorded tensor, handed on: equal
-                got = torch_numpy(got.source)
+                got = torch_side.to_numpy(got.source)
             elif id(got) in made and _same_storage(made[id(got)], r):
                 continue  # another pair's output, handed on unchanged on both sides
-            t = torch_numpy(r)
+            t = torch_side.to_numpy(r)
             if not np.array_equal(got, t):
                 found.append((i, got, t))
         if found:
@@ -198,9 +186,6 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     `paths`; matmul inputs rounded to `fmt` if given. Errors are kept for every input and
     output (for a rounded pass, their rms only). `between()`, when given, is called before
     each module, on the thread that runs the pass."""
-    import torch
-    is_float = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
-    is_any = lambda v: isinstance(v, torch.Tensor)
     keep = fmt is None
     refs: dict[str, Reference] = {}
     known = ByIdentity()  # errors found so far in this pass
@@ -228,10 +213,10 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             if _t in refs:
                 return None
             recorded = torch_inputs(_c)
-            errs = dict(enumerate(_errors(flatten(args, is_any) + flatten(kwargs, is_any), recorded, keep, known)))
+            errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, keep, known)))
             refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
             args64, kwargs64 = _to64(_c.args, widen), _to64(_c.kwargs, widen)
-            for wide, r in zip(flatten(args64, is_any) + flatten(kwargs64, is_any), recorded):
+            for wide, r in zip(call_tensors(args64, kwargs64, torch_side.is_tensor), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
                     known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0,
                               _stamp(wide, r))
@@ -240,14 +225,13 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
         def post(mod, args, out, _t=path, _c=t_call):
             ref = refs.get(_t)
             if ref is not None and not (ref.output_err or ref.output_rms):
-                errs = _errors(flatten(out, is_float), _c.outputs, keep, known)
+                errs = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, keep, known)
                 if keep:
                     ref.output_err = errs
                 else:
                     ref.output_rms = errs
 
-        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
-        handles.append(module.register_forward_hook(post))
+        handles += torch_side.add_hooks(module, pre, post, first=True)
     try:
         session.run_torch64(fmt)
     finally:

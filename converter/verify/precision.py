@@ -198,8 +198,10 @@ def emulate_paddle(model, fmt: str) -> set[str]:
     """Round inputs and weights of every paddle matmul layer to `fmt`; returns the state-dict
     names of the weights it rounded."""
     import paddle
+
+    from ..frameworks import paddle_side
     handles, names = [], set()
-    for path, layer in [("", model)] + list(model.named_sublayers()):
+    for path, layer in paddle_side.named_layers(model):
         if not _is(layer, PADDLE_MATMUL_TYPES) or getattr(layer, "weight", None) is None:
             continue
         layer.weight.set_value(round_array(layer.weight.numpy(), fmt))

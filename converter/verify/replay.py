@@ -15,15 +15,15 @@ import weakref
 import numpy as np
 
 from .budget import MatmulStats
-from .capture import Call, flatten
+from ..frameworks import paddle_side, torch_side
+from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity
 from .precision import cpu_has_native_bf16, round_torch_matmuls
 
 
-def _torch_tensors(call: Call) -> list:
-    import torch
-    is_tensor = lambda v: isinstance(v, torch.Tensor)
-    return flatten(call.args, is_tensor) + flatten(call.kwargs, is_tensor)
+def torch_inputs(call: Call) -> list:
+    """The tensors a recorded torch call received."""
+    return call_tensors(call.args, call.kwargs, torch_side.is_tensor)
 
 
 def forced_paddle_inputs(t_call: Call, p_call: Call):
@@ -68,7 +68,7 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | 
     of the same shape, taken in order."""
     import paddle
     handed = handed or Handed()
-    pool = [t for t in _torch_tensors(t_call)]
+    pool = torch_inputs(t_call)
     used = [False] * len(pool)
     missing = []
     swapped = {}  # one paddle tensor passed several times (q = k = v) takes one torch tensor
@@ -99,7 +99,6 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | 
 
 def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
     """Floating tensors as numpy, float32 at least (float64 stays float64)."""
-    from ..frameworks import paddle_side, torch_side
     convert = torch_side.to_numpy if framework == "torch" else paddle_side.to_numpy
     return [convert(t) for t in outputs]
 
@@ -108,9 +107,7 @@ def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     import paddle
     with paddle.no_grad():
         out = layer(*args, **kwargs)
-    is_tensor = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64,
-                                                                         paddle.float16, paddle.bfloat16)
-    return to_numpy_list(flatten(out, is_tensor), "paddle")
+    return to_numpy_list(flatten(out, paddle_side.is_float_tensor), "paddle")
 
 
 def _to64(value, widen=None):
@@ -148,10 +145,9 @@ def rounded(module, fmt: str | None):
 
 def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray]:
     import torch
-    is_tensor = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
     with torch.no_grad(), rounded(module64, fmt):
         out = module64(*_to64(call.args), **_to64(call.kwargs))
-    return to_numpy_list(flatten(out, is_tensor), "torch")
+    return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 
 def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
