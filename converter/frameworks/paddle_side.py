@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..io.base import TensorInfo
+from . import hooks
 from ..lazy import import_paddle
 
 
@@ -40,15 +41,8 @@ def named_layers(model) -> list:
 
 
 def add_hooks(layer, pre=None, post=None, first=False) -> list:
-    """Hooks on one layer: pre(layer, args, kwargs) may return new (args, kwargs);
-    post(layer, args, output). `first` puts the pre-hook before those already there.
-    Returns the handles, to remove them."""
-    handles = []
-    if pre is not None:
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=first))
-    if post is not None:
-        handles.append(layer.register_forward_post_hook(post))
-    return handles
+    """Hooks on one layer (see frameworks.hooks); the handles, to remove them."""
+    return hooks(layer, pre, post, first, "register_forward_post_hook")
 
 
 def forward(model, inputs, device: str):

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import dtypes
 from ..io.base import TensorInfo
+from . import hooks
 from ..lazy import import_torch
 
 
@@ -36,15 +37,8 @@ def named_layers(model) -> list:
 
 
 def add_hooks(layer, pre=None, post=None, first=False) -> list:
-    """Hooks on one module: pre(module, args, kwargs) may return new (args, kwargs);
-    post(module, args, output). `first` puts the pre-hook before those already there.
-    Returns the handles, to remove them."""
-    handles = []
-    if pre is not None:
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True, prepend=first))
-    if post is not None:
-        handles.append(layer.register_forward_hook(post))
-    return handles
+    """Hooks on one module (see frameworks.hooks); the handles, to remove them."""
+    return hooks(layer, pre, post, first, "register_forward_hook")
 
 
 def forward(model, inputs, device: str):
