@@ -112,3 +112,27 @@ def test_float64_minus_float32_is_exact_before_its_rounding_to_float32():
     assert np.array_equal(got, (v64.numpy() - r32.numpy().astype(np.float64)).astype(np.float32))
     half = _minus(v64, r32.half())  # a float16 recording widens exactly too
     assert np.array_equal(half, (v64.numpy() - r32.half().numpy().astype(np.float64)).astype(np.float32))
+
+
+def test_by_identity_made_keeps_one_copy_while_it_lives_and_is_usable():
+    import gc
+    import weakref
+
+    import torch
+
+    from converter.verify.identity import ByIdentity
+    table = ByIdentity()
+    t = torch.ones(4)
+    made = []
+    make = lambda: made.append(t.double()) or made[-1]
+    unchanged = lambda c: c._version == 0
+    first = table.made(t, make, t._version, usable=unchanged)
+    assert table.made(t, make, t._version, usable=unchanged) is first and len(made) == 1
+    first.add_(1)  # changed in place by whoever holds it: not handed out again
+    second = table.made(t, make, t._version, usable=unchanged)
+    assert second is not first and len(made) == 2
+    alive = weakref.ref(second)
+    made.clear()
+    del first, second
+    gc.collect()
+    assert alive() is None  # the table holds its copies by weak reference only

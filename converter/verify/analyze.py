@@ -12,6 +12,7 @@ from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
 from .precision import is_torch_matmul
+from .identity import view_of
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
 from .report import LayerResult
@@ -85,7 +86,7 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
         result.ratio = float("inf") if t_out and p_out else None
         return result, None, 0
     y_t = join(to_numpy_list(t_out[:n], "torch"))
-    key = (tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride())) for a in t_out[:n]), tuple(id(b) for b in p_out[:n]))
+    key = (tuple(map(view_of, t_out[:n])), tuple(id(b) for b in p_out[:n]))
     m = seen.get(key) if seen is not None else None
     if m is None:
         m = compare(y_t, join(to_numpy_list(p_out[:n], "paddle")))

@@ -16,14 +16,13 @@ from torch's float32 values (in float32), and a rounded pass only the rms of its
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
-from .identity import ByIdentity
+from .identity import ByIdentity, view_of
 from .replay import Handed, _to64, force_paddle_args, torch_inputs
 
 
@@ -104,7 +103,7 @@ def _stamp(v, r) -> tuple:
     beyond `v` itself: r's storage and layout, and both version counters (in-place changes).
     Modules hand tensors on (a wrapper returns its child's output, a child takes its
     sibling's output or its parent's input), so each error is computed once."""
-    return v._version, r.data_ptr(), tuple(r.shape), tuple(r.stride()), r.dtype, r._version
+    return v._version, view_of(r), r._version
 
 
 def _errors(values, recorded, keep: bool, known: ByIdentity):
@@ -165,7 +164,7 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
                 if got.source is r:
                     continue  # torch's own recorded tensor, handed on: equal
                 got = torch_side.to_numpy(got.source)
-            elif id(got) in made and _same_storage(made[id(got)], r):
+            elif id(got) in made and view_of(made[id(got)]) == view_of(r):
                 continue  # another pair's output, handed on unchanged on both sides
             t = torch_side.to_numpy(r)
             if not np.array_equal(got, t):
@@ -173,12 +172,6 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
         if found:
             out[pair.torch] = found
     return out
-
-
-def _same_storage(a, b) -> bool:
-    """Two torch tensors that are views of the same values."""
-    return (a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) == (b.data_ptr(), tuple(b.shape),
-                                                                         tuple(b.stride()), b.dtype)
 
 
 def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None) -> dict[str, Reference]:
@@ -189,18 +182,12 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     keep = fmt is None
     refs: dict[str, Reference] = {}
     known = ByIdentity()  # errors found so far in this pass
-    widened = ByIdentity()  # recorded tensor -> weak reference to its float64 copy
+    widened = ByIdentity()  # recorded tensor -> its float64 copy, by weak reference
 
     def widen(r):
         """A recorded tensor's float64 copy: one per tensor (a parent hands its input on, siblings
         take the same tensor), for as long as the forward holds it unchanged."""
-        made = widened.get(r, r._version)
-        copy = made() if made is not None else None
-        if copy is None or copy._version != 0:
-            copy = r.detach().cpu().double()
-            if copy is not r:
-                widened.put(r, weakref.ref(copy), r._version)
-        return copy
+        return widened.made(r, lambda: r.detach().cpu().double(), r._version, usable=lambda c: c._version == 0)
 
     handles = []
     for path in paths:

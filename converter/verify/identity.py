@@ -25,3 +25,19 @@ class ByIdentity:
 
     def put(self, obj, value, stamp=None) -> None:
         self._items[id(obj)] = (weakref.ref(obj), stamp, value)
+
+    def made(self, obj, make, stamp=None, usable=None):
+        """A value made from `obj` by `make()` and kept only by weak reference: the one made
+        before while something else holds it, the stamp agrees and `usable(value)` (when given)
+        says yes; else a new one."""
+        ref = self.get(obj, stamp)
+        value = ref() if ref is not None else None
+        if value is None or (usable is not None and not usable(value)):
+            value = make()
+            self.put(obj, weakref.ref(value), stamp)
+        return value
+
+
+def view_of(tensor) -> tuple:
+    """What makes two torch tensors views of the same values: storage address, layout, dtype."""
+    return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype

@@ -10,7 +10,6 @@ the reference that calibrates the budget.
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import numpy as np
 
@@ -39,22 +38,21 @@ class Handed:
     forward holds it."""
 
     def __init__(self):
-        self._copies = ByIdentity()  # torch tensor -> weakref to its copy
+        self._copies = ByIdentity()  # torch tensor -> its copy, by weak reference
         self._sources = ByIdentity()  # copy -> its torch tensor
 
     def copy_of(self, tensor, like):
         """`tensor` (torch) as a paddle tensor on `like`'s place, in `like`'s dtype."""
+        return self._copies.made(tensor, lambda: self._copy(tensor, like),
+                                 usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place))
+
+    def _copy(self, tensor, like):
         import paddle
         import torch
-        made = self._copies.get(tensor)
-        copy = made() if made is not None else None
-        if copy is not None and copy.dtype == like.dtype and str(copy.place) == str(like.place):
-            return copy
         array = tensor.detach().cpu()
         array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
         copy = paddle.to_tensor(array, place=like.place)
         copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
-        self._copies.put(tensor, weakref.ref(copy))
         self._sources.put(copy, tensor)
         return copy
 
