@@ -97,26 +97,26 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
     return result, y_t, n
 
 
-def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool = False):
-    """One pair, its paddle layer re-run on its own: the evidence for a diagnosis."""
+def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[LayerResult, Evidence]:
+    """One pair, its paddle layer re-run on its own: (its result, the evidence for a diagnosis)."""
     result, y_t, n = end_to_end(session, pair, t_call, p_call)
     ev = Evidence()
     if y_t is None:
-        return (result, ev) if evidence else result
+        return result, ev
     forced = forced_paddle_inputs(t_call, p_call)
     if forced is None:
         result.note = "inputs could not be matched for teacher forcing; compared end to end only"
-        return (result, ev) if evidence else result
+        return result, ev
     try:
         y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
     except Exception as exc:  # the layer refused torch's inputs: keep the end-to-end figures
         result.note = f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__}); compared end to end only"
-        return (result, ev) if evidence else result
+        return result, ev
     y_local = join(y_local_list[:n]) if len(y_local_list) >= n else None
     if y_local is None or y_local.size != y_t.size:
         result.note = "the re-run paddle layer gave outputs of another shape"
         result.ratio = float("inf")
-        return (result, ev) if evidence else result
+        return result, ev
     y64 = join(run_torch64(session.torch64_module(pair.torch), t_call)[:n])
     if y64.size != y_t.size:
         y64 = y_t.astype(np.float64)
@@ -130,8 +130,7 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call, evidence: bool
     if local.nan or local.inf:
         result.ratio = float("inf")
         result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
-    ev = Evidence(y_t, y_local, y64, forced, budget)
-    return (result, ev) if evidence else result
+    return result, Evidence(y_t, y_local, y64, forced, budget)
 
 
 # ---------------------------------------------------------------- all pairs, forced passes

@@ -27,6 +27,7 @@ class Context:
     paddle_layer: object
     evidence: object
     children_within: bool
+    t_call: object = None  # the torch layer's recorded call, when there is one
 
     @property
     def name(self) -> str:
@@ -137,13 +138,11 @@ def check_activation(ctx) -> list[Diagnosis]:
             label = lambda tanh: "tanh approximation" if tanh else "exact (erf)"
             return [Diagnosis(ctx.name, f"GELU variant: torch computes the {label(t_tanh)} form, paddle the {label(p_tanh)} form",
                               f"construct paddle.nn.GELU(approximate={t_tanh})")]
-    ev = ctx.evidence
-    calls = getattr(ctx.session, "last_calls", None)
-    if ev is None or ev.y_local is None or calls is None:
+    ev, t_call = ctx.evidence, ctx.t_call
+    if ev is None or ev.y_local is None or t_call is None:
         return []
     import torch
-    t_call = calls[0].get(ctx.result.torch)
-    if t_call is None or len(t_call.args) != 1 or not isinstance(t_call.args[0], torch.Tensor):
+    if len(t_call.args) != 1 or not isinstance(t_call.args[0], torch.Tensor):
         return []
     x = t_call.args[0].detach().cpu().double()
     if x.numel() != ev.y_torch.size:
@@ -161,12 +160,10 @@ def check_activation(ctx) -> list[Diagnosis]:
 
 def check_batch_statistics(ctx) -> list[Diagnosis]:
     """What-if: does paddle's BatchNorm output match normalising with the batch's own statistics?"""
-    m, ev = ctx.torch_module, ctx.evidence
-    calls = getattr(ctx.session, "last_calls", None)
-    if "_BatchNorm" not in _names(m) or ev is None or ev.y_local is None or not calls:
+    m, ev, t_call = ctx.torch_module, ctx.evidence, ctx.t_call
+    if "_BatchNorm" not in _names(m) or ev is None or ev.y_local is None or t_call is None:
         return []
     import torch.nn.functional as F
-    t_call = calls[0].get(ctx.result.torch)
     x = t_call.args[0].detach().cpu().double()
     w = None if m.weight is None else m.weight.detach().cpu().double()
     b = None if m.bias is None else m.bias.detach().cpu().double()
@@ -245,8 +242,7 @@ def check_precision(ctx) -> list[Diagnosis]:
     if ev is None or ev.y_local is None or ev.budget is None:
         return []
     from .analyze import layer_budget
-    calls = getattr(ctx.session, "last_calls", None)
-    t_call = calls[0].get(ctx.result.torch) if calls else None
+    t_call = ctx.t_call
     if t_call is None:
         return []
     diff = np.abs(ev.y_local - ev.y_torch)

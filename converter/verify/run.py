@@ -45,14 +45,12 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
         results, bad = strategy.run(session)
     diagnosis = []
     if bad is not None and bisect and hasattr(strategy, "calls"):
-        session.last_calls = strategy.calls
         pair = next((p for p in strategy.pairs if p.torch == bad.torch), None)
         evidence = None
         if pair is not None:
-            _, evidence = analyze(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle],
-                                  evidence=True)
+            _, evidence = analyze(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
         ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
-                      _children_within(results, bad))
+                      _children_within(results, bad), strategy.calls[0].get(bad.torch))
         diagnosis = diagnose(ctx)
     for r in results:
         if r.note and r.ratio is None:
