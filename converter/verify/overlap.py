@@ -46,7 +46,7 @@ class Beside:
         """On the main thread: torch work here takes only the cores the worker leaves free."""
         import torch
         before = torch.get_num_threads()
-        torch.set_num_threads(max(self.threads - self.share, 1) if self.share != self.threads else before)
+        torch.set_num_threads(self.threads - self.share or before)  # none left (a GPU run, one core): as it was
         try:
             yield
         finally:
