@@ -38,6 +38,11 @@ def _forward_errors(which: str, spec_path: str):
                         f"(at {os.path.basename(frame.filename)}:{frame.lineno}); fix the model or the inputs") from None
 
 
+def _keys_off(missing, unexpected) -> str:
+    """The first few keys a model lacks and has too many of, for a one-line message."""
+    return f"(missing: {', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(unexpected[:5]) or 'none'})"
+
+
 def pick_device(requested: str) -> str:
     torch = import_torch()
     paddle = import_paddle()
@@ -72,8 +77,7 @@ class PortSession:
             missing, unexpected = load_into(self.paddle_model, converted)
             if missing or unexpected:
                 raise UserError(f"--converted '{converted}' does not fit the paddle model "
-                                f"(missing: {', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(unexpected[:5]) or 'none'}); "
-                                "convert it again for this model")
+                                f"{_keys_off(missing, unexpected)}; convert it again for this model")
             self.weight_source = converted
         else:
             self.paddle_model.set_state_dict(state)
@@ -112,9 +116,8 @@ class PortSession:
         except RuntimeError as exc:
             raise UserError(f"--weights '{path}' does not fit torch_model(): {str(exc).splitlines()[-1].strip()}") from None
         if result.missing_keys or result.unexpected_keys:
-            raise UserError(f"--weights '{path}' does not fit torch_model() (missing: "
-                            f"{', '.join(result.missing_keys[:5]) or 'none'}; unexpected: "
-                            f"{', '.join(result.unexpected_keys[:5]) or 'none'})")
+            raise UserError(f"--weights '{path}' does not fit torch_model() "
+                            f"{_keys_off(result.missing_keys, result.unexpected_keys)}")
 
     # running -------------------------------------------------------------------------
     def run_torch(self):
