@@ -24,10 +24,7 @@ class PlantedBug:
 
 
 def clean_bert():
-    model = B.PaddleBert()
-    for layer in model.encoder.layer:
-        layer.intermediate.intermediate_act_fn = paddle.nn.GELU()
-    return model
+    return B.paddle_model_fixed()
 
 
 def _forward(layer, fn):

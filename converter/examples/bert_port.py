@@ -227,6 +227,14 @@ def paddle_model():
     return PaddleBert()
 
 
+def paddle_model_fixed():
+    """The port with its bug fixed: the exact GELU in every layer."""
+    model = PaddleBert()
+    for layer in model.encoder.layer:
+        layer.intermediate.intermediate_act_fn = paddle.nn.GELU()
+    return model
+
+
 def inputs():
     rng = np.random.default_rng(0)
     return {"input_ids": rng.integers(0, VOCAB, (BATCH, SEQ)).astype(np.int64),
