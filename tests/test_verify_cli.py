@@ -97,6 +97,21 @@ def test_converted_file_that_is_a_hostile_pickle(tmp):
     assert not (tmp / "pwned").exists()
 
 
+def test_converted_file_for_another_model_is_one_line_and_not_loaded(tmp):
+    from safetensors.numpy import save_file
+
+    from conftest import run_convert
+    from converter.spec import load_spec
+    cnn = load_spec(spec_path("cnn")).torch_model()
+    save_file({k: v.detach().numpy().copy() for k, v in cnn.state_dict().items()}, str(tmp / "cnn.safetensors"))
+    assert run_convert(tmp / "cnn.safetensors", tmp / "cnn.pdparams", "--spec", spec_path("cnn")).code == 0
+    r = run_script("verify-port", "--spec", spec_path("seed_report"), "--converted", tmp / "cnn.pdparams")
+    assert r.code == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not fit the paddle model" in lines[0] and "query_proj.weight" in lines[0], lines
+    assert "convert it again" in lines[0]
+
+
 def test_a_port_whose_forward_raises_is_one_line(tmp):
     (tmp / "spec.py").write_text(
         "import numpy as np, paddle, torch\n"

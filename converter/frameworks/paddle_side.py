@@ -65,11 +65,13 @@ def read_weights(path: str) -> dict[str, np.ndarray]:
 
 
 def load_into(model, path: str) -> tuple[list[str], list[str]]:
-    """Load a converted file into the paddle model; (missing keys, unexpected keys)."""
+    """Load a converted file into the paddle model; (missing keys, unexpected keys). A file that
+    does not fit is not loaded at all (paddle would warn about each key, and load the rest)."""
     import_paddle()
     weights = read_weights(path)
     expected = model.state_dict()
     missing = sorted(k for k in expected if k not in weights)
     unexpected = sorted(k for k in weights if k not in expected)
-    model.set_state_dict({k: v for k, v in weights.items() if k in expected})
+    if not missing and not unexpected:
+        model.set_state_dict(weights)
     return missing, unexpected
