@@ -35,8 +35,23 @@ class LayerPair:
     paddle_type: str
 
 
-def _parent(path: str) -> str:
+def parent(path: str) -> str:
+    """The enclosing module's path ("" for a top-level module; the model is "")."""
     return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def under(path: str, root: str) -> bool:
+    """Whether `path` lies in the subtree at `root`, `root` itself included."""
+    return root == "" or path == root or path.startswith(root + ".")
+
+
+def nearest_in(path: str, paths) -> str | None:
+    """The nearest proper ancestor of `path` that is in `paths`, or None."""
+    while path:
+        path = parent(path)
+        if path in paths:
+            return path
+    return None
 
 
 def _common_ancestor(paths: list[str]) -> str:
@@ -55,7 +70,7 @@ def _targets_by_module(plan) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for entry in plan.entries if plan is not None else ():
         for part in entry.parts:
-            out.setdefault(_parent(part.source), set()).add(_parent(entry.name))
+            out.setdefault(parent(part.source), set()).add(parent(entry.name))
     return out
 
 
@@ -77,38 +92,29 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     # (a wrapper around a Linear), the one of the same kind wins, then the innermost.
     own = _targets_by_module(plan)
     receiving = set().union(*own.values()) if own else set()
-    under = lambda root, path: root == "" or path == root or path.startswith(root + ".")
     candidates: dict[str, list[str]] = {}
     for t in torch_calls:
         if t in pairs:
             continue
-        targets = set().union(*(paths for module, paths in own.items() if under(t, module))) if own else set()
+        targets = set().union(*(paths for module, paths in own.items() if under(module, t))) if own else set()
         if not targets:
             continue
         p = _common_ancestor(sorted(targets))
-        if p in paddle_calls and p not in used and {x for x in receiving if under(p, x)} == targets:
+        if p in paddle_calls and p not in used and {x for x in receiving if under(x, p)} == targets:
             candidates.setdefault(p, []).append(t)
     for p, ts in candidates.items():
         same_kind = lambda t: kind_of(torch_calls[t].type) == kind_of(paddle_calls[p].type)
         add(max(ts, key=lambda t: (same_kind(t), t.count("."))), p)
     # layers without weights: same family, execution order, under the same paired ancestor
-    def paired_ancestor(path, paired):
-        """The nearest ancestor of `path` in `paired`, or None."""
-        while path:
-            path = _parent(path)
-            if path in paired:
-                return path
-        return None
-
     groups_t: dict[tuple, list[str]] = {}
     groups_p: dict[tuple, list[str]] = {}
     for t, call in sorted(torch_calls.items(), key=lambda kv: kv[1].end):
         if t not in pairs:
-            above = paired_ancestor(t, pairs)
+            above = nearest_in(t, pairs)
             groups_t.setdefault((pairs.get(above), kind_of(call.type)), []).append(t)
     for p, call in sorted(paddle_calls.items(), key=lambda kv: kv[1].end):
         if p not in used:
-            groups_p.setdefault((paired_ancestor(p, used), kind_of(call.type)), []).append(p)
+            groups_p.setdefault((nearest_in(p, used), kind_of(call.type)), []).append(p)
     for key, t_list in groups_t.items():
         p_list = groups_p.get(key, [])
         if key[0] is not None and len(t_list) == len(p_list):

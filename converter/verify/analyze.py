@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .align import LayerPair
+from .align import LayerPair, nearest_in
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
@@ -140,12 +140,9 @@ def _children(pairs) -> dict[str, list]:
     paired = {p.torch for p in pairs}
     out: dict[str, list] = {p.torch: [] for p in pairs}
     for pair in pairs:
-        path = pair.torch
-        while path:
-            path = path.rsplit(".", 1)[0] if "." in path else ""
-            if path in paired:
-                out[path].append(pair)
-                break
+        above = nearest_in(pair.torch, paired)
+        if above is not None:
+            out[above].append(pair)
     return out
 
 

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from .align import align
+from .align import align, parent, under
 from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
 from .forced import forced_paddle, torch_references
 from .overlap import Beside
@@ -73,8 +73,8 @@ class FullCapture:
         """Results for every pair (inside one torch/paddle subtree when `prefix` is given)."""
         t_paths = p_paths = None
         if prefix is not None:
-            t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if _under(p, prefix[0])}
-            p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if _under(p, prefix[1])}
+            t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if under(p, prefix[0])}
+            p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
         # the captures run at once (paddle computes on one core on CPU); then torch work that
@@ -104,10 +104,6 @@ class FullCapture:
         return analyze_all(session, passes)
 
 
-def _under(path: str, root: str) -> bool:
-    return root == "" or path == root or path.startswith(root + ".")
-
-
 def spine(pairs, t_calls) -> list:
     """Top-level units in execution order: the children of the longest module list, and the
     modules that sit beside it or beside its ancestors."""
@@ -115,8 +111,7 @@ def spine(pairs, t_calls) -> list:
     children: dict[str, list[str]] = {}
     for p in paths:
         if p:
-            parent = p.rsplit(".", 1)[0] if "." in p else ""
-            children.setdefault(parent, []).append(p)
+            children.setdefault(parent(p), []).append(p)
     listlike = lambda c: all(child.rsplit(".", 1)[-1].isdigit() for child in children[c])
     container = max(children, key=lambda c: (listlike(c), len(children[c]), -c.count(".")), default="")
     ancestors = [""]
@@ -126,10 +121,7 @@ def spine(pairs, t_calls) -> list:
     units = []
     for pair in pairs:
         p = pair.torch
-        parent = p.rsplit(".", 1)[0] if "." in p else ("" if p else None)
-        if parent is None or p in ancestors:
-            continue
-        if parent in ancestors:
+        if p and p not in ancestors and parent(p) in ancestors:
             units.append(pair)
     units.append(next(pair for pair in pairs if pair.torch == ""))
     return sorted(units, key=lambda pair: t_calls[pair.torch].end)
