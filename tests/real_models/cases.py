@@ -1,0 +1,297 @@
+"""The real-model cases: HF transformers models (torch) against PaddleNLP 2.8.1's ports, clean
+and with one planted porting bug each.
+
+A bug is planted in the paddle model the spec builds: a layer's forward replaced on that one
+instance (types.MethodType), an attribute or config value changed, or a weight changed after
+the port's weights are loaded. PaddleNLP's installed files are never touched, and nothing is
+patched at module level, so cases can run one after another in one process.
+
+Every case is also a spec file, `specs/<name>.py`, for `verify-port --spec ... --bisect`;
+`python tests/real_models/cases.py` writes them from this catalogue.
+
+This module imports neither transformers nor PaddleNLP at import time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC_DIR = os.path.join(HERE, "specs")
+sys.path.insert(0, HERE)
+
+import families as F  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    torch_model: Callable
+    paddle_model: Callable
+    inputs: Callable  # explicit_positions -> dict of numpy arrays
+    mapping: str | None
+    takes_positions: bool
+
+
+FAMILIES = {
+    "bert": Family("bert", F.bert_torch, F.bert_paddle, F.bert_inputs, "bert", True),
+    "gpt2": Family("gpt2", F.gpt2_torch, F.gpt2_paddle, F.gpt2_inputs, "gpt2", True),
+    "llama": Family("llama", F.llama_torch, F.llama_paddle, F.llama_inputs, "llama", True),
+    # same key names on both sides: the rules are inferred from the two models
+    "deberta": Family("deberta", F.deberta_torch, F.deberta_paddle, F.deberta_inputs, None, False),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    family: str
+    what: str  # the bug, in words ("" for a clean pair)
+    culprit: str | None = None  # torch module that must be named, as named_modules() spells it
+    diagnosis: str | None = None  # a word the diagnosis must contain
+    plant: Callable | None = None  # paddle model -> None, before the weights are loaded
+    after_load: Callable | None = None  # paddle model -> None, after the weights are loaded
+    explicit_positions: bool = True
+    paddle_config: dict | None = None  # config values that differ from the clean port
+    mapping: str | None = None  # a rule file that replaces the family's mapping
+
+    @property
+    def clean(self) -> bool:
+        return self.culprit is None
+
+    @property
+    def spec_path(self) -> str:
+        return os.path.join(SPEC_DIR, self.name + ".py")
+
+
+# ---- building a case's models
+
+def torch_model(case: Case):
+    return FAMILIES[case.family].torch_model()
+
+
+def paddle_model(case: Case):
+    family = FAMILIES[case.family]
+    model = family.paddle_model(**case.paddle_config) if case.paddle_config else family.paddle_model()
+    if case.plant:
+        case.plant(model)
+    if case.after_load:
+        _after_loading(model, case.after_load)
+    return model
+
+
+def inputs(case: Case) -> dict:
+    return FAMILIES[case.family].inputs(case.explicit_positions)
+
+
+def mapping(case: Case):
+    return case.mapping or FAMILIES[case.family].mapping
+
+
+def _after_loading(model, change):
+    """Apply `change` each time weights are loaded into the model: the port's loading code is
+    where such a bug lives (a weight left untransposed, a head that is no longer tied)."""
+    load = model.set_state_dict
+
+    def set_state_dict(self, *args, **kwargs):
+        result = load(*args, **kwargs)
+        change(self)
+        return result
+    model.set_state_dict = types.MethodType(set_state_dict, model)
+
+
+def _forward(layer, fn):
+    layer.forward = types.MethodType(fn, layer)
+
+
+def _paddle():
+    import paddle
+    return paddle
+
+
+# ---- the planted bugs
+
+def _positions_from_one(layer):
+    """BERT embeddings whose default position ids start at 1 (cumsum without subtracting one)."""
+    def forward(self, input_ids, token_type_ids=None, position_ids=None, past_key_values_length=None):
+        paddle = _paddle()
+        if position_ids is None:
+            position_ids = paddle.cumsum(paddle.ones_like(input_ids, dtype="int64"), axis=-1)
+        if token_type_ids is None:
+            token_type_ids = paddle.zeros_like(input_ids, dtype="int64")
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids) \
+            + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.layer_norm(x))
+    _forward(layer, forward)
+
+
+def _set_epsilon(layer, attribute, value):
+    setattr(layer, attribute, value)
+
+
+def _untranspose(path):
+    """Replace the loaded weight at `path` by its transpose: torch's [out, in] matrix as it was."""
+    def change(model):
+        weight = dict(model.named_parameters())[path]
+        weight.set_value(weight.numpy().T.copy())
+    return change
+
+
+def _untie_head(model):
+    """The head gets a parameter of its own, no longer the word embeddings."""
+    paddle = _paddle()
+    paddle.seed(1)
+    shape = model.lm_head.weight.shape
+    model.lm_head.weight = model.lm_head.create_parameter(
+        shape, default_initializer=paddle.nn.initializer.Normal(0.0, 1.0))
+
+
+def _gpt_core_attention(causal=True, scale=None, axis=-1):
+    """PaddleNLP GPT's core attention written out again with one choice made differently."""
+    def core(self, q, k, v, attention_mask=None, output_attentions=False):
+        paddle = _paddle()
+        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))
+        d = q.shape[-1]
+        scores = paddle.matmul(q, k, transpose_y=True) * (d ** -0.5 if scale is None else scale(d))
+        if causal:
+            t = scores.shape[-1]
+            upper = paddle.triu(paddle.ones([t, t], dtype="bool"), diagonal=1)
+            scores = paddle.where(upper, paddle.full_like(scores, -1e4), scores)
+        weights = paddle.nn.functional.softmax(scores, axis=axis)
+        out = paddle.matmul(weights, v).transpose([0, 2, 1, 3])
+        out = out.reshape([0, 0, -1])
+        return (out, weights) if output_attentions else out
+    return core
+
+
+def _gpt_block_without_mlp_residual(self, hidden_states, attention_mask=None, use_cache=False,
+                                    past_key_value=None, output_attentions=False):
+    paddle = _paddle()
+    h = hidden_states + self.self_attn(self.norm1(hidden_states), None, None, attention_mask)
+    gelu = paddle.nn.functional.gelu
+    return self.linear2(gelu(self.linear1(self.norm2(h)), approximate=True))  # + h forgotten
+
+
+def _llama_mlp_functional_dropout(self, x):
+    F_ = _paddle().nn.functional
+    return self.down_proj(F_.dropout(F_.silu(self.gate_proj(x)) * self.up_proj(x), 0.1))  # training=True by default
+
+
+def _llama_attention_without_causal_mask(layer):
+    """The attention is called with a mask that hides nothing: the causal part was forgotten."""
+    paddle = _paddle()
+    original = layer.forward
+    signature = inspect.signature(original)
+
+    def forward(self, *args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        mask = bound.arguments.get("attention_mask")
+        if mask is not None:
+            bound.arguments["attention_mask"] = paddle.ones_like(mask) if mask.dtype == paddle.bool \
+                else paddle.zeros_like(mask)
+        return original(*bound.args, **bound.kwargs)
+    layer.forward = types.MethodType(forward, layer)
+
+
+def _deberta_output_without_residual(self, hidden_states, input_tensor):
+    return self.LayerNorm(self.dropout(self.dense(hidden_states)))  # + input_tensor forgotten
+
+
+def _exact_gelu(model):
+    model.encoder.layer[0].intermediate.intermediate_act_fn = _paddle().nn.GELU(approximate=True)
+
+
+QK_SWAPPED = os.path.join(HERE, "llama_qk_swapped.json")
+
+
+CLEAN = [
+    Case("bert-clean", "bert", ""),
+    Case("bert-clean-default-positions", "bert", "", explicit_positions=False),
+    Case("gpt2-clean", "gpt2", ""),
+    Case("gpt2-clean-default-positions", "gpt2", "", explicit_positions=False),
+    Case("llama-clean", "llama", ""),
+    Case("llama-clean-default-positions", "llama", "", explicit_positions=False),
+    Case("deberta-clean", "deberta", ""),
+]
+
+BUGS = [
+    Case("bert-position-ids-from-one", "bert", "default position ids start at 1", "embeddings", "own forward",
+         plant=lambda m: _positions_from_one(m.embeddings), explicit_positions=False),
+    Case("bert-layernorm-epsilon", "bert", "a LayerNorm built with epsilon 1e-5 (torch: 1e-12)",
+         "encoder.layer.1.output.LayerNorm", "epsilon",
+         plant=lambda m: _set_epsilon(m.encoder.layers[1].norm2, "_epsilon", 1e-5)),
+    Case("bert-query-untransposed", "bert", "square query weight loaded without its transpose",
+         "encoder.layer.0.attention.self.query", "untransposed",
+         after_load=_untranspose("encoder.layers.0.self_attn.q_proj.weight")),
+    Case("gpt2-no-causal-mask", "gpt2", "attention ignores the causal mask", "transformer.h.0.attn", "causal",
+         plant=lambda m: _forward_core(m, 0, _gpt_core_attention(causal=False))),
+    Case("gpt2-attention-scale-1-over-d", "gpt2", "attention logits scaled by 1/d instead of 1/sqrt(d)",
+         "transformer.h.1.attn", "scale", plant=lambda m: _forward_core(m, 1, _gpt_core_attention(scale=lambda d: 1 / d))),
+    Case("gpt2-attention-unscaled", "gpt2", "attention logits not scaled at all", "transformer.h.0.attn", "scale",
+         plant=lambda m: _forward_core(m, 0, _gpt_core_attention(scale=lambda d: 1.0))),
+    Case("gpt2-softmax-axis", "gpt2", "softmax over the query axis", "transformer.h.1.attn", "own forward",
+         plant=lambda m: _forward_core(m, 1, _gpt_core_attention(axis=-2))),
+    Case("gpt2-dropped-residual", "gpt2", "the MLP's residual is dropped", "transformer.h.1", "own forward",
+         plant=lambda m: _forward(m.gpt.decoder.layers[1], _gpt_block_without_mlp_residual)),
+    Case("gpt2-layernorm-epsilon", "gpt2", "a LayerNorm built with epsilon 1e-3 (torch: 1e-5)",
+         "transformer.h.0.ln_2", "epsilon",
+         plant=lambda m: _set_epsilon(m.gpt.decoder.layers[0].norm2, "_epsilon", 1e-3)),
+    Case("gpt2-untied-head", "gpt2", "the output head is its own parameter, no longer the word embeddings",
+         "lm_head", "tied", after_load=_untie_head),
+    Case("llama-rmsnorm-epsilon", "llama", "an RMSNorm with variance_epsilon 1e-5 (torch: 1e-6)",
+         "model.layers.1.post_attention_layernorm", "epsilon",
+         plant=lambda m: _set_epsilon(m.llama.layers[1].post_attention_layernorm, "variance_epsilon", 1e-5)),
+    Case("llama-rope-theta", "llama", "rotary base 500000 (torch: 10000)", "model.layers.0.self_attn", "own forward",
+         paddle_config={"rope_theta": 500000.0}),
+    Case("llama-qk-swapped", "llama", "the rule file exchanges layer 0's q_proj and k_proj",
+         "model.layers.0.self_attn", "exchanged", mapping=QK_SWAPPED),
+    Case("llama-o-proj-untransposed", "llama", "square o_proj weight loaded without its transpose",
+         "model.layers.1.self_attn.o_proj", "untransposed",
+         after_load=_untranspose("llama.layers.1.self_attn.o_proj.weight")),
+    Case("llama-mlp-dropout", "llama", "F.dropout in the MLP without training=self.training", "model.layers.0.mlp",
+         "dropout", plant=lambda m: _forward(m.llama.layers[0].mlp, _llama_mlp_functional_dropout)),
+    Case("llama-no-causal-mask", "llama", "attention gets a mask that hides nothing", "model.layers.1.self_attn",
+         "causal", plant=lambda m: _llama_attention_without_causal_mask(m.llama.layers[1].self_attn)),
+    Case("deberta-gelu-tanh", "deberta", "GELU's tanh form where torch uses the exact one",
+         "encoder.layer.0.intermediate.intermediate_act_fn", "GELU", plant=_exact_gelu),
+    Case("deberta-dropped-residual", "deberta", "the attention output's residual is dropped",
+         "encoder.layer.1.attention.output", "own forward",
+         plant=lambda m: _forward(m.encoder.layer[1].attention.output, _deberta_output_without_residual)),
+]
+
+
+def _forward_core(model, index, core):
+    attention = model.gpt.decoder.layers[index].self_attn
+    attention._core_attention = types.MethodType(core, attention)
+
+
+CASES = CLEAN + BUGS
+BY_NAME = {case.name: case for case in CASES}
+
+
+def spec_text(case: Case) -> str:
+    return (f'"""Real-model case {case.name}: {case.what or "clean pair"} (tests/real_models/cases.py)."""\n\n'
+            "import os\nimport sys\n\n"
+            "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n\n"
+            "import cases  # noqa: E402\n\n"
+            f'CASE = cases.BY_NAME["{case.name}"]\n'
+            "mapping = cases.mapping(CASE)\n\n\n"
+            "def torch_model():\n    return cases.torch_model(CASE)\n\n\n"
+            "def paddle_model():\n    return cases.paddle_model(CASE)\n\n\n"
+            "def inputs():\n    return cases.inputs(CASE)\n")
+
+
+def write_specs() -> None:
+    os.makedirs(SPEC_DIR, exist_ok=True)
+    for case in CASES:
+        with open(case.spec_path, "w") as f:
+            f.write(spec_text(case))
+
+
+if __name__ == "__main__":
+    write_specs()

@@ -1,0 +1,184 @@
+"""Tiny random HF transformers models (torch) and the PaddleNLP 2.8.1 ports of the same
+architectures, built from one set of sizes so that the clean pairs agree to fp32 noise.
+
+transformers and paddlenlp are imported inside the functions: this module is imported by the
+case catalogue, which must load in an environment that has neither.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+SEED = 0
+VOCAB = 128
+HIDDEN = 32
+LAYERS = 2
+HEADS = 4
+INTERMEDIATE = 64
+MAX_POSITIONS = 64
+BATCH, SEQ = 2, 12
+DROPOUTS_OFF = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _hf():
+    warnings.filterwarnings("ignore")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _nlp():
+    warnings.filterwarnings("ignore")
+    import logging
+    from paddlenlp import transformers as nlp
+    from paddlenlp.utils.log import logger
+    logger.set_level("ERROR")
+    logging.getLogger("paddlenlp").setLevel(logging.ERROR)
+    return nlp
+
+
+def randomize(model, seed: int = SEED):
+    """Weights that give activations of order one: matrices N(0, 1/fan_in), embeddings N(0, 1),
+    norm scales 1 + N(0, 0.1), biases N(0, 0.02). HF's own init (std 0.02) leaves attention
+    almost uniform, where a wrong scale or a missing mask would barely show."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    normal = lambda p, std, mean=0.0: p.copy_(mean + std * torch.randn(p.shape, generator=gen))
+    with torch.no_grad():
+        for module in model.modules():
+            kind = type(module).__name__
+            weight = getattr(module, "weight", None)
+            if isinstance(module, torch.nn.Embedding):
+                normal(weight, 1.0)
+            elif isinstance(module, torch.nn.Linear):
+                normal(weight, module.in_features ** -0.5)
+            elif kind == "Conv1D":  # HF GPT-2's Conv1D: weight already [in, out]
+                normal(weight, weight.shape[0] ** -0.5)
+            elif "Norm" in kind and weight is not None:
+                normal(weight, 0.1, mean=1.0)
+            else:
+                continue
+            if getattr(module, "bias", None) is not None:
+                normal(module.bias, 0.02)
+    return model.eval()
+
+
+def _paddle_seeded():
+    import paddle
+    paddle.seed(SEED)
+    return paddle
+
+
+def token_ids(seed: int = SEED) -> np.ndarray:
+    """Token ids from 1: PaddleNLP's BERT masks the pad id 0 when no mask is given, HF does not."""
+    return np.random.default_rng(seed).integers(1, VOCAB, (BATCH, SEQ)).astype("int64")
+
+
+def position_ids() -> np.ndarray:
+    return np.tile(np.arange(SEQ, dtype="int64"), (BATCH, 1))
+
+
+# ---- BERT: HF BertModel -> PaddleNLP BertModel (mapping "bert")
+
+def bert_torch():
+    hf = _hf()
+    config = hf.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                           intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, type_vocab_size=2,
+                           hidden_act="gelu", layer_norm_eps=1e-12, attn_implementation="eager", **DROPOUTS_OFF)
+    # PaddleNLP builds every BERT layer norm with epsilon 1e-12, whatever its config says
+    return randomize(hf.BertModel(config))
+
+
+def bert_paddle():
+    nlp = _nlp()
+    _paddle_seeded()
+    config = nlp.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                            intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, type_vocab_size=2,
+                            hidden_act="gelu", **DROPOUTS_OFF)
+    return nlp.BertModel(config).eval()
+
+
+def bert_inputs(explicit_positions: bool) -> dict:
+    ids = token_ids()
+    types = np.zeros_like(ids)
+    types[:, SEQ // 2:] = 1
+    x = {"input_ids": ids, "token_type_ids": types}
+    if explicit_positions:
+        x["position_ids"] = position_ids()
+    return x
+
+
+# ---- GPT-2: HF GPT2LMHeadModel -> PaddleNLP GPTForCausalLM (mapping "gpt2")
+
+def gpt2_torch():
+    hf = _hf()
+    config = hf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=INTERMEDIATE,
+                           n_positions=MAX_POSITIONS, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    return randomize(hf.GPT2LMHeadModel(config))
+
+
+def gpt2_paddle():
+    nlp = _nlp()
+    _paddle_seeded()
+    config = nlp.GPTConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                           intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS,
+                           hidden_act="gelu", **DROPOUTS_OFF)
+    return nlp.GPTForCausalLM(config).eval()
+
+
+def gpt2_inputs(explicit_positions: bool) -> dict:
+    x = {"input_ids": token_ids()}
+    if explicit_positions:
+        x["position_ids"] = position_ids()
+    return x
+
+
+# ---- Llama: HF LlamaForCausalLM -> PaddleNLP LlamaForCausalLM (mapping "llama")
+
+LLAMA = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
+             num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=MAX_POSITIONS,
+             rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
+
+
+def llama_torch():
+    hf = _hf()
+    return randomize(hf.LlamaForCausalLM(hf.LlamaConfig(**LLAMA, attn_implementation="eager")))
+
+
+def llama_paddle(**overrides):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.LlamaForCausalLM(nlp.LlamaConfig(**dict(LLAMA, **overrides))).eval()
+
+
+def llama_inputs(explicit_positions: bool) -> dict:
+    return gpt2_inputs(explicit_positions)
+
+
+# ---- DeBERTa-v2: HF DebertaV2Model -> PaddleNLP DebertaV2Model (same key names; rules inferred)
+
+DEBERTA = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+               intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, hidden_act="gelu",
+               type_vocab_size=0, relative_attention=True, position_buckets=16, max_relative_positions=-1,
+               pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", position_biased_input=False,
+               layer_norm_eps=1e-7, conv_kernel_size=0, **DROPOUTS_OFF)
+
+
+def deberta_torch():
+    hf = _hf()
+    return randomize(hf.DebertaV2Model(hf.DebertaV2Config(**DEBERTA, share_att_key=True)))
+
+
+def deberta_paddle():
+    nlp = _nlp()
+    _paddle_seeded()
+    config = nlp.DebertaV2Config(**DEBERTA, output_hidden_states=False)
+    config.share_att_key = True  # the modeling reads share_att_key; the config's own name is share_attn_key
+    return nlp.DebertaV2Model(config).eval()
+
+
+def deberta_inputs(explicit_positions: bool) -> dict:
+    return {"input_ids": token_ids()}  # relative positions only: the model takes no position ids

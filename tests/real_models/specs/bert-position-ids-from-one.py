@@ -1,0 +1,23 @@
+"""Real-model case bert-position-ids-from-one: default position ids start at 1 (tests/real_models/cases.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import cases  # noqa: E402
+
+CASE = cases.BY_NAME["bert-position-ids-from-one"]
+mapping = cases.mapping(CASE)
+
+
+def torch_model():
+    return cases.torch_model(CASE)
+
+
+def paddle_model():
+    return cases.paddle_model(CASE)
+
+
+def inputs():
+    return cases.inputs(CASE)

@@ -1,0 +1,23 @@
+"""Real-model case bert-query-untransposed: square query weight loaded without its transpose (tests/real_models/cases.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import cases  # noqa: E402
+
+CASE = cases.BY_NAME["bert-query-untransposed"]
+mapping = cases.mapping(CASE)
+
+
+def torch_model():
+    return cases.torch_model(CASE)
+
+
+def paddle_model():
+    return cases.paddle_model(CASE)
+
+
+def inputs():
+    return cases.inputs(CASE)
