@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .matching import common_shape, same_values
+
 ACTIVATIONS = {"relu", "relu6", "gelu", "silu", "swish", "hardswish", "hardsigmoid", "leakyrelu", "elu",
                "selu", "celu", "mish", "tanh", "sigmoid", "softplus", "hardtanh", "prelu", "quickgelu"}
 DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alphadropout"}
@@ -74,6 +76,45 @@ def _targets_by_module(plan) -> dict[str, set[str]]:
     return out
 
 
+def _calls_fit(t_call, p_call) -> bool:
+    """Whether two calls of layers without weights can be the same step: as many outputs, each
+    pair broadcast-compatible, and (where the inputs were recorded) the first input of each
+    holding the same values (two dropouts of one shape, one after the attention and one after
+    the MLP, are told apart by what they receive)."""
+    a, b = t_call.shapes, p_call.shapes
+    if len(a) != len(b) or not all(common_shape(x, y) is not None for x, y in zip(a, b)):
+        return False
+    from ..frameworks import paddle_side, torch_side
+    from .capture import call_tensors
+    x = call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor)
+    y = call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)
+    if not x or not y:
+        return True  # an outline: shapes are all there is
+    return same_values(paddle_side.to_numpy(y[0]), torch_side.to_numpy(x[0])) is not None
+
+
+def in_order(a: list, b: list, fits) -> list[tuple]:
+    """The longest sequence of pairs (a[i], b[j]) that fit, keeping both orders (a longest common
+    subsequence): layers without weights pair in execution order, and where one side has a layer
+    more (paddle's attention applies dropout as a function, torch's as a module), the pairs
+    whose outputs cannot be the same values are skipped rather than forced."""
+    n, m = len(a), len(b)
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], best[i + 1][j + 1] + 1 if fits(a[i], b[j]) else 0)
+    out, i, j = [], 0, 0
+    while i < n and j < m:
+        if fits(a[i], b[j]) and best[i][j] == best[i + 1][j + 1] + 1:
+            out.append((a[i], b[j]))
+            i, j = i + 1, j + 1
+        elif best[i + 1][j] >= best[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
 def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     """Pairs in torch completion order. `*_calls` map path -> Call (with .type and .end)."""
     pairs: dict[str, str] = {}
@@ -117,8 +158,8 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             groups_p.setdefault((nearest_in(p, used), kind_of(call.type)), []).append(p)
     for key, t_list in groups_t.items():
         p_list = groups_p.get(key, [])
-        if key[0] is not None and len(t_list) == len(p_list):
-            for t, p in zip(t_list, p_list):
+        if key[0] is not None:
+            for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p])):
                 add(t, p)
     ordered = sorted(pairs.items(), key=lambda kv: torch_calls[kv[0]].end)
     return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type) for t, p in ordered]

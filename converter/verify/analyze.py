@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .align import LayerPair, nearest_in
+from .matching import common_shape
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
 from .precision import is_torch_matmul
 from .identity import view_of
 from .forced import ForcedCall, Reference, differing_inputs
-from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, to_numpy_list
+from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
 
 
@@ -32,19 +33,40 @@ class Evidence:
     budget: Budget | None = None
 
 
-def _matched(t_out: list, p_out: list) -> int:
-    """How many outputs pair up by position: while their shapes agree."""
-    n = 0
+def output_shapes(t_out: list, p_out: list) -> list[tuple]:
+    """The shapes in which the outputs are compared, pairing them by position while they are
+    broadcast-compatible: [1, T, H] against [B, T, H] holds the same values, broadcast."""
+    shapes = []
     for a, b in zip(t_out, p_out):
-        if tuple(a.shape) != tuple(b.shape):
+        shape = common_shape(tuple(a.shape), tuple(b.shape))
+        if shape is None:
             break
-        n += 1
-    return n
+        shapes.append(shape)
+    return shapes
+
+
+def laid_out(arrays: list, shapes: list[tuple]) -> np.ndarray:
+    """The arrays broadcast to `shapes` and joined (see metrics.join)."""
+    return join([a if tuple(a.shape) == s else np.broadcast_to(a, s) for a, s in zip(arrays, shapes)])
+
+
+def _broadcast_note(t_out: list, p_out: list, shapes: list[tuple]) -> str:
+    differ = [(list(a.shape), list(b.shape)) for a, b, _ in zip(t_out, p_out, shapes) if tuple(a.shape) != tuple(b.shape)]
+    if not differ:
+        return ""
+    return "compared after broadcasting: " + ", ".join(f"torch {a} vs paddle {b}" for a, b in differ)
 
 
 def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
-    """The stats laid out as an output of `shape`; None when there are none or they do not fit."""
-    if matmul is None or matmul.s2.size != int(np.prod(shape)):
+    """The stats laid out as an output of `shape` (broadcast where the output was); None when
+    there are none or they do not fit."""
+    if matmul is None:
+        return None
+    if matmul.s2.shape == tuple(shape):
+        return matmul
+    if common_shape(matmul.s2.shape, shape) == tuple(shape):
+        return MatmulStats(np.broadcast_to(matmul.s2, shape), matmul.k)
+    if matmul.s2.size != int(np.prod(shape)):
         return None
     return MatmulStats(matmul.s2.reshape(shape), matmul.k)
 
@@ -61,8 +83,9 @@ def _matmul(module, call: Call, shape) -> MatmulStats | None:
 
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
     """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
-    y_f = join(run_torch64(session.torch64_module(path), call, fmt))
-    return float(np.sqrt(np.mean((y_f.ravel()[: y64.size] - y64.ravel()) ** 2))) if y64.size else 0.0
+    y_f = join(run_torch64(session.torch64_module(path), call, fmt)).ravel()
+    n = min(y_f.size, y64.size)  # y64 may be laid out broadcast: its first elements are torch's
+    return float(np.sqrt(np.mean((y_f[:n] - y64.ravel()[:n]) ** 2))) if n else 0.0
 
 
 def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
@@ -73,55 +96,61 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
 
 
 def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict | None = None):
-    """(result with the end-to-end metrics, torch's matched outputs as one array or None, their
-    count). `seen` keeps metrics by the outputs' identity: a wrapper that returns its child's
-    output (on both sides) gets the child's figures without comparing again."""
+    """(result with the end-to-end metrics, torch's matched outputs as one array or None, the
+    shapes they are compared in). `seen` keeps metrics by the outputs' identity: a wrapper
+    that returns its child's output (on both sides) gets the child's figures without
+    comparing again."""
     t_out, p_out = t_call.outputs, p_call.outputs
-    n = _matched(t_out, p_out)
+    shapes = output_shapes(t_out, p_out)
     result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
-                         tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
-    if not n:
-        result.note = (f"outputs do not match in shape: torch {[list(a.shape) for a in t_out]}, "
-                       f"paddle {[list(b.shape) for b in p_out]}")
-        result.ratio = float("inf") if t_out and p_out else None
-        return result, None, 0
-    y_t = join(to_numpy_list(t_out[:n], "torch"))
-    key = (tuple(map(view_of, t_out[:n])), tuple(id(b) for b in p_out[:n]))
+                         shapes[0] if shapes else tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
+    if not shapes:
+        if t_out and p_out:
+            result.note = (f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
+                           f"paddle {[list(b.shape) for b in p_out]}")
+            result.ratio = float("inf")
+        else:
+            result.note = "no floating output on " + ("paddle's side" if t_out else "torch's side" if p_out else "either side")
+            result.ratio = float("inf") if t_out or p_out else 0.0
+        return result, None, []
+    result.note = _broadcast_note(t_out, p_out, shapes)
+    y_t = laid_out(to_numpy_list(t_out[:len(shapes)], "torch"), shapes)
+    key = (tuple(map(view_of, t_out[:len(shapes)])), tuple(id(b) for b in p_out[:len(shapes)]))
     m = seen.get(key) if seen is not None else None
     if m is None:
-        m = compare(y_t, join(to_numpy_list(p_out[:n], "paddle")))
+        m = compare(y_t, laid_out(to_numpy_list(p_out[:len(shapes)], "paddle"), shapes))
         if seen is not None:
             seen[key] = m
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    return result, y_t, n
+    return result, y_t, shapes
+
+
+def add_note(result: LayerResult, note: str) -> None:
+    if note:
+        result.note = "; ".join(filter(None, [result.note, note]))
 
 
 def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[LayerResult, Evidence]:
     """One pair, its paddle layer re-run on its own: (its result, the evidence for a diagnosis)."""
-    result, y_t, n = end_to_end(session, pair, t_call, p_call)
+    result, y_t, shapes = end_to_end(session, pair, t_call, p_call)
     ev = Evidence()
     if y_t is None:
         return result, ev
+    n = len(shapes)
     forced = forced_paddle_inputs(t_call, p_call)
-    if forced is None:
-        result.note = "inputs could not be matched for teacher forcing; compared end to end only"
-        return result, ev
     try:
         y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
-    except Exception as exc:  # the layer refused torch's inputs: keep the end-to-end figures
-        result.note = f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__}); compared end to end only"
+    except Exception as exc:  # the layer refused torch's inputs: judged by what it adds instead
+        add_note(result, f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__})")
+        judge_by_addition(session, pair, t_call, p_call, shapes, result)
         return result, ev
-    y_local = join(y_local_list[:n]) if len(y_local_list) >= n else None
-    if y_local is None or y_local.size != y_t.size:
+    if len(y_local_list) < n or output_shapes(y_local_list, [np.empty(s, np.uint8) for s in shapes]) != shapes:
         result.note = "the re-run paddle layer gave outputs of another shape"
         result.ratio = float("inf")
         return result, ev
-    y64 = join(run_torch64(session.torch64_module(pair.torch), t_call)[:n])
-    if y64.size != y_t.size:
-        y64 = y_t.astype(np.float64)
-    y_local = y_local.reshape(y_t.shape)
-    y64 = y64.reshape(y_t.shape)
+    y_local = laid_out(y_local_list[:n], shapes)
+    y64 = laid_out(run_torch64(session.torch64_module(pair.torch), t_call)[:n], shapes)
     budget = layer_budget(session, pair.torch, t_call, y_t, y64, session.formats)
     local = compare(y_t, y_local)
     result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
@@ -131,6 +160,29 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[Layer
         result.ratio = float("inf")
         result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
     return result, Evidence(y_t, y_local, y64, forced, budget)
+
+
+def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, shapes: list, result: LayerResult) -> None:
+    """Where paddle's layer cannot be run on torch's inputs, judge what it adds: the torch module
+    run in float64 (and in float32, for the budget) on the inputs paddle's layer really received,
+    matched by value to torch's call; paddle's output against that. The error it inherited is
+    then gone, and the rest is its own. Sets the result's ratio; a result that cannot be judged
+    this way either keeps ratio None, and the final outputs' check answers for it."""
+    from .replay import torch_call_on
+    try:
+        call32, call64 = torch_call_on(t_call, p_call)
+        module = session.torch_module(pair.torch)
+        y32 = laid_out(run_torch_module(module, call32)[:len(shapes)], shapes)
+        y64 = laid_out(run_torch64(session.torch64_module(pair.torch), call64)[:len(shapes)], shapes)
+    except Exception as exc:
+        add_note(result, f"could not be judged: the torch module does not run on paddle's inputs ({type(exc).__name__})")
+        return
+    y_p = laid_out(to_numpy_list(p_call.outputs[:len(shapes)], "paddle"), shapes)
+    budget = layer_budget(session, pair.torch, call32, y32, y64, session.formats)
+    local = compare(y32, y_p)
+    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
+    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y32, nan=np.inf)))
+    add_note(result, "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
 
 # ---------------------------------------------------------------- all pairs, forced passes
@@ -162,7 +214,7 @@ def _boundary(session, child, differing: dict, forced_64: dict, rounded_64: dict
         else:
             rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
                         if child.torch in r and i in r[child.torch].input_rms}
-            budget = budget_from_error(session.formats, t, ref.input_err[i], None, rounding)
+            budget = budget_from_error(session.formats, t, np.broadcast_to(ref.input_err[i], t.shape), None, rounding)
             diff = np.abs(got - t)
             ratio, tol = budget.ratio(diff)
             found = (ratio, tol, float(diff.max()) if diff.size else 0.0)
@@ -235,31 +287,35 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
 
 
 def _analyze_forced(session, pair, passes: Passes, children, differing):
-    result, y_t, n = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
+    result, y_t, shapes = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
     if y_t is None:
         return result
+    n = len(shapes)
     loc: ForcedCall | None = passes.forced_p.get(pair.paddle)
     ref: Reference | None = passes.forced_64.get(pair.torch)
-    if loc is None or ref is None or loc.unmatched or len(loc.outputs) < n or len(ref.output_err) < n:
-        result.note = "inputs could not be matched for teacher forcing; compared end to end only"
+    if loc is None or ref is None or len(loc.outputs) < n or len(ref.output_err) < n:
+        add_note(result, "the forced paddle pass did not reach this layer")
+        judge_by_addition(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], shapes, result)
         return result
-    y_local = join(loc.outputs[:n])
-    if y_local.size != y_t.size:
+    if loc.forcing is not None:
+        add_note(result, loc.forcing.note)
+    if output_shapes(loc.outputs[:n], [np.empty(s, np.uint8) for s in shapes]) != shapes:
         result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
         return result
+    y_local = laid_out(loc.outputs[:n], shapes)
     # a wrapper that returns its child's output shares the child's arrays: judged once
     key = (_identity(y_t), tuple(map(id, loc.outputs[:n])), tuple(map(id, ref.output_err[:n])),
            id(passes.s2.get(pair.torch)), tuple(sorted((f, tuple(r[pair.torch].output_rms[:n]))
                                                       for f, r in passes.rounded_64.items() if pair.torch in r)))
     found = passes.local.get(key)
     if found is None:
-        found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, n)
+        found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, shapes)
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
         found = _boundary(session, child, differing, passes.forced_64, passes.rounded_64)
         if found is not None and found[0] > result.ratio:
             result.ratio, result.budget, result.local_max_abs = found
-            result.note = f"worst at the input of {child.torch}, as this layer's own code computed it"
+            add_note(result, f"worst at the input of {child.torch}, as this layer's own code computed it")
     return result
 
 
@@ -267,9 +323,9 @@ def _identity(a: np.ndarray) -> tuple:
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str
 
 
-def _local(session, pair, passes: Passes, ref, y_local, y_t, n) -> tuple:
+def _local(session, pair, passes: Passes, ref, y_local, y_t, shapes) -> tuple:
     """(local max abs, local mean abs, ratio, budget) of a pair's own output."""
-    diff = np.subtract(y_local.reshape(y_t.shape), y_t)
+    diff = np.subtract(y_local, y_t)
     np.abs(diff, out=diff)
     top = float(diff.max())  # NaN when there is one
     if math.isnan(top):
@@ -278,14 +334,15 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, n) -> tuple:
     if top == 0:
         return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
-    budget = _output_budget(session, pair, passes, ref, y_t, n)
+    budget = _output_budget(session, pair, passes, ref, y_t, shapes)
     with np.errstate(over="ignore"):
         ratio, tolerance = budget.ratio_of_squares(np.square(diff, out=diff).reshape(budget.var.shape))
     return top, mean, ratio, tolerance
 
 
-def _output_budget(session, pair, passes: Passes, ref, y_t, n) -> Budget:
-    e_ref = join(ref.output_err[:n]).reshape(y_t.shape)
+def _output_budget(session, pair, passes: Passes, ref, y_t, shapes) -> Budget:
+    n = len(shapes)
+    e_ref = laid_out(ref.output_err[:n], shapes).reshape(y_t.shape)
     matmul = _fitted(passes.s2.get(pair.torch), y_t.shape)
     rounding = {f: max(r[pair.torch].output_rms[:n], default=0.0)
                 for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}

@@ -23,7 +23,8 @@ import numpy as np
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity, view_of
-from .replay import Handed, _to64, force_paddle_args, torch_inputs
+from .matching import POSITION, VALUE, common_shape
+from .replay import Forcing, Handed, _to64, force_paddle_args, torch_inputs
 
 
 @dataclass
@@ -39,7 +40,7 @@ class HandedOn:
 class ForcedCall:
     computed: list = field(default_factory=list)  # paddle: inputs as the enclosing code computed them
     outputs: list = field(default_factory=list)  # paddle: outputs on the forced inputs
-    unmatched: int = 0
+    forcing: Forcing | None = None  # which paddle input took which torch input
 
 
 @dataclass
@@ -80,7 +81,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
             if _p in runs:
                 return None
             run = runs[_p] = ForcedCall([as_computed(t) for t in call_tensors(args, kwargs, paddle_side.is_tensor)])
-            args, kwargs, run.unmatched = force_paddle_args(args, kwargs, _t, handed)
+            args, kwargs, run.forcing = force_paddle_args(args, kwargs, _t, handed, as_numpy)
             return args, kwargs
 
         def post(lay, args, out, _p=pair.paddle):
@@ -138,10 +139,12 @@ def _minus(v, r) -> np.ndarray:
 
 
 def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> dict[str, list]:
-    """Per torch path: (input index, the value paddle's enclosing code computed, torch's value)
-    for each input where the two differ and the enclosing code made the difference. Inputs
-    passed on unchanged need no check of their own: torch's recorded tensor (equal), or, on
-    both sides, an output of another pair (that pair's own check covers it)."""
+    """Per torch path: (torch input index, the value paddle's enclosing code computed, torch's
+    value), both laid out in their common shape, for each input that was taken from torch
+    (matched by value, or left over on both sides) where the two differ: the enclosing code
+    made the difference. Inputs passed on unchanged need no check of their own: torch's
+    recorded tensor (equal), or, on both sides, an output of another pair (that pair's own
+    check covers it)."""
     made = {}  # id of a forced paddle output -> torch's recorded tensor for it
     for pair in pairs:
         loc = forced_p.get(pair.paddle)
@@ -150,16 +153,14 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
     out = {}
     for pair in pairs:
         loc = forced_p.get(pair.paddle)
-        if loc is None:
+        if loc is None or loc.forcing is None:
             continue
-        used, found = set(), []
-        for i, r in enumerate(torch_inputs(t_calls[pair.torch])):
-            shape = tuple(r.shape)
-            j = next((j for j, c in enumerate(loc.computed) if j not in used and tuple(c.shape) == shape), None)
-            if j is None:
+        recorded = torch_inputs(t_calls[pair.torch])
+        found = []
+        for m in loc.forcing.matches:
+            if m.how not in (VALUE, POSITION):
                 continue
-            used.add(j)
-            got = loc.computed[j]
+            got, r = loc.computed[m.index], recorded[m.source]
             if isinstance(got, HandedOn):
                 if got.source is r:
                     continue  # torch's own recorded tensor, handed on: equal
@@ -167,8 +168,14 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
             elif id(got) in made and view_of(made[id(got)]) == view_of(r):
                 continue  # another pair's output, handed on unchanged on both sides
             t = torch_side.to_numpy(r)
+            shape = common_shape(got.shape, t.shape)
+            if shape is None:
+                continue
+            if tuple(got.shape) == tuple(t.shape) and np.array_equal(got, t):
+                continue
+            got, t = np.broadcast_to(got, shape), np.broadcast_to(t, shape)
             if not np.array_equal(got, t):
-                found.append((i, got, t))
+                found.append((m.source, got, t))
         if found:
             out[pair.torch] = found
     return out

@@ -10,6 +10,7 @@ the reference that calibrates the budget.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from .budget import MatmulStats
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity
+from .matching import POSITION, VALUE, describe, fit, match_inputs
 from .precision import cpu_has_native_bf16, round_torch_matmuls
 
 
@@ -26,9 +28,10 @@ def torch_inputs(call: Call) -> list:
 
 
 def forced_paddle_inputs(t_call: Call, p_call: Call):
-    """paddle (args, kwargs) holding torch's recorded tensors; None when they cannot be matched."""
-    args, kwargs, missing = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), t_call)
-    return None if missing else (args, kwargs)
+    """paddle (args, kwargs) holding torch's recorded tensors where they match paddle's inputs
+    by value (see matching.py); the others stay as paddle's call had them."""
+    args, kwargs, _ = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), t_call)
+    return args, kwargs
 
 
 class Handed:
@@ -42,16 +45,16 @@ class Handed:
         self._sources = ByIdentity()  # copy -> its torch tensor
 
     def copy_of(self, tensor, like):
-        """`tensor` (torch) as a paddle tensor on `like`'s place, in `like`'s dtype."""
+        """`tensor` (torch) as a paddle tensor of `like`'s shape (same values, broadcast), on its
+        place, in its dtype."""
         return self._copies.made(tensor, lambda: self._copy(tensor, like),
-                                 usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place))
+                                 usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place)
+                                 and tuple(c.shape) == tuple(like.shape))
 
     def _copy(self, tensor, like):
         import paddle
-        import torch
-        array = tensor.detach().cpu()
-        array = array.float().numpy() if array.dtype == torch.bfloat16 else array.numpy()
-        copy = paddle.to_tensor(array, place=like.place)
+        array = fit(torch_side.to_numpy(tensor), tuple(like.shape))
+        copy = paddle.to_tensor(np.ascontiguousarray(array), place=like.place)
         copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
         self._sources.put(copy, tensor)
         return copy
@@ -61,38 +64,66 @@ class Handed:
         return self._sources.get(value)
 
 
-def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | None = None):
-    """(args, kwargs, unmatched count): each paddle tensor replaced by the torch call's tensor
-    of the same shape, taken in order."""
-    import paddle
-    handed = handed or Handed()
-    pool = torch_inputs(t_call)
-    used = [False] * len(pool)
-    missing = []
-    swapped = {}  # one paddle tensor passed several times (q = k = v) takes one torch tensor
+@dataclass
+class Forcing:
+    """How one paddle call was forced: a match per paddle input tensor (see matching.py)."""
 
-    def swap(value):
-        if isinstance(value, paddle.Tensor) and id(value) in swapped:
-            return swapped[id(value)]
-        if isinstance(value, paddle.Tensor):
-            out = _take(value)
-            swapped[id(value)] = out
-            return out
-        if isinstance(value, (list, tuple)):
-            return type(value)(swap(v) for v in value)
+    matches: list = field(default_factory=list)
+    shapes: list = field(default_factory=list)
+
+    @property
+    def note(self) -> str:
+        return describe(self.matches, self.shapes)
+
+
+def replace_tensors(value, is_tensor, new: dict, start: int = 0):
+    """(value with its tensor number k replaced by new[k] where given, the count of tensors),
+    numbering the tensors in capture.flatten's order."""
+    if is_tensor(value):
+        return new.get(start, value), 1
+    if isinstance(value, (list, tuple, dict)):
+        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        out, n = [], 0
+        for k, v in items:
+            v, m = replace_tensors(v, is_tensor, new, start + n)
+            out.append((k, v))
+            n += m
         if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
-        return value
+            return dict(out), n
+        seq = [v for _, v in out]
+        return (type(value)(*seq) if hasattr(value, "_fields") else type(value)(seq)), n
+    return value, len(flatten(value, is_tensor))  # other containers: counted, left as they are
 
-    def _take(value):
-        for i, t in enumerate(pool):
-            if not used[i] and tuple(t.shape) == tuple(value.shape):
-                used[i] = True
-                return handed.copy_of(t, value)
-        missing.append(tuple(value.shape))
-        return value
 
-    return swap(tuple(args)), swap(dict(kwargs)), len(missing)
+def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | None = None,
+                      as_numpy=None):
+    """(args, kwargs, Forcing): each paddle tensor that matches one of the torch call's tensors
+    by value replaced by (a paddle copy of) that torch tensor; the rest left as they are.
+    `as_numpy(paddle tensor)` converts (and may cache); `handed` knows which paddle tensors are
+    copies of which torch tensors already."""
+    handed = handed or Handed()
+    as_numpy = as_numpy or paddle_side.to_numpy
+    pool = torch_inputs(t_call)
+    values = call_tensors(args, kwargs, paddle_side.is_tensor)
+    index_of = {id(t): i for i, t in enumerate(pool)}
+    same = {}
+    for j, v in enumerate(values):
+        source = handed.source_of(v)
+        if source is not None and id(source) in index_of:
+            same[j] = index_of[id(source)]
+    torch_arrays = [torch_side.to_numpy(t) for t in pool]
+    matches = match_inputs([(lambda v=v: _paddle_array(v, handed, as_numpy)) for v in values], torch_arrays, same)
+    new = {m.index: handed.copy_of(pool[m.source], values[m.index]) for m in matches
+           if m.how in (VALUE, POSITION) and fit(torch_arrays[m.source], tuple(values[m.index].shape)) is not None}
+    args, n = replace_tensors(tuple(args), paddle_side.is_tensor, new)
+    kwargs, _ = replace_tensors(dict(kwargs), paddle_side.is_tensor, new, n)
+    return args, kwargs, Forcing(matches, [tuple(v.shape) for v in values])
+
+
+def _paddle_array(value, handed: Handed, as_numpy):
+    """A paddle tensor's values as numpy: its torch source's where it is a copy of one."""
+    source = handed.source_of(value)
+    return fit(torch_side.to_numpy(source), tuple(value.shape)) if source is not None else as_numpy(value)
 
 
 def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
@@ -139,6 +170,34 @@ def rounded(module, fmt: str | None):
         with torch.no_grad():
             for m, w in saved:
                 m.weight.copy_(w)
+
+
+def run_torch_module(module, call: Call) -> list[np.ndarray]:
+    """A torch module (as it is: its device, its dtype) on a call's inputs."""
+    import torch
+    with torch.no_grad():
+        out = module(*call.args, **call.kwargs)
+    return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
+
+
+def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
+    """torch's recorded call with its tensors replaced by the inputs paddle's layer received,
+    where they match by value (see matching.py): (as torch recorded them: dtype and device;
+    in float64 on the CPU)."""
+    import torch
+    pool = [paddle_side.to_numpy(v) for v in call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)]
+    mine = torch_inputs(t_call)
+    matches = match_inputs([torch_side.to_numpy(t) for t in mine], pool)
+    new = {}
+    for m in matches:
+        if m.how in (VALUE, POSITION):
+            array = fit(pool[m.source], tuple(mine[m.index].shape))
+            if array is not None:
+                new[m.index] = torch.from_numpy(np.array(array)).to(mine[m.index].dtype).to(mine[m.index].device)
+    args, n = replace_tensors(tuple(t_call.args), torch_side.is_tensor, new)
+    kwargs, _ = replace_tensors(dict(t_call.kwargs), torch_side.is_tensor, new, n)
+    call = Call(t_call.path, t_call.type, t_call.start, t_call.end, args, kwargs)
+    return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, _to64(args), _to64(kwargs))
 
 
 def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray]:

@@ -1,0 +1,190 @@
+"""Which paddle input is which torch input: by value, never by position or name alone.
+
+Two ports of one model rarely call a layer the same way. Attention takes `hidden_states`
+on one side and `(query, key, value)` on the other (the same tensor three times); position
+ids are a `[1, T]` row on one side and `[B, T]` on the other; a mask is `[B, 1, 1, T]`
+additive on one side, `[B, 1, T, T]` on the other, or absent. So each paddle input is
+paired with the torch input that holds the same values after broadcasting:
+
+* SAME      the paddle tensor is a copy of this torch input already (handed on);
+* VALUE     the same values up to broadcasting (exactly, for integers and booleans;
+            within MATCH_RTOL of the tensor's largest magnitude for floats, since the
+            enclosing code computed it with its own rounding);
+* MASK      both are attention masks that mask the same positions, in other conventions
+            (additive or boolean, other shapes): paddle's is kept as it is;
+* POSITION  left over on both sides, of the same kind and broadcast-compatible shapes, in
+            order: the same argument, computed differently by the enclosing code (its own
+            error, which the boundary check charges to it);
+* NONE      no counterpart (a mask torch does not take, a table computed inside): left as
+            paddle computed it.
+
+A match only says which is which; whether the values agree within budget is judged
+elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SAME, VALUE, MASK, POSITION, NONE = "same", "value", "mask", "position", "none"
+MATCH_RTOL = 5e-2
+MASKED_BELOW = -1e3  # an additive mask value at or below this masks its position
+
+
+@dataclass(frozen=True)
+class InputMatch:
+    index: int  # among the call tensors of the side being forced (paddle's, in a forced paddle pass)
+    source: int | None  # among the other side's call tensors: the one it takes the values of
+    how: str
+
+
+def common_shape(a: tuple, b: tuple) -> tuple | None:
+    """The shape both broadcast to, or None when they cannot."""
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return None
+
+
+def _kind(a: np.ndarray) -> str:
+    if a.dtype == np.bool_:
+        return "b"
+    return "f" if np.issubdtype(a.dtype, np.floating) else "i"
+
+
+def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float | None:
+    """How far apart two tensors are when they hold the same values up to broadcasting (0 for
+    equal), relative to b's largest magnitude; None when they do not."""
+    if _kind(a) != _kind(b) or common_shape(a.shape, b.shape) is None:
+        return None
+    if a.size == 0 or b.size == 0:
+        return 0.0 if a.size == b.size else None
+    if _kind(a) != "f":
+        return 0.0 if np.array_equal(*np.broadcast_arrays(a, b)) else None
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(np.subtract(a, b, dtype=np.float64))
+        finite = np.isfinite(d)
+        if not finite.all():  # the same NaN and Inf positions count as equal
+            x, y = np.broadcast_arrays(a, b)
+            if not np.array_equal(np.isnan(x), np.isnan(y)) or not np.array_equal(np.where(np.isinf(x), x, 0),
+                                                                                  np.where(np.isinf(y), y, 0)):
+                return None
+            d = np.where(finite, d, 0.0)
+        scale = float(np.max(np.abs(np.where(np.isfinite(b), b, 0.0)), initial=0.0))
+    worst = float(d.max(initial=0.0))
+    if worst == 0.0:
+        return 0.0
+    return worst / scale if scale > 0 and worst <= rtol * scale else None
+
+
+def masked_positions(a: np.ndarray, flip: bool = False) -> np.ndarray | None:
+    """The positions a mask masks (True), or None when `a` is not mask-like: a boolean tensor
+    (True keeps a position, or masks it when `flip`), or an additive float tensor whose values
+    are all 0 or far below 0."""
+    if a.dtype == np.bool_:
+        return a if flip else ~a
+    if not np.issubdtype(a.dtype, np.floating) or a.ndim < 2:
+        return None
+    with np.errstate(invalid="ignore"):
+        masked = a <= MASKED_BELOW
+        if not np.all(masked | (a == 0)) or not masked.any():
+            return None
+    return masked
+
+
+def same_mask(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two masks (either convention, broadcast-compatible shapes) mask the same positions."""
+    if common_shape(a.shape, b.shape) is None:
+        return False
+    mb = masked_positions(b)
+    if mb is None:
+        return False
+    for flip in (False, True) if a.dtype == np.bool_ else (False,):
+        ma = masked_positions(a, flip)
+        if ma is not None and np.array_equal(*np.broadcast_arrays(ma, mb)):
+            return True
+    return False
+
+
+def fit(array: np.ndarray, shape: tuple) -> np.ndarray | None:
+    """`array`'s values laid out as `shape`: broadcast up, or, along the axes where `shape` has 1
+    and `array` does not, its first slice when every slice is the same. None when neither works."""
+    shape = tuple(shape)
+    if tuple(array.shape) == shape:
+        return array
+    if common_shape(array.shape, shape) == shape:
+        return np.broadcast_to(array, shape)
+    if len(shape) != array.ndim:
+        return None
+    out = array
+    for axis, (want, have) in enumerate(zip(shape, array.shape)):
+        if want == have:
+            continue
+        if want != 1:
+            return None
+        first = np.take(out, [0], axis=axis)
+        if not np.array_equal(np.broadcast_to(first, out.shape), out):
+            return None
+        out = first
+    return out
+
+
+def match_inputs(paddle_values: list, torch_values: list, same: dict[int, int] | None = None) -> list[InputMatch]:
+    """One InputMatch per paddle input. `paddle_values` and `torch_values` are numpy arrays
+    (a paddle entry may be a callable giving its array, asked for only when needed); `same`
+    maps paddle indices that are copies of a torch input to that input's index."""
+    same = same or {}
+    matches: dict[int, InputMatch] = {j: InputMatch(j, i, SAME) for j, i in same.items()}
+    arrays: dict[int, np.ndarray] = {}
+
+    def paddle_array(j):
+        if j not in arrays:
+            v = paddle_values[j]
+            arrays[j] = v() if callable(v) else v
+        return arrays[j]
+
+    for j in range(len(paddle_values)):
+        if j in matches:
+            continue
+        a = paddle_array(j)
+        best = None
+        for i, t in enumerate(torch_values):
+            gap = same_values(a, t)
+            if gap is not None and (best is None or (gap, tuple(t.shape) != tuple(a.shape)) < best[0]):
+                best = ((gap, tuple(t.shape) != tuple(a.shape)), i)
+        if best is not None:
+            matches[j] = InputMatch(j, best[1], VALUE)
+    taken = {m.source for m in matches.values()}
+    for j in range(len(paddle_values)):
+        if j in matches:
+            continue
+        i = next((i for i, t in enumerate(torch_values) if i not in taken and same_mask(paddle_array(j), t)), None)
+        if i is not None:
+            matches[j] = InputMatch(j, i, MASK)
+            taken.add(i)
+    left = [i for i in range(len(torch_values)) if i not in taken]
+    for j in range(len(paddle_values)):
+        if j in matches:
+            continue
+        a = paddle_array(j)
+        i = next((i for i in left if _kind(torch_values[i]) == _kind(a)
+                  and masked_positions(a) is None and masked_positions(torch_values[i]) is None
+                  and common_shape(a.shape, torch_values[i].shape) is not None), None)
+        if i is not None:
+            left.remove(i)
+        matches[j] = InputMatch(j, i, NONE if i is None else POSITION)
+    return [matches[j] for j in range(len(paddle_values))]
+
+
+def describe(matches: list[InputMatch], shapes: list[tuple]) -> str:
+    """A row's note on the inputs that were not taken from torch, or ""."""
+    parts = []
+    for m in matches:
+        shape = "x".join(map(str, shapes[m.index])) or "scalar"
+        if m.how == MASK:
+            parts.append(f"input {m.index} [{shape}] is a mask in another convention (same positions): kept as it was")
+        elif m.how == NONE:
+            parts.append(f"input {m.index} [{shape}] has no counterpart on the other side: left as computed")
+    return "; ".join(parts)
