@@ -1,0 +1,72 @@
+"""verify-port on real model pairs: every case of tests/real_models/cases.py, under each strategy,
+printed as a table (case, strategy, expected culprit, culprit named, diagnosis, verdict, time).
+Exit 1 when any answer is not the expected one.
+
+HF transformers models (torch) against PaddleNLP 2.8.1's ports; both are never dependencies of
+this project, so run it in the side environment:
+
+    PY=$(scripts/side_env.sh) && "$PY" scripts/real_models.py [--strategy auto] [--case gpt2]
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "real_models"))
+warnings.filterwarnings("ignore")
+
+from converter.lazy import import_paddle  # noqa: E402
+
+import_paddle()  # quietly, before PaddleNLP imports it
+
+from cases import CASES  # noqa: E402
+from runner import STRATEGIES, command_line, run_case  # noqa: E402
+
+
+def short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def row(outcome) -> str:
+    case = outcome.case
+    expected = "(pass)" if case.clean else case.culprit
+    named = outcome.named or "-"
+    diagnosis = short("; ".join(outcome.causes), 60) or "-"
+    verdict = f"{outcome.verdict or 'error'} (exit {outcome.exit_code})"
+    mark = "ok" if not outcome.problems() else "WRONG"
+    return (f"{case.name:31s} {outcome.strategy:6s} {expected:48s} {named:48s} {verdict:14s} "
+            f"{outcome.seconds:5.1f}s {mark:5s} {diagnosis}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", action="append", choices=STRATEGIES, help="(repeatable; default: all three)")
+    parser.add_argument("--case", action="append", help="run the cases whose name contains this (repeatable)")
+    parser.add_argument("--notes", action="store_true", help="print each run's row notes")
+    args = parser.parse_args()
+    strategies = args.strategy or list(STRATEGIES)
+    cases = [c for c in CASES if not args.case or any(part in c.name for part in args.case)]
+    print(f"{'case':31s} {'strat.':6s} {'expected culprit':48s} {'culprit named':48s} {'verdict':14s} "
+          f"{'time':>6s} {'':5s} diagnosis")
+    wrong = []
+    for case in cases:
+        for strategy in strategies:
+            outcome = run_case(case, strategy)
+            print(row(outcome), flush=True)
+            if args.notes and outcome.notes:
+                for note in outcome.notes:
+                    print(f"    note: {short(note, 160)}")
+            if outcome.problems():
+                wrong.append((outcome, outcome.problems()))
+    print(f"\n{len(cases) * len(strategies) - len(wrong)} of {len(cases) * len(strategies)} runs right")
+    for outcome, problems in wrong:
+        print(f"  {command_line(outcome.case, outcome.strategy)}: {'; '.join(problems)}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

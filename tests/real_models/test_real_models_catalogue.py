@@ -1,0 +1,27 @@
+"""The real-model case catalogue is whole: enough bugs over every family, clean pairs with and
+without position ids, and a spec file per case that matches the catalogue. Needs neither
+transformers nor PaddleNLP."""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from cases import BUGS, CASES, CLEAN, FAMILIES, spec_text  # noqa: E402
+
+
+def test_each_case_has_its_spec_file():
+    on_disk = {f[:-3] for f in os.listdir(os.path.join(HERE, "specs")) if f.endswith(".py")}
+    assert on_disk == {case.name for case in CASES}, "run: python tests/real_models/cases.py"
+    for case in CASES:
+        with open(case.spec_path) as f:
+            assert f.read() == spec_text(case), f"{case.spec_path} is stale: run python tests/real_models/cases.py"
+
+
+def test_catalogue_covers_the_families_and_the_bugs():
+    assert len(BUGS) >= 15 and len({c.name for c in CASES}) == len(CASES)
+    assert {c.family for c in BUGS} == set(FAMILIES)
+    for family in FAMILIES.values():  # explicit and default position ids, where the family takes them
+        positions = {c.explicit_positions for c in CLEAN if c.family == family.name}
+        assert positions == ({True, False} if family.takes_positions else {True})
