@@ -125,15 +125,19 @@ class ReadBack:
         if info.nbytes == 0:
             got = np.empty(info.shape, dtype=dtypes.storage(info.dtype))
             return compare_entry(self.table[info.name], info, got, self.source.read)
-        with mmap.mmap(self.fd, offset + info.nbytes - start, offset=start, access=mmap.ACCESS_READ) as view:
-            got = np.frombuffer(view, dtype=dtypes.storage(info.dtype), count=info.numel,
-                                offset=offset - start).reshape(info.shape)
+        view = mmap.mmap(self.fd, offset + info.nbytes - start, offset=start, access=mmap.ACCESS_READ)
+        got = np.frombuffer(view, dtype=dtypes.storage(info.dtype), count=info.numel,
+                            offset=offset - start).reshape(info.shape)
+        try:
+            return compare_entry(self.table[info.name], info, got, self.source.read)
+        finally:
+            del got
+            for part in self.table[info.name].parts:
+                self.source.release(part.source)
             try:
-                return compare_entry(self.table[info.name], info, got, self.source.read)
-            finally:
-                del got
-                for part in self.table[info.name].parts:
-                    self.source.release(part.source)
+                view.close()
+            except BufferError:  # an error's traceback still holds the array; the mapping goes with it
+                pass
 
     def close(self) -> list[str]:
         try:

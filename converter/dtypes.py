@@ -80,12 +80,12 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     """Round to nearest even, keeping NaN a NaN."""
-    values = np.ascontiguousarray(values, dtype=np.float32)
+    values = np.ascontiguousarray(values, dtype=np.float32).reshape(np.shape(values))  # 0-d stays 0-d
     bits = values.view(np.uint32)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(values)
     if nan.any():
-        rounded[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)
+        rounded = np.where(nan, ((bits >> 16) | 0x0040).astype(np.uint16), rounded)
     return rounded
 
 

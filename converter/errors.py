@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text) -> str:
+    """`text` with every control character (newline, escape, ...) written as a visible escape,
+    so that a key or a path from a file can never start a line of its own or move the cursor."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
+def quoted(text) -> str:
+    """A key, name or path from an input, in quotes, safe to print (see one_line)."""
+    return "'" + one_line(text) + "'"
+
 
 class PortError(Exception):
     exit_code = 2
@@ -12,7 +27,9 @@ class PortError(Exception):
         self.details = list(details or [])
 
     def render(self) -> str:
-        return "\n".join([self.message] + [f"  {d}" for d in self.details])
+        """The message and one indented line per detail; text that came from an input cannot
+        add lines of its own."""
+        return "\n".join([one_line(self.message)] + [f"  {one_line(d)}" for d in self.details])
 
 
 class UserError(PortError):

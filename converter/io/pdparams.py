@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from ..errors import UserError
+from ..errors import UserError, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
 from .base import Source, TensorInfo
@@ -76,10 +76,23 @@ def _array_header(shape, dtype: np.dtype, nbytes: int) -> bytes:
     return head + state + b"\x8e" + struct.pack("<Q", nbytes)  # BINBYTES8 length, then the data
 
 
+# keys paddle.load treats as its own tables, not as tensors
+RESERVED = ("StructuredToParameterName@@", "UnpackBigParamInfor@@")
+
+
+def check_names(infos: list[TensorInfo]) -> None:
+    for info in infos:
+        if info.name in RESERVED:
+            raise UserError(f"output key {quoted(info.name)} is reserved by paddle's .pdparams format "
+                            "(paddle.load would not give it back as a tensor); drop or rename it with a rule, "
+                            "or write .safetensors")
+
+
 def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:
     """A protocol-4 pickle of {name: ndarray}, written opcode by opcode: each array's bytes go
     to the file straight from its buffer, one tensor in memory at a time. paddle.load and
     pickle.load read it as a plain dict of numpy arrays."""
+    check_names(infos)
     file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
     for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
         file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))

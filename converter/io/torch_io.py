@@ -12,30 +12,86 @@ import zipfile
 import numpy as np
 
 from .. import dtypes
-from ..errors import UserError
+from ..errors import UserError, quoted
 from ..lazy import import_torch
+from . import unpickle
 from .base import Source, TensorInfo
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's format before 1.6
+MAX_DIMS = 64
+
+
+def not_a_checkpoint(path: str, head: bytes) -> str | None:
+    """Why a file that should be a torch checkpoint is not one, judged from its first bytes
+    (text, an HTML page, a Git LFS pointer), or None when it may be one (a zip or a pickle)."""
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or head.startswith(b"\x80"):
+        return None
+    text = head.lstrip().lower()
+    if text.startswith(b"version https://git-lfs"):
+        what = "a Git LFS pointer (a small text file standing for the real one); run `git lfs pull` to fetch it"
+    elif text.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml")):
+        what = "an HTML page (a failed or redirected download?); download the real file again"
+    elif head and all(32 <= b < 127 or b in b"\t\r\n" for b in head[:256]):
+        what = "a text file; pass the weights file itself"
+    else:
+        what = "neither a zip archive nor a pickle; pass a file written by torch.save"
+    return f"{quoted(path)} is not a torch checkpoint: it is {what}"
+
+
+def _scan_legacy(path: str) -> None:
+    """A pre-1.6 torch file (pickles one after another, then raw storages) is checked with the
+    data-only unpickler before torch.load sees it: no hash bombs, depth or memo bombs."""
+    with open(path, "rb") as f:
+        import mmap
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    position = 0
+    foreign: list[str] = []
+    try:
+        for index in range(5):  # magic, protocol, system info, the state, the storage keys
+            obj, position = unpickle.load(data, lambda m, n: None, lambda pid: unpickle.Opaque("storage"),
+                                          foreign, position)
+            if index == 0 and obj != LEGACY_MAGIC:
+                if foreign:
+                    raise UserError(_refusal(path, foreign[0]))
+                raise UserError(f"{quoted(path)} is not a torch checkpoint: it is a plain pickle of a "
+                                f"{type(obj).__name__}, not a file written by torch.save")
+    except unpickle.Refused as exc:
+        raise UserError(f"{quoted(path)} is not a readable torch checkpoint: {exc}; re-save it or re-download it") from None
+
+
+def _refusal(path: str, culprit: str) -> str:
+    return (f"refusing to load {quoted(path)}: its pickle asks to import or call code that is not tensor data"
+            f" ({culprit[:160]}); only plain state dicts are accepted. "
+            "If you trust it, re-save it as a state dict or safetensors")
 
 
 def _load(path: str):
     """(state, memory-mapped?)"""
+    with open(path, "rb") as f:
+        head = f.read(4)
     with warnings.catch_warnings():  # torch's notes on pickle protocols are not the user's concern
         warnings.simplefilter("ignore")
-        return _load_loud(path)
+        return _load_loud(path, head)
 
 
-def _load_loud(path: str):
-    torch = import_torch()
+def _mappable(path: str) -> bool:
+    """torch.load(mmap=True) reads a deflated member's compressed bytes as the tensor's data."""
     try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True), True
-        except RuntimeError as exc:
-            if "mmap" not in str(exc):
-                raise
-            # files from before torch's zip format cannot be memory-mapped
-            return torch.load(path, map_location="cpu", weights_only=True), False
+        with zipfile.ZipFile(path) as archive:
+            return all(i.compress_type == zipfile.ZIP_STORED for i in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+
+
+def _load_loud(path: str, head: bytes):
+    torch = import_torch()
+    zipped = head.startswith(b"PK")
+    if not zipped:
+        _scan_legacy(path)
+    mapped = zipped and _mappable(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped), mapped
     except pickle.UnpicklingError as exc:
         text = str(exc)
         culprit = ""
@@ -44,16 +100,35 @@ def _load_loud(path: str):
                 culprit = line.strip().rstrip(".")
                 break
         if "Weights only load failed" in text or culprit:
-            raise UserError(
-                f"refusing to load '{path}': its pickle asks to import or call code that is not tensor data"
-                f"{' (' + culprit[:160] + ')' if culprit else ''}; only plain state dicts are accepted. "
-                "If you trust it, re-save it as a state dict or safetensors") from None
-        raise UserError(f"'{path}' is not a readable torch checkpoint ({text.splitlines()[0][:160]}); "
-                        "it is truncated or corrupt: re-download or re-save it") from None
-    except (zipfile.BadZipFile, EOFError, RuntimeError, ValueError, OSError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise UserError(f"'{path}' is not a readable torch checkpoint ({first}); "
-                        "it is truncated or corrupt: re-download or re-save it") from None
+            raise UserError(_refusal(path, culprit) if culprit else _refusal(path, "a name outside torch's allow-list")) from None
+        raise _unreadable(path, exc) from None
+    except Exception as exc:  # whatever torch raises on a damaged file, it is the file's fault
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: str, exc: Exception) -> UserError:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:160] or type(exc).__name__
+    return UserError(f"{quoted(path)} is not a readable torch checkpoint ({first}); "
+                     "it is truncated or corrupt: re-download or re-save it")
+
+
+def _text_keys(obj: dict, path: str) -> dict:
+    """The state dict with its keys as text; two keys that read the same (1 and '1') are an error."""
+    out, original = {}, {}
+    for key, value in obj.items():
+        if not isinstance(key, (str, int)) or isinstance(key, bool):
+            raise UserError(f"{quoted(path)} has a key that is a {type(key).__name__}, not a string; "
+                            "pass a state dict keyed by parameter names")
+        text = str(key)
+        if text in out:
+            raise UserError(f"{quoted(path)} has two keys that read {quoted(text)}: "
+                            f"{_spell(original[text])} and {_spell(key)}; rename one and re-save")
+        out[text], original[text] = value, key
+    return out
+
+
+def _spell(key) -> str:
+    return quoted(key) + " (a string)" if isinstance(key, str) else f"{key!r} (an integer)"
 
 
 def unwrap_state(obj, is_tensor, path: str, notes: list) -> dict:
@@ -67,13 +142,25 @@ def unwrap_state(obj, is_tensor, path: str, notes: list) -> dict:
             notes.append(f"unwrapped the '{key}' entry" + (f" (ignored: {', '.join(others)})" if others else ""))
             obj = obj[key]
     if not isinstance(obj, dict):
-        raise UserError(f"'{path}' holds a {type(obj).__name__}, not a state dict; "
+        raise UserError(f"{quoted(path)} holds a {type(obj).__name__}, not a state dict; "
                         "save model.state_dict() instead of the model")
-    bad = sorted(str(k) for k, v in obj.items() if not is_tensor(v))
+    obj = _text_keys(obj, path)
+    bad = sorted(k for k, v in obj.items() if not is_tensor(v))
     if bad:
-        raise UserError(f"'{path}' has entries that are not tensors: {', '.join(bad[:8])}; "
+        raise UserError(f"{quoted(path)} has entries that are not tensors: {', '.join(quoted(k) for k in bad[:8])}; "
                         "pass a checkpoint that is a state dict, or one wrapped under 'state_dict' or 'model'")
     return obj
+
+
+def _check_tensor(path: str, name: str, t) -> None:
+    """A tensor torch.load made must fit in its storage: no view larger than the bytes behind it."""
+    if t.dim() > MAX_DIMS:
+        raise UserError(f"{quoted(path)}: tensor {quoted(name)} has {t.dim()} dimensions (at most {MAX_DIMS})")
+    if t.layout != import_torch().strided:
+        raise UserError(f"{quoted(path)}: tensor {quoted(name)} is {t.layout}, not a dense tensor; convert it to dense first")
+    if t.numel() * t.element_size() > t.untyped_storage().nbytes() or any(s < 0 for s in t.stride()):
+        raise UserError(f"{quoted(path)}: tensor {quoted(name)} {list(t.shape)} is a view larger than its storage "
+                        f"({t.untyped_storage().nbytes()} bytes); re-save it with .contiguous()")
 
 
 class TorchSource(Source):
@@ -84,6 +171,7 @@ class TorchSource(Source):
         obj = unwrap_state(obj, lambda v: isinstance(v, torch.Tensor), path, self.notes)
         self._tensors = obj
         for name, t in obj.items():
+            _check_tensor(path, name, t)
             self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
 
     def read(self, name: str) -> np.ndarray:

@@ -1,29 +1,37 @@
 """torch's zip checkpoints read without torch.
 
 A `torch.save` file is a zip: `<name>/data.pkl` (the structure, a pickle whose tensors
-point at storages by persistent id) and `<name>/data/<key>` (each storage's raw bytes,
-stored uncompressed). The pickle is read by an unpickler that knows only the handful of
-names a state dict uses (the tensor and parameter rebuild functions, the typed storage
-classes, OrderedDict) and maps each to a harmless stand-in: nothing is imported and no
-pickled code runs. Tensors become views of the memory-mapped file.
+point at storages by persistent id) and `<name>/data/<key>` (each storage's raw bytes).
+The pickle is read by `unpickle.load`, which builds data only and knows a handful of names
+a state dict uses (the tensor and parameter rebuild functions, the typed storage classes,
+OrderedDict), each mapped to a stand-in: nothing is imported and no pickled code runs.
 
-Anything else (an unknown name, a compressed member, a non-zip file) raises
-`NotPlain`, and the caller falls back to torch.load(weights_only=True), which
-judges it with torch's own allow-list.
+Everything is checked before any tensor memory is touched, after the whole pickle is read:
+every tensor's shape, stride and offset (no negative strides or sizes, at most 64
+dimensions, the view inside its storage and no larger than it), every storage against its
+zip member (its size; stored members are memory-mapped and their CRC checked when first
+read; deflated ones are inflated, capped at their declared size, CRC checked by zipfile).
+
+A pickle that names anything else (a global this reader has no stand-in for) is handed to
+torch.load(weights_only=True) with `NotPlain`, but only after the whole pickle has passed
+the same structural checks (dict keys, memo, depth, tensor geometry), so that torch's
+unpickler never sees a hash bomb or an out-of-bounds view.
 """
 
 from __future__ import annotations
 
 import collections
-import io
 import mmap
-import pickle
 import struct
+import threading
 import zipfile
+import zlib
 
 import numpy as np
 
 from .. import dtypes
+from ..errors import UserError, quoted
+from . import unpickle
 from .base import Source, TensorInfo
 
 STORAGE_DTYPES = {
@@ -31,68 +39,165 @@ STORAGE_DTYPES = {
     "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
     "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
 }
+MAX_PICKLE = 64 << 20  # data.pkl of a state dict holds about 200 bytes per tensor
+MAX_INFLATED = 4 << 30  # one deflated storage held in memory
+MAX_DIMS = 64
+DEFLATE_RATIO = 1032  # deflate's largest possible expansion
 
 
 class NotPlain(Exception):
     """Not a plain zip state dict that this reader handles; torch.load decides."""
 
 
-class _StorageType:
+def _bad(path: str, why: str) -> UserError:
+    return UserError(f"{quoted(path)} is not a valid torch checkpoint: {why}; re-save it with torch.save(state_dict) "
+                     "or re-download it")
+
+
+class StorageType:
     def __init__(self, dtype: str):
         self.dtype = dtype
 
 
-class _Storage:
+class Storage:
+    __slots__ = ("dtype", "key", "numel")
+
     def __init__(self, dtype: str, key: str, numel: int):
         self.dtype, self.key, self.numel = dtype, key, numel
 
 
-class _Tensor:
-    def __init__(self, storage: _Storage, offset: int, shape, stride):
-        if not isinstance(storage, _Storage):
-            raise NotPlain("a tensor without a storage")
-        self.storage, self.offset = storage, int(offset)
-        self.shape, self.stride = tuple(int(d) for d in shape), tuple(int(d) for d in stride)
-        last = self.offset + sum((d - 1) * st for d, st in zip(self.shape, self.stride) if d > 0)
-        if any(d == 0 for d in self.shape):
-            last = self.offset - 1
-        if self.offset < 0 or last >= storage.numel:
-            raise NotPlain("a tensor reaches past its storage")
+def _int(value, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise unpickle.Refused(f"a tensor's {what} is a {type(value).__name__}, not an integer")
+    return value
 
 
-def _rebuild_tensor(storage, offset, shape, stride, *rest):
-    return _Tensor(storage, offset, shape, stride)
+def _ints(values, what: str) -> tuple[int, ...]:
+    if not isinstance(values, tuple):
+        raise unpickle.Refused(f"a tensor's {what} is a {type(values).__name__}, not a tuple")
+    if len(values) > MAX_DIMS:
+        raise unpickle.Refused(f"a tensor with {len(values)} dimensions (at most {MAX_DIMS})")
+    return tuple(_int(v, what) for v in values)
 
 
-def _rebuild_parameter(data, requires_grad=False, backward_hooks=None, *rest):
+class TensorRecord:
+    """What `_rebuild_tensor_v2` was asked for; immutable (a BUILD on it is refused)."""
+
+    __slots__ = ("storage", "offset", "shape", "stride")
+
+    def __init__(self, storage, offset, shape, stride):
+        if not isinstance(storage, Storage):
+            raise unpickle.Refused("a tensor without a storage")
+        self.storage, self.offset = storage, _int(offset, "offset")
+        self.shape, self.stride = _ints(shape, "shape"), _ints(stride, "stride")
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def view_problem(shape, stride, offset: int, storage_numel: int) -> str | None:
+    """Why a strided view of a storage of `storage_numel` elements is unsafe, or None. Python
+    integers: nothing overflows however large the numbers are."""
+    if len(shape) != len(stride):
+        return f"shape {list(shape)} and stride {list(stride)} have different lengths"
+    if len(shape) > MAX_DIMS:
+        return f"{len(shape)} dimensions (at most {MAX_DIMS})"
+    if any(d < 0 for d in shape):
+        return f"a negative size in shape {list(shape)}"
+    if any(s < 0 for s in stride):
+        return f"a negative stride in {list(stride)}"
+    if offset < 0:
+        return f"a negative storage offset {offset}"
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel == 0:
+        return None if offset <= storage_numel else f"offset {offset} past its storage of {storage_numel} elements"
+    last = offset + sum((d - 1) * s for d, s in zip(shape, stride))
+    if last >= storage_numel:
+        return f"shape {list(shape)}, stride {list(stride)}, offset {offset} reach past its storage of {storage_numel} elements"
+    if numel > storage_numel:
+        return f"a view of {numel} elements is larger than its storage of {storage_numel} (overlapping strides)"
+    return None
+
+
+def _rebuild_tensor(storage=None, offset=None, shape=None, stride=None, *rest):
+    return TensorRecord(storage, offset, shape, stride)
+
+
+def _rebuild_parameter(data=None, requires_grad=False, backward_hooks=None, *rest):
+    if not isinstance(data, TensorRecord):
+        raise unpickle.Refused("a parameter that holds no tensor")
     return data
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module, name):
+def _ordered_dict(*args):
+    if args:
+        raise unpickle.Refused("an OrderedDict built with arguments")
+    return collections.OrderedDict()
+
+
+class _Reading:
+    """The stand-ins for one data.pkl, and what it referred to."""
+
+    def __init__(self):
+        self.tensors: list[TensorRecord] = []
+        self.storages: dict[str, Storage] = {}
+
+    def resolve(self, module: str, name: str):
         if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
+            return _ordered_dict
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return _rebuild_tensor
+            return self.tensor
         if (module, name) == ("torch._utils", "_rebuild_parameter"):
             return _rebuild_parameter
         if module == "torch" and name in STORAGE_DTYPES:
-            return _StorageType(STORAGE_DTYPES[name])
-        raise NotPlain(f"{module}.{name}")
+            return StorageType(STORAGE_DTYPES[name])
+        return None
 
-    def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
-                and isinstance(pid[1], _StorageType)):
-            raise NotPlain("an unknown persistent id")
-        return _Storage(pid[1].dtype, str(pid[2]), int(pid[4]))
+    def tensor(self, *args):
+        record = _rebuild_tensor(*args)
+        self.tensors.append(record)
+        return record
+
+    def persistent(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise unpickle.Refused("a persistent id that is not a storage")
+        kind, key, numel = pid[1], pid[2], pid[4]
+        if not isinstance(kind, (StorageType, unpickle.Opaque)) or not isinstance(key, str):
+            raise unpickle.Refused("a storage with an unknown type or key")
+        numel = _int(numel, "storage size")
+        if isinstance(kind, unpickle.Opaque):
+            return unpickle.Opaque(kind.name)
+        if numel < 0:
+            raise unpickle.Refused(f"storage {quoted(key)} has a negative size")
+        known = self.storages.setdefault(key, Storage(kind.dtype, key, numel))
+        if (known.dtype, known.numel) != (kind.dtype, numel):
+            raise unpickle.Refused(f"storage {quoted(key)} is named with two dtypes or sizes")
+        return known
 
 
-def _data_offset(raw: mmap.mmap, info: zipfile.ZipInfo) -> int:
+def _member_data_offset(raw, info: zipfile.ZipInfo) -> int:
     header = raw[info.header_offset:info.header_offset + 30]
     if len(header) < 30 or header[:4] != b"PK\x03\x04":
-        raise NotPlain("a damaged zip member")
+        raise UserError("a damaged zip member header")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return info.header_offset + 30 + name_len + extra_len
+
+
+def _read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> bytes:
+    if info.file_size > MAX_PICKLE:
+        raise _bad(path, f"its {info.filename} declares {info.file_size / 2**20:.0f} MiB "
+                         f"(a state dict's is far smaller; at most {MAX_PICKLE >> 20} MiB are read)")
+    with archive.open(info) as f:
+        data = f.read(MAX_PICKLE + 1)
+    if len(data) > MAX_PICKLE:
+        raise _bad(path, f"its {info.filename} inflates past {MAX_PICKLE >> 20} MiB")
+    return data
 
 
 class TorchZipSource(Source):
@@ -100,51 +205,111 @@ class TorchZipSource(Source):
         super().__init__(path)
         try:
             archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError):
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             raise NotPlain("not a zip file") from None
         with archive:
-            members = {i.filename: i for i in archive.infolist()}
-            pkl = [n for n in members if n.endswith("/data.pkl") or n == "data.pkl"]
-            if len(pkl) != 1:
-                raise NotPlain("no single data.pkl")
-            prefix = pkl[0][: -len("data.pkl")]
-            byteorder = members.get(prefix + "byteorder")
-            if byteorder is not None and archive.read(byteorder).strip() not in (b"little", b""):
-                raise NotPlain("a big-endian checkpoint")
             try:
-                obj = _Unpickler(io.BytesIO(archive.read(pkl[0]))).load()
-            except NotPlain:
-                raise
-            except Exception as exc:  # damaged structure: torch.load gives the verdict
-                raise NotPlain(str(exc)) from None
-            with open(path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._storages = {}
-            state = unwrap(obj, lambda v: isinstance(v, _Tensor), path, self.notes)
-            for name, t in state.items():
-                info = members.get(f"{prefix}data/{t.storage.key}")
-                if info is None or info.compress_type != zipfile.ZIP_STORED:
-                    raise NotPlain("a missing or compressed storage")
-                size = t.storage.numel * dtypes.itemsize(t.storage.dtype)
-                if info.file_size != size:
-                    raise NotPlain("a storage of the wrong size")
-                self._storages[t.storage.key] = (_data_offset(self._map, info), size)
-                self.infos[str(name)] = TensorInfo(str(name), t.storage.dtype, t.shape)
-            self._tensors = {str(k): v for k, v in state.items()}
+                self._open(archive, unwrap)
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError) as exc:
+                raise _bad(path, f"its zip structure is damaged ({type(exc).__name__}: {exc})") from None
+
+    def _open(self, archive: zipfile.ZipFile, unwrap) -> None:
+        path = self.path
+        members = {i.filename: i for i in archive.infolist()}
+        pkl = [n for n in members if n.endswith("/data.pkl") or n == "data.pkl"]
+        if len(pkl) != 1:
+            raise NotPlain("no single data.pkl")
+        prefix = pkl[0][: -len("data.pkl")]
+        byteorder = members.get(prefix + "byteorder")
+        if byteorder is not None and archive.read(byteorder)[:16].strip() not in (b"little", b""):
+            raise NotPlain("a big-endian checkpoint")
+        reading, foreign = _Reading(), []
+        try:
+            obj, _ = unpickle.load(_read_pickle(archive, members[pkl[0]], path), reading.resolve,
+                                   reading.persistent, foreign)
+        except unpickle.Refused as exc:
+            raise _bad(path, f"its data.pkl is refused: {exc}") from None
+        self._members = {}
+        for key, storage in reading.storages.items():
+            self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
+        for record in reading.tensors:
+            problem = view_problem(record.shape, record.stride, record.offset, record.storage.numel)
+            if problem:
+                raise _bad(path, f"a tensor has {problem}")
+        if foreign:
+            raise NotPlain(f"it names {foreign[0]}")
+        self._map = None
+        self._lock = threading.Lock()
+        self._checked: set[str] = set()
+        self._inflated: tuple[str, bytes] | None = None
+        self._archive_path = path
+        self._tensors = unwrap(obj, lambda v: isinstance(v, TensorRecord), path, self.notes)
+        for name, record in self._tensors.items():
+            self.infos[name] = TensorInfo(name, record.storage.dtype, record.shape)
+
+    def _storage_member(self, info: zipfile.ZipInfo | None, storage: Storage):
+        size = storage.numel * dtypes.itemsize(storage.dtype)
+        if info is None:
+            raise _bad(self.path, f"storage {quoted(storage.key)} has no data/{storage.key} member")
+        if info.file_size != size:
+            raise _bad(self.path, f"storage {quoted(storage.key)} is {info.file_size} bytes, "
+                                  f"its tensors need {size}")
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            if size > MAX_INFLATED or size > DEFLATE_RATIO * info.compress_size + (1 << 16):
+                raise _bad(self.path, f"storage {quoted(storage.key)} is deflated to {info.compress_size} bytes "
+                                      f"from {size}; re-save it with torch.save, which stores storages uncompressed")
+        elif info.compress_type != zipfile.ZIP_STORED:
+            raise _bad(self.path, f"storage {quoted(storage.key)} is compressed with method {info.compress_type}")
+        return info
+
+    # ---- reading tensors
+
+    def _storage_bytes(self, key: str):
+        """The storage's bytes: a slice of the memory-mapped file (stored) or inflated (deflated);
+        its CRC is checked the first time."""
+        info = self._members[key]
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            with self._lock:
+                if self._inflated is None or self._inflated[0] != key:
+                    self._inflated = (key, self._inflate(info))
+                return self._inflated[1], 0
+        if self._map is None:
+            with self._lock:
+                if self._map is None:
+                    with open(self.path, "rb") as f:
+                        self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        start = _member_data_offset(self._map, info)
+        if start + info.file_size > len(self._map):
+            raise _bad(self.path, f"storage {quoted(key)} runs past the end of the file (truncated)")
+        if key not in self._checked:
+            if zlib.crc32(memoryview(self._map)[start:start + info.file_size]) != info.CRC:
+                raise _bad(self.path, f"storage {quoted(key)} fails its CRC check (the file is corrupt)")
+            self._checked.add(key)
+        return self._map, start
+
+    def _inflate(self, info: zipfile.ZipInfo) -> bytes:
+        try:
+            with zipfile.ZipFile(self._archive_path) as archive, archive.open(info) as f:
+                data = f.read(info.file_size + 1)  # zipfile checks the CRC at the end
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise _bad(self.path, f"a deflated storage does not inflate cleanly ({exc})") from None
+        if len(data) != info.file_size:
+            raise _bad(self.path, f"a deflated storage inflates to {len(data)} bytes, not {info.file_size}")
+        return data
 
     def read(self, name: str) -> np.ndarray:
         t = self._tensors[name]
-        start, size = self._storages[t.storage.key]
-        if start + size > len(self._map):
-            raise NotPlain("a storage past the end of the file")
+        buffer, start = self._storage_bytes(t.storage.key)
         dtype = dtypes.storage(t.storage.dtype)
-        flat = np.frombuffer(self._map, dtype=dtype, count=t.storage.numel, offset=start)
-        return np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape,
-                                               strides=tuple(st * dtype.itemsize for st in t.stride),
-                                               writeable=False)
+        flat = np.frombuffer(buffer, dtype=dtype, count=t.storage.numel, offset=start)
+        strides = tuple(s * dtype.itemsize if d > 1 else 0 for d, s in zip(t.shape, t.stride))
+        return np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
 
     def release(self, name: str) -> None:
-        start, size = self._storages[self._tensors[name].storage.key]
+        info = self._members[self._tensors[name].storage.key]
+        if self._map is None or info.compress_type != zipfile.ZIP_STORED or not info.file_size:
+            return
+        start = _member_data_offset(self._map, info)
         page = start - start % mmap.PAGESIZE
-        if size:
-            self._map.madvise(mmap.MADV_DONTNEED, page, start + size - page)
+        self._map.madvise(mmap.MADV_DONTNEED, page, start + info.file_size - page)
+

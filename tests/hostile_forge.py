@@ -1,0 +1,129 @@
+"""Builders for hostile and malformed checkpoints, written opcode by opcode, and a runner that
+bounds a conversion's time and memory. Used by the tests/test_hostile_*.py and test_fuzz_*.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ---- pickle opcodes (protocol 2, as torch.save writes data.pkl)
+
+
+def p_str(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogatepass")
+    return b"X" + struct.pack("<I", len(raw)) + raw  # BINUNICODE
+
+
+def p_int(n: int) -> bytes:
+    if -(2 ** 31) <= n < 2 ** 31:
+        return b"J" + struct.pack("<i", n)  # BININT
+    raw = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw  # LONG1
+
+
+def p_tuple(items) -> bytes:
+    return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
+
+
+def p_global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def p_ordered_dict() -> bytes:
+    return p_global("collections", "OrderedDict") + b")R"
+
+
+def p_tensor(storage_key="0", numel=4, offset=0, shape=(4,), stride=(1,), storage_type="FloatStorage") -> bytes:
+    """The `_rebuild_tensor_v2(storage, offset, shape, stride, False, OrderedDict())` call."""
+    pid = p_tuple([p_str("storage"), p_global("torch", storage_type), p_str(storage_key), p_str("cpu"), p_int(numel)])
+    args = [pid + b"Q", p_int(offset), p_tuple([p_int(d) for d in shape]), p_tuple([p_int(s) for s in stride]),
+            b"\x89", p_ordered_dict()]
+    return p_global("torch._utils", "_rebuild_tensor_v2") + p_tuple(args) + b"R"
+
+
+def p_dict(items) -> bytes:
+    """An OrderedDict from (key opcodes, value opcodes) pairs."""
+    return p_ordered_dict() + b"(" + b"".join(k + v for k, v in items) + b"u"
+
+
+def pickle_of(body: bytes) -> bytes:
+    return b"\x80\x02" + body + b"."
+
+
+def torch_zip(path, data_pkl: bytes, storages: dict, compress=zipfile.ZIP_STORED, prefix="archive") -> None:
+    """A zip laid out as torch.save writes it: data.pkl, data/<key>, version, byteorder."""
+    with zipfile.ZipFile(path, "w", compression=compress) as z:
+        z.writestr(f"{prefix}/data.pkl", data_pkl)
+        z.writestr(f"{prefix}/byteorder", b"little")
+        for key, raw in storages.items():
+            z.writestr(f"{prefix}/data/{key}", raw)
+        z.writestr(f"{prefix}/version", b"3\n")
+
+
+def float_bytes(values) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+# ---- safetensors with a raw header
+
+
+def safetensors_raw(path, header, data: bytes, pad: bool = True) -> None:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    if pad:
+        raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+# ---- a conversion in a separate process, with its time and memory bounded
+
+class Bounded:
+    def __init__(self, code, stdout, stderr, seconds):
+        self.code, self.stdout, self.stderr, self.seconds = code, stdout, stderr, seconds
+
+    def __repr__(self):
+        return f"exit {self.code} after {self.seconds:.1f} s\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-2000:]}"
+
+
+_RUNNER = ("import sys; sys.path.insert(0, {root!r}); {block}"
+           "from converter.cli import convert_weights; convert_weights(sys.argv[1:], prog_name='convert-weights')")
+
+
+def run_bounded(*args, timeout: float = 60, memory_gb: float | None = None, without_torch: bool = False,
+                env: dict | None = None) -> Bounded:
+    """convert-weights in a fresh process: killed after `timeout` seconds (the test then fails
+    with TimeoutExpired), its address space capped at `memory_gb`, torch unimportable when asked."""
+    import time
+    block = "sys.modules['torch'] = None; " if without_torch else ""
+    code = _RUNNER.format(root=ROOT, block=block)
+
+    def limit():
+        if memory_gb is not None:
+            cap = int(memory_gb * (1 << 30))
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout, preexec_fn=limit, cwd=ROOT, env=dict(os.environ, **(env or {})))
+    return Bounded(p.returncode, p.stdout, p.stderr, time.monotonic() - start)
+
+
+def assert_one_line_error(r, *words) -> None:
+    """Exit 2 with one `error:` line that holds `words`, no traceback, no internal error."""
+    assert r.code == 2, r
+    text = r.stderr
+    assert "Traceback" not in text and "internal error" not in text, r
+    lines = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, r
+    for w in words:
+        assert w in text, (w, r)
+
+
+def no_leftovers(directory) -> list[str]:
+    return [f for f in os.listdir(directory) if ".partial" in f]
