@@ -45,11 +45,17 @@ def _boundary(func):
     return wrapper
 
 
-def _write_json(path: str | None, body: dict) -> None:
+def write_output(path: str | None, text: str, force: bool) -> None:
+    """A report file, through the same atomic, no-clobber commit as converted weights (the
+    caller has checked it with every other output before anything was written)."""
     if path:
         from .io.atomic import AtomicOutput
-        with AtomicOutput(path, force=True) as f:
-            f.write((json.dumps(body, indent=1, default=str) + "\n").encode("utf-8"))
+        with AtomicOutput(path, force=force) as f:
+            f.write(text.encode("utf-8"))
+
+
+def _write_json(path: str | None, body: dict, force: bool = False) -> None:
+    write_output(path, json.dumps(body, indent=1, default=str) + "\n", force)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,16 +68,19 @@ def _write_json(path: str | None, body: dict) -> None:
 @click.option("--emit-mapping", metavar="FILE", help="Write the rules used, to review, edit and pass back with --mapping.")
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--allow-outside-shards", is_flag=True,
+              help="Read shards an index names outside its own directory (refused by default).")
 @_boundary
-def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet):
+def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet, allow_outside_shards):
     """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors)."""
     from .convert import convert
     from .spec import load_spec
 
     spec = load_spec(spec_path) if spec_path else None
     result = convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
-                     emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say)
-    _write_json(json_path, result.to_json())
+                     emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say,
+                     also_written={"--json": json_path}, allow_outside_shards=allow_outside_shards)
+    _write_json(json_path, result.to_json(), force)
     _say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
          f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")
     _say("check passed: every written tensor matches its source bit for bit")

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes
-from .errors import CheckFailed, UserError
+from .errors import CheckFailed, UserError, one_line
 from .io import open_sink_format, open_source
-from .io.atomic import AtomicOutput
+from .io.atomic import AtomicOutput, check_outputs
 from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits
 from .pipeline import Behind
@@ -176,18 +176,22 @@ def _progress(total: int, enabled: bool):
 
 def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: str | None = None,
             force: bool = False, emit_mapping: str | None = None, progress: bool = True,
-            log=lambda line: None) -> ConversionResult:
+            log=lambda line: None, also_written: dict[str, str | None] | None = None,
+            allow_outside_shards: bool = False) -> ConversionResult:
+    """`also_written` names the caller's own outputs (option -> path), checked with DST and
+    --emit-mapping before anything is written; the caller writes them (atomically) after."""
     fmt = open_sink_format(dst)
+    outputs = {"output": dst, "--emit-mapping": emit_mapping, **(also_written or {})}
+    inputs = [src, mapping, spec.path if spec is not None else None]
+    check_outputs(outputs, inputs, force)
     output = AtomicOutput(dst, force)
-    output.check_destination()
-    if os.path.abspath(src) == output.path:
-        raise UserError(f"source and output are the same file '{src}'; write to another path")
-    with open_source(src) as source:
+    with open_source(src, allow_outside_shards) as source:
+        check_outputs(outputs, source.files, force)  # the shards an index names, the file a directory holds
         for note in source.notes:
-            log(f"note: {note}")
+            log(f"note: {one_line(note)}")
         ruleset, targets = choose_ruleset(mapping, spec)
         if emit_mapping:
-            with AtomicOutput(emit_mapping, force=True) as f:
+            with AtomicOutput(emit_mapping, force=force) as f:
                 f.write(ruleset.to_json().encode("utf-8"))
             log(f"wrote the mapping ({len(ruleset.rules)} rules) to {emit_mapping}")
         plan = plan_conversion(source, ruleset, targets, dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ class Source:
         self.path = path
         self.infos: dict[str, TensorInfo] = {}
         self.notes: list[str] = []
+        self.files: list[str] = [os.path.abspath(path)]  # every file read (an index and its shards)
 
     def read(self, name: str) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
@@ -66,6 +68,7 @@ class RenamedSource(Source):
     def __init__(self, inner: Source, prefix: str):
         super().__init__(inner.path)
         self.inner = inner
+        self.files = inner.files
         self.notes = list(inner.notes) + [f"stripped the prefix '{prefix}' from every key"]
         self._orig: dict[str, str] = {}
         for name, info in inner.infos.items():

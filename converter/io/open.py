@@ -12,7 +12,7 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 OUTPUT_FORMATS = {".pdparams": "pdparams", ".safetensors": "safetensors"}
 
 
-def _open_file(path: str) -> Source:
+def _open_file(path: str, allow_outside_shards: bool = False) -> Source:
     if not os.path.exists(path):
         raise UserError(f"checkpoint '{path}' does not exist; check the path")
     if os.path.isdir(path):
@@ -22,7 +22,7 @@ def _open_file(path: str) -> Source:
     lower = path.lower()
     if lower.endswith(".index.json"):
         from .sharded import ShardedSource
-        return ShardedSource(path, _open_file)
+        return ShardedSource(path, _open_file, allow_outside_shards)
     if lower.endswith(".safetensors"):
         from .safetensors_io import SafetensorsSource
         return SafetensorsSource(path)
@@ -52,11 +52,12 @@ def _resolve_directory(path: str) -> str:
     return path
 
 
-def open_source(path: str) -> Source:
-    """Open a checkpoint file, an index, or a directory holding one."""
+def open_source(path: str, allow_outside_shards: bool = False) -> Source:
+    """Open a checkpoint file, an index, or a directory holding one. Shards an index names
+    outside its directory are refused unless `allow_outside_shards`."""
     if os.path.isdir(path):
         path = _resolve_directory(path)
-    return strip_wrapper_prefixes(_open_file(path))
+    return strip_wrapper_prefixes(_open_file(path, allow_outside_shards))
 
 
 def open_sink_format(path: str) -> str:

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from ..errors import UserError
+from ..errors import UserError, one_line, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
 from .base import Source, TensorInfo
@@ -20,8 +20,62 @@ from .base import Source, TensorInfo
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+MAX_DIMS = 64
+
+
 def _corrupt(path: str, why: str) -> UserError:
-    return UserError(f"'{path}' is not a valid safetensors file ({why}); it is truncated or corrupt: re-download or re-export it")
+    return UserError(f"{quoted(path)} is not a valid safetensors file ({why}); it is truncated or corrupt: "
+                     "re-download or re-export it")
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"the key {quoted(key)} appears twice")
+        seen[key] = value
+    return seen
+
+
+def _parse_header(raw: bytes) -> dict:
+    """The JSON header, with the safetensors library's verdict on its shape: an object whose keys
+    appear once each (the library keeps the last of two; here two is an error)."""
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (isinstance(metadata, dict)
+                                     and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError("__metadata__ is not an object of strings")
+    return header
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(name: str, meta) -> tuple[TensorInfo, int, int]:
+    """(info, begin, end) of one header entry, every field of the right type and range."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"entry {quoted(name)} is not an object")
+    dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise ValueError(f"entry {quoted(name)} has no dtype string")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_is_count(d) for d in shape):
+        raise ValueError(f"entry {quoted(name)} has shape {one_line(shape)[:80]}, not a list of at most "
+                         f"{MAX_DIMS} non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(x) for x in offsets)
+            and offsets[0] <= offsets[1]):
+        raise ValueError(f"entry {quoted(name)} has data_offsets {one_line(offsets)[:80]}, not [begin, end]")
+    info = TensorInfo(name, dtypes.from_safetensors(dtype), tuple(shape))
+    if offsets[1] - offsets[0] != info.nbytes:
+        raise ValueError(f"tensor {quoted(name)} {info.describe()} has {offsets[1] - offsets[0]} bytes of data")
+    return info, offsets[0], offsets[1]
 
 
 class SafetensorsSource(Source):
@@ -32,6 +86,9 @@ class SafetensorsSource(Source):
         self._map = None
         try:
             self._parse(size)
+        except ValueError as exc:
+            os.close(self._fd)
+            raise _corrupt(path, str(exc)) from None
         except Exception:
             os.close(self._fd)
             raise
@@ -39,39 +96,26 @@ class SafetensorsSource(Source):
     def _parse(self, size: int) -> None:
         head = os.pread(self._fd, 8, 0)
         if len(head) < 8:
-            raise _corrupt(self.path, "shorter than its 8-byte header length")
+            raise ValueError("shorter than its 8-byte header length")
         (n,) = struct.unpack("<Q", head)
         if n > _MAX_HEADER or 8 + n > size:
-            raise _corrupt(self.path, f"header length {n} does not fit in a {size}-byte file")
-        try:
-            header = json.loads(os.pread(self._fd, n, 8).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _corrupt(self.path, f"header is not JSON: {exc}") from None
-        if not isinstance(header, dict):
-            raise _corrupt(self.path, "header is not a JSON object")
+            raise ValueError(f"header length {n} does not fit in a {size}-byte file")
+        header = _parse_header(os.pread(self._fd, n, 8))
         data_start = 8 + n
+        entries = [_entry(name, meta) for name, meta in header.items() if name != "__metadata__"]
+        entries.sort(key=lambda e: (e[1], e[2]))
+        end = 0
+        for info, begin, stop in entries:  # the data is the tensors back to back, from 0, nothing else
+            if begin != end:
+                raise ValueError(f"tensor {quoted(info.name)} starts at byte {begin} of the data, "
+                                 f"not at {end} where the previous one ends (overlap or gap)")
+            end = stop
+        if data_start + end != size:
+            raise ValueError(f"its tensors end at byte {data_start + end} of a {size}-byte file")
         self._offsets: dict[str, tuple[int, int]] = {}
-        entries = []
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            try:
-                dtype = dtypes.from_safetensors(meta["dtype"])
-                shape = tuple(int(d) for d in meta["shape"])
-                begin, end = (int(x) for x in meta["data_offsets"])
-            except UserError:
-                raise
-            except (KeyError, TypeError, ValueError):
-                raise _corrupt(self.path, f"entry '{name}' lacks dtype, shape or data_offsets") from None
-            info = TensorInfo(name, dtype, shape)
-            if end - begin != info.nbytes or begin < 0:
-                raise _corrupt(self.path, f"tensor '{name}' {info.describe()} has {end - begin} bytes of data")
-            if data_start + end > size:
-                raise _corrupt(self.path, f"tensor '{name}' ends at byte {data_start + end} of a {size}-byte file")
-            entries.append((begin, info))
-            self._offsets[name] = (data_start + begin, info.nbytes)
-        for _, info in sorted(entries, key=lambda e: e[0]):
+        for info, begin, _ in entries:
             self.infos[info.name] = info
+            self._offsets[info.name] = (data_start + begin, info.nbytes)
 
     def read(self, name: str) -> np.ndarray:
         """A read-only view of the tensor in the memory-mapped file (no copy)."""

@@ -28,12 +28,14 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Write a self-contained HTML report.")
 @click.option("--rows", default=60, show_default=True, help="Table rows to print.")
+@click.option("--force", is_flag=True, help="Replace existing --json/--html files.")
 @_boundary
 def verify_port(spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect, strategy,
-                json_path, html_path, rows):
+                json_path, html_path, rows, force):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
-    from ..cli import _write_json
+    from ..cli import _write_json, write_output
+    from ..io.atomic import check_outputs
     from ..spec import load_spec
     from .precision import parse_emulate
     from .report import render_html, render_text
@@ -47,14 +49,13 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     if spec_path is None:
         spec_path = BUNDLED
         _say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
+    check_outputs({"--json": json_path, "--html": html_path}, [spec_path, weights, converted, mapping], force)
     spec = load_spec(spec_path)
     options = Options(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy)
     report = verify(spec, options, weights=weights, converted=converted, mapping=mapping, bisect=bisect)
     click.echo(render_text(report, max_rows=rows))
     if json_path:
-        _write_json(json_path, report.to_json())
+        _write_json(json_path, report.to_json(), force)
     if html_path:
-        from ..io.atomic import AtomicOutput
-        with AtomicOutput(html_path, force=True) as f:
-            f.write(render_html(report).encode("utf-8"))
+        write_output(html_path, render_html(report), force)
     sys.exit(report.exit_code)
