@@ -61,7 +61,8 @@ def _write_json(path: str | None, body: dict, force: bool = False) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("src")
 @click.argument("dst")
-@click.option("--mapping", metavar="NAME|FILE", help="Shipped rule set (bert, gpt2, llama) or a rule file.")
+@click.option("--mapping", metavar="auto|NAME|FILE", help="Shipped rule set by name, a rule file, or auto (the default "
+              "without --spec): the shipped set that fits the checkpoint's keys.")
 @click.option("--spec", "spec_path", metavar="FILE", help="Port spec: infer rules from the two models and check the result loads.")
 @click.option("--dtype", metavar="D", help="Cast floating tensors to D (float32, float16, bfloat16).")
 @click.option("--force", is_flag=True, help="Replace an existing output (only once the new file is complete).")

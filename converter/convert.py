@@ -64,19 +64,25 @@ class _ReadCache:
         return self.items[key]
 
 
-def choose_ruleset(mapping: str | None, spec) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
-    """The rule set to use and, when the paddle model is known, its state-dict entries."""
+AUTO = "auto"  # --mapping auto: the shipped rule set that fits the checkpoint's keys
+
+
+def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | None = None,
+                   log=lambda line: None) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
+    """The rule set to use and, when the paddle model is known, its state-dict entries. With
+    neither a mapping nor a spec (or `auto`), the shipped set that fits `infos` (said on `log`)."""
     targets = None
     if spec is not None:
         from .frameworks.paddle_side import state_dict_infos
         targets = state_dict_infos(spec.paddle_model())
     name = mapping or (spec.mapping if spec is not None else None)
+    if name == AUTO or (not name and spec is None):
+        from .rules.detect import detect
+        found = detect(infos or {})
+        log(found.describe(len(infos)))
+        return found.chosen.ruleset, targets
     if name:
         return resolve_mapping(str(name)), targets
-    if spec is None:
-        from .rules.ruleset import shipped_mappings
-        raise UserError(f"no mapping given: pass --mapping NAME|FILE (shipped: {', '.join(shipped_mappings())}) "
-                        "or --spec FILE to infer one from the two models")
     from .rules.infer import infer_ruleset
     return infer_ruleset(spec.torch_model(), spec.paddle_model()), targets
 
@@ -189,7 +195,7 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         check_outputs(outputs, source.files, force)  # the shards an index names, the file a directory holds
         for note in source.notes:
             log(f"note: {one_line(note)}")
-        ruleset, targets = choose_ruleset(mapping, spec)
+        ruleset, targets = choose_ruleset(mapping, spec, source.infos, log)
         if emit_mapping:
             with AtomicOutput(emit_mapping, force=force) as f:
                 f.write(ruleset.to_json().encode("utf-8"))
