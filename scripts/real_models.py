@@ -1,5 +1,5 @@
 """verify-port on real model pairs: every case of tests/real_models/cases.py, under each strategy,
-printed as a table (case, strategy, expected culprit, culprit named, diagnosis, verdict, time).
+printed as a table (case, strategy, expected culprit, culprit named, verdict, rows without a ratio, time, diagnosis).
 Exit 1 when any answer is not the expected one.
 
 HF transformers models (torch) against PaddleNLP 2.8.1's ports; both are never dependencies of
@@ -39,7 +39,7 @@ def row(outcome) -> str:
     verdict = f"{outcome.verdict or 'error'} (exit {outcome.exit_code})"
     mark = "ok" if not outcome.problems() else "WRONG"
     return (f"{case.name:31s} {outcome.strategy:6s} {expected:48s} {named:48s} {verdict:14s} "
-            f"{outcome.seconds:5.1f}s {mark:5s} {diagnosis}")
+            f"{outcome.unjudged:8d} {outcome.seconds:5.1f}s {mark:5s} {diagnosis}")
 
 
 def main() -> int:
@@ -51,7 +51,7 @@ def main() -> int:
     strategies = args.strategy or list(STRATEGIES)
     cases = [c for c in CASES if not args.case or any(part in c.name for part in args.case)]
     print(f"{'case':31s} {'strat.':6s} {'expected culprit':48s} {'culprit named':48s} {'verdict':14s} "
-          f"{'time':>6s} {'':5s} diagnosis")
+          f"{'no ratio':>8s} {'time':>6s} {'':5s} diagnosis")
     wrong = []
     for case in cases:
         for strategy in strategies:

@@ -41,7 +41,7 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" || ! -x "$PY" ]]; then
 fi
 
 # the project, editable and without dependencies; again when this clone is not the one installed
-if [[ "$("$PY" -c 'import converter, os; print(os.path.dirname(os.path.dirname(os.path.realpath(converter.__file__))))' 2>/dev/null)" != "$(realpath "$ROOT")" ]]; then
+if [[ "$("$PY" -I -c 'import converter, os; print(os.path.dirname(os.path.dirname(os.path.realpath(converter.__file__))))' 2>/dev/null)" != "$(realpath "$ROOT")" ]]; then
     "$PY" -m pip install --quiet --no-deps --no-build-isolation -e "$ROOT" >&2
 fi
 

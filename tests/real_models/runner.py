@@ -37,6 +37,8 @@ class Outcome:
         case, out = self.case, []
         if self.verdict is None:
             return [f"no report (exit {self.exit_code}): {self.error.strip()[-300:]}"]
+        if self.unjudged:  # every compared pair gets a verdict
+            out.append(f"{self.unjudged} compared pairs carry no ratio")
         if case.clean:
             if self.exit_code != 0 or self.verdict != "pass":
                 out.append(f"clean pair: exit {self.exit_code}, verdict {self.verdict}, named {self.named!r}")
