@@ -66,7 +66,7 @@ def _naming_hits(ruleset: RuleSet, key: str) -> list[int]:
 def try_ruleset(infos: dict[str, TensorInfo], ruleset: RuleSet) -> Trial:
     """The keys `ruleset` leaves unmapped, how many of its rules the keys use, and its plan when it fits."""
     unmapped, used = [], set()
-    keeps = getattr(ruleset, "unmatched", "error") == "keep"
+    keeps = ruleset.unmatched == "keep"
     for key in infos:
         hits = _naming_hits(ruleset, key)
         used.update(hits)

@@ -175,7 +175,12 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
     for index, (key, info) in enumerate(sources.items()):
         hit = b.claim(key, "naming")
         if not hit:
-            if hit is None:
+            if hit is None and ruleset.unmatched == "keep":  # no naming rule touches it: it keeps its name
+                built = b.part_for(key)
+                if built is not None:
+                    add(key, TargetEntry(key, [built[0]], None, info.dtype, b.cast_for(key, dtype), built[1]),
+                        (index, 0), key)
+            elif hit is None:
                 leftover.append(key)
             continue
         rule, (part_index, match) = hit

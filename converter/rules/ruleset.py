@@ -82,12 +82,14 @@ class RuleSet:
     name: str
     rules: list[Rule] = field(default_factory=list)
     description: str = ""
+    unmatched: str = "error"  # "keep": a key that no naming rule touches keeps its name
 
     def to_json(self) -> str:
         """One rule per line, so that a reviewer reads it like a table."""
         rules = ",\n".join("  " + json.dumps(r.spec) for r in self.rules)
+        keep = ' "unmatched": "keep",\n' if self.unmatched == "keep" else ""
         return (f'{{\n "name": {json.dumps(self.name)},\n "description": {json.dumps(self.description)},\n'
-                f' "rules": [\n{rules}\n ]\n}}\n')
+                f'{keep} "rules": [\n{rules}\n ]\n}}\n')
 
 
 def _compile(text, where: str) -> re.Pattern:
@@ -138,7 +140,14 @@ def parse_ruleset(body, origin: str) -> RuleSet:
     if not isinstance(body, dict) or not isinstance(body.get("rules"), list):
         raise UserError(f"mapping '{origin}' must be a JSON object with a 'rules' list")
     rules = [parse_rule(spec, f"{origin} rule {i + 1}") for i, spec in enumerate(body["rules"])]
-    return RuleSet(str(body.get("name", os.path.basename(origin))), rules, str(body.get("description", "")))
+    unmatched = body.get("unmatched", "error")
+    if unmatched not in UNMATCHED:
+        raise UserError(f"mapping '{origin}': 'unmatched' must be \"error\" (the default: every key needs a rule) or "
+                        f"\"keep\" (keys no naming rule touches keep their names), not {json.dumps(unmatched)}")
+    return RuleSet(str(body.get("name", os.path.basename(origin))), rules, str(body.get("description", "")), unmatched)
+
+
+UNMATCHED = ("error", "keep")
 
 
 def load_ruleset(path: str) -> RuleSet:
