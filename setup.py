@@ -9,13 +9,16 @@ setup(
               "converter.frameworks", "converter.verify", "converter.examples", "converter.mappings"],
     package_dir={"converter.mappings": "mappings"},
     package_data={"converter.mappings": ["*.json"]},
-    install_requires=["numpy", "safetensors", "click", "tqdm"],
+    # google-re2: rule patterns are matched in linear time (no pattern can hang a conversion)
+    install_requires=["numpy", "safetensors", "click", "tqdm", "google-re2"],
     extras_require={
         # torch and paddle are optional at import time; [cpu] brings both CPU builds,
         # [gpu] only paddlepaddle-gpu so that a user's own CUDA torch is never replaced.
         "cpu": ["torch", "paddlepaddle"],
         "gpu": ["paddlepaddle-gpu"],
-        "test": ["pytest"],
+        # hypothesis: the property-based hostile-input tests; atheris: the coverage-guided
+        # fuzz targets in scripts/ (tests run each target's entry point on its seed corpus)
+        "test": ["pytest", "hypothesis", "atheris"],
     },
     entry_points={
         "console_scripts": [

@@ -6,6 +6,7 @@ so a user sees every leftover key, unfilled target and shape mismatch at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,8 +121,8 @@ class _Builder:
         hit = self.claim(key, "shape")
         if hit:
             rule = hit[0]
-            reshape = tuple(int(d) for d in rule.spec["shape"])
-            if int(np.prod(reshape)) != info.numel:
+            reshape = tuple(rule.spec["shape"])  # non-negative integers (checked when the rule was read)
+            if math.prod(reshape) != info.numel:
                 self.problems.append(f"source '{key}' {_shape(info)} cannot be reshaped to {list(reshape)} ({rule.where})")
                 return None
             shape = reshape
@@ -193,11 +194,11 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
             if built is None:
                 continue
             part, shape = built
-            aliases = tuple(match.expand(a) for a in rule.spec.get("aliases", ()))
-            add(match.expand(rule.spec["to"]), TargetEntry(match.expand(rule.spec["to"]), [part], None,
+            aliases = tuple(rule.expand(match, a) for a in rule.spec.get("aliases", ()))
+            add(rule.expand(match, rule.spec["to"]), TargetEntry(rule.expand(match, rule.spec["to"]), [part], None,
                                                           info.dtype, out_dtype, shape, aliases), (index, 0), key)
         elif rule.kind == "split":
-            names = [match.expand(t) for t in rule.spec["to"]]
+            names = [rule.expand(match, t) for t in rule.spec["to"]]
             reshaped = b.part_for(key)
             if reshaped is None:
                 continue
@@ -223,7 +224,7 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
                 start += size
                 add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape), (index, i), key)
         elif rule.kind == "merge":
-            name = match.expand(rule.spec["to"])
+            name = rule.expand(match, rule.spec["to"])
             group = merges.setdefault((rule.where, name), {})
             if part_index in group:
                 b.problems.append(f"target '{name}': part {part_index + 1} matched by both '{group[part_index]}' and '{key}'")

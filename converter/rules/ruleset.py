@@ -14,6 +14,12 @@ each group, so the result never depends on the order of the rules:
 
 Per source key the steps run in this order: reshape, split, transpose,
 merge, cast. `to` templates use the match groups as \\1 or \\g<name>.
+
+Patterns are compiled with RE2 (the google-re2 package), whose matching time is linear in
+the key's length whatever the pattern: a pattern like `(a+)+b` cannot hang a conversion.
+What RE2 does not take (back-references, look-around) is refused with one line. Every field
+of every rule is checked for its type and range when the file is read, and every template
+against the groups of the patterns it expands.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import dtypes
-from ..errors import UserError
+from ..errors import UserError, one_line, quoted
 
 GROUPS = {"rename": "naming", "split": "naming", "merge": "naming", "drop": "naming",
           "transpose": "layout", "reshape": "shape", "cast": "dtype"}
@@ -57,12 +63,21 @@ def _mappings_dir() -> str:
 MAPPINGS_DIR = _mappings_dir()
 
 
+def _re2(literal: bool = False):
+    import re2
+    options = re2.Options()
+    options.log_errors = False  # the error comes back as an exception; RE2 must not print it too
+    options.literal = literal
+    return re2, options
+
+
 @dataclass
 class Rule:
     kind: str
-    patterns: list[re.Pattern]  # one, except for merge (one per part, in order)
+    patterns: list  # compiled RE2 patterns: one, except for merge (one per part, in order)
     spec: dict
     where: str
+    templates: dict = field(default_factory=dict)  # template text -> parsed pieces
 
     @property
     def group(self) -> str:
@@ -75,6 +90,41 @@ class Rule:
             if m:
                 return i, m
         return None
+
+    def expand(self, match, template: str) -> str:
+        """`template` (a `to` or an alias) with the match's groups filled in."""
+        pieces = self.templates.get(template)
+        if pieces is None:
+            pieces = self.templates[template] = parse_template(template, self.patterns, self.where)
+        return "".join(p if isinstance(p, str) else (match.group(p[0]) or "") for p in pieces)
+
+
+_TEMPLATE = re.compile(r"\\(?:g<([^<>]*)>|([1-9][0-9]?)|(\\)|(.?))", re.S)
+
+
+def parse_template(template: str, patterns: list, where: str) -> list:
+    """Literal text (str) and group references ((int or name,)) of a `to` template: \\1 .. \\99,
+    \\g<name>, \\g<number>, and \\\\ for a backslash. Every group must exist in every pattern."""
+    pieces, last = [], 0
+    for m in _TEMPLATE.finditer(template):
+        pieces.append(template[last:m.start()])
+        last = m.end()
+        name, number, backslash, other = m.groups()
+        if backslash:
+            pieces.append("\\")
+            continue
+        if other is not None:
+            raise UserError(f"{where}: template {quoted(template)} has the escape {quoted(m.group())}; "
+                            "use \\1 or \\g<name> for a group and \\\\ for a backslash")
+        ref = int(number) if number else int(name) if name.isdigit() else name
+        for pattern in patterns:
+            known = ref in pattern.groupindex if isinstance(ref, str) else ref <= pattern.groups
+            if not known:
+                raise UserError(f"{where}: template {quoted(template)} refers to group {quoted(ref)}, which the "
+                                f"pattern {quoted(pattern.pattern)} does not have")
+        pieces.append((ref,))
+    pieces.append(template[last:])
+    return [p for p in pieces if p != ""]
 
 
 @dataclass
@@ -92,48 +142,95 @@ class RuleSet:
                 f'{keep} "rules": [\n{rules}\n ]\n}}\n')
 
 
-def _compile(text, where: str) -> re.Pattern:
+def _compile(text, where: str, literal: bool = False):
+    """An RE2 pattern that must match the whole key (`literal`: the text itself)."""
     if not isinstance(text, str):
-        raise UserError(f"{where}: 'match' must be a string regular expression")
+        raise UserError(f"{where}: a pattern must be a string, not {type(text).__name__}")
+    re2, options = _re2(literal)
     try:
-        return re.compile(text)
-    except re.error as exc:
-        raise UserError(f"{where}: bad regular expression {text!r}: {exc}") from None
+        return re2.compile(text, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise UserError(f"{where}: bad regular expression {quoted(text[:200])} ({one_line(reason)}); patterns "
+                        "are matched with RE2, in linear time, which has no back-references or look-around: "
+                        "rewrite it without them") from None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check(ok: bool, where: str, what: str) -> None:
+    if not ok:
+        raise UserError(f"{where}: {what}")
+
+
+def _strings(value, where: str, field_name: str, least: int = 1) -> list[str]:
+    _check(isinstance(value, list) and len(value) >= least and all(isinstance(v, str) for v in value), where,
+           f"'{field_name}' must be a list of at least {least} string(s)")
+    return value
+
+
+def _counts(value, where: str, field_name: str) -> list[int]:
+    _check(isinstance(value, list) and len(value) <= 64 and all(_is_int(v) and v >= 0 for v in value), where,
+           f"'{field_name}' must be a list of at most 64 non-negative integers, not {one_line(json.dumps(value))[:80]}")
+    return value
+
+
+def _check_fields(kind: str, spec: dict, where: str) -> None:
+    """The type and range of every field a rule of `kind` may have."""
+    if "comment" in spec:
+        _check(isinstance(spec["comment"], str), where, "'comment' must be a string")
+    if kind in ("rename", "merge"):
+        _check(isinstance(spec["to"], str), where, f"{kind} needs 'to' as one target name (a string)")
+    if kind == "rename" and "aliases" in spec:
+        _strings(spec["aliases"], where, "aliases", least=0)
+    if kind == "split":
+        _strings(spec["to"], where, "to", least=2)
+        if "sizes" in spec:
+            _counts(spec["sizes"], where, "sizes")
+            _check(len(spec["sizes"]) == len(spec["to"]), where, "split 'sizes' needs one size per target")
+    if kind in ("split", "merge"):
+        _check(_is_int(spec["axis"]), where, f"'axis' must be an integer, not {one_line(json.dumps(spec['axis']))[:40]}")
+    if kind == "transpose" and spec.get("perm") is not None:
+        perm = _counts(spec["perm"], where, "perm")
+        _check(sorted(perm) == list(range(len(perm))), where, f"'perm' {perm} is not a permutation of 0..{len(perm) - 1}")
+    if kind == "reshape":
+        _counts(spec["shape"], where, "shape")
+    if kind == "cast":
+        _check(isinstance(spec["dtype"], str), where, "'dtype' must be a string such as \"float32\"")
 
 
 def parse_rule(spec: dict, where: str) -> Rule:
-    if not isinstance(spec, dict) or spec.get("kind") not in _FIELDS:
+    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str) or spec["kind"] not in _FIELDS:
         kind = spec.get("kind") if isinstance(spec, dict) else spec
-        raise UserError(f"{where}: unknown rule kind {kind!r}; use one of {', '.join(_FIELDS)}")
+        raise UserError(f"{where}: unknown rule kind {one_line(json.dumps(kind))[:40]}; use one of {', '.join(_FIELDS)}")
     kind = spec["kind"]
     required, optional = _FIELDS[kind]
     unknown = set(spec) - required - optional - _COMMON
     if unknown:
-        raise UserError(f"{where}: {kind} rule has unknown field(s) {', '.join(sorted(unknown))}")
+        raise UserError(f"{where}: {kind} rule has unknown field(s) {', '.join(quoted(u) for u in sorted(unknown))}")
     missing = required - set(spec)
     if missing:
         raise UserError(f"{where}: {kind} rule needs field(s) {', '.join(sorted(missing))}")
     if ("key" in spec) == ("match" in spec):
         raise UserError(f"{where}: give exactly one of 'key' (a literal key) or 'match' (a regular expression)")
-    if "key" in spec:
-        keys = spec["key"] if kind == "merge" else [spec["key"]]
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise UserError(f"{where}: 'key' must be a string (a list of strings for merge)")
-        patterns = [re.compile(re.escape(k)) for k in keys]
+    _check_fields(kind, spec, where)
+    literal = "key" in spec
+    texts = spec["key"] if literal else spec["match"]
+    if kind == "merge":
+        _strings(texts, where, "key" if literal else "match")
     else:
-        texts = spec["match"] if kind == "merge" else [spec["match"]]
-        if not isinstance(texts, list) or not texts:
-            raise UserError(f"{where}: merge needs 'match' as a list of patterns, one per part")
-        patterns = [_compile(t, where) for t in texts]
-    if kind == "split" and (not isinstance(spec["to"], list) or len(spec["to"]) < 2):
-        raise UserError(f"{where}: split needs 'to' as a list of at least two target names")
-    if kind == "split" and "sizes" in spec and len(spec["sizes"]) != len(spec["to"]):
-        raise UserError(f"{where}: split 'sizes' needs one size per target")
-    if kind in ("rename", "merge") and not isinstance(spec["to"], str):
-        raise UserError(f"{where}: {kind} needs 'to' as one target name")
+        _check(isinstance(texts, str), where, f"'{'key' if literal else 'match'}' must be a string")
+        texts = [texts]
+    patterns = [_compile(t, where, literal) for t in texts]
     if kind == "cast":
         spec = dict(spec, dtype=dtypes.canonical(spec["dtype"]))
-    return Rule(kind, patterns, spec, where)
+    rule = Rule(kind, patterns, spec, where)
+    templates = spec["to"] if kind == "split" else [spec["to"]] if "to" in spec else []
+    for template in list(templates) + list(spec.get("aliases", [])):
+        rule.templates[template] = parse_template(template, patterns, where)
+    return rule
 
 
 def parse_ruleset(body, origin: str) -> RuleSet:
@@ -155,9 +252,13 @@ def load_ruleset(path: str) -> RuleSet:
         with open(path, encoding="utf-8") as f:
             body = json.load(f)
     except FileNotFoundError:
-        raise UserError(f"mapping file '{path}' does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"mapping file '{path}' is not valid JSON: {exc}") from None
+        raise UserError(f"mapping file {quoted(path)} does not exist") from None
+    except IsADirectoryError:
+        raise UserError(f"mapping file {quoted(path)} is a directory; give a rule file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"mapping file {quoted(path)} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UserError(f"mapping file {quoted(path)} is not valid JSON: nested too deeply") from None
     return parse_ruleset(body, path)
 
 
