@@ -2,14 +2,17 @@
 
 Writing streams: the opcodes are written by hand, and each array's data goes
 to the file straight from its buffer, so one tensor at a time is in memory. Reading never
-uses plain pickle: a restricted unpickler admits numpy's array reconstruction
-and nothing else, so a hostile file cannot import or call anything.
+uses plain pickle: the data-only unpickler (unpickle.py) with stand-ins for numpy's array
+and dtype reconstruction builds read-only arrays of plain number and bool dtypes over the
+memory-mapped file and nothing else, so a hostile file cannot import or call anything, nor
+make an object array of pointers. Files paddle.save writes with protocols 2, 3 and 4 are read.
 """
 
 from __future__ import annotations
 
 import collections
 import io
+import math
 import mmap
 import pickle
 import struct
@@ -20,6 +23,7 @@ from .. import dtypes
 from ..errors import UserError, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
+from . import unpickle
 from .base import Source, TensorInfo
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
@@ -146,42 +150,150 @@ def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
     return names
 
 
-# (module, name) pairs that numpy arrays and dtypes pickle through, across numpy 1.x and 2.x
-_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("collections", "OrderedDict"),
-}
+# numpy's array and dtype pickles, protocols 2 to 5, numpy 1.x and 2.x; each name maps to a
+# stand-in that builds only what a state dict holds
+_PLAIN_DTYPES = {"f8", "f4", "f2", "i8", "i4", "i2", "i1", "u1", "u2", "b1"}
+MAX_DIMS = 64
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"it asks to import {module}.{name}")
+class _Dtype:
+    """numpy.dtype(code, align, copy), then its state: a plain number type or nothing."""
 
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("it uses persistent ids, which a .pdparams file never has")
+    __slots__ = ("code", "dtype")
+
+    def __init__(self, code=None, *rest):
+        if not isinstance(code, str) or code not in _PLAIN_DTYPES:
+            raise unpickle.Refused(f"an array of dtype {quoted(code)[:40]}; only plain numbers and bools are read "
+                                   "(no object, string or structured arrays)")
+        self.code, self.dtype = code, np.dtype(code)
+
+    def set_state(self, state) -> None:
+        if not (isinstance(state, tuple) and len(state) in (8, 9) and state[0] in (3, 4)):
+            raise unpickle.Refused("a dtype state numpy does not write")
+        order, subarray, names, fields = state[1:5]
+        if subarray is not None or names is not None or fields is not None:
+            raise unpickle.Refused("a structured or sub-array dtype")
+        if order == ">":
+            raise unpickle.Refused("a big-endian array; re-save it on a little-endian machine")
+        if order not in ("<", "|", "="):
+            raise unpickle.Refused("a dtype with an unknown byte order")
+
+
+class _Array:
+    """numpy's _reconstruct(ndarray, (0,), b'b'), then its state (version, shape, dtype,
+    Fortran order, raw bytes): a read-only array over those bytes, never anything else."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, cls=None, *rest):
+        if cls is not _NDARRAY:
+            raise unpickle.Refused("an array of a class other than numpy.ndarray")
+        self.array = None
+
+    def set_state(self, state) -> None:
+        if self.array is not None or not (isinstance(state, tuple) and len(state) in (4, 5)):
+            raise unpickle.Refused("an array state numpy does not write")
+        shape, dtype, fortran, raw = state[-4:]
+        self.array = _array_from(raw, dtype, shape, "F" if fortran is True else "C")
+
+
+def _array_from(raw, dtype, shape, order: str) -> np.ndarray:
+    if not isinstance(dtype, _Dtype):
+        raise unpickle.Refused("an array without a plain dtype")
+    if not (isinstance(shape, tuple) and len(shape) <= MAX_DIMS
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise unpickle.Refused(f"an array with shape {quoted(shape)[:60]}")
+    if not isinstance(raw, (bytes, memoryview)):
+        raise unpickle.Refused("an array whose data is not raw bytes")
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel * dtype.dtype.itemsize != len(raw):
+        raise unpickle.Refused(f"an array of shape {list(shape)} with {len(raw)} bytes of data")
+    return np.frombuffer(raw, dtype=dtype.dtype).reshape(shape, order=order)
+
+
+def _frombuffer(raw=None, dtype=None, shape=None, order="C", *rest):
+    if order not in ("C", "F"):
+        raise unpickle.Refused("an array with an unknown memory order")
+    holder = _Array(_NDARRAY)
+    holder.array = _array_from(raw, dtype, shape, order)
+    return holder
+
+
+def _latin1(text=None, encoding=None, *rest):
+    """_codecs.encode(text, 'latin1'): how protocol 2 spells bytes."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise unpickle.Refused("a call of _codecs.encode that is not bytes spelled in latin-1")
+    try:
+        return text.encode("latin1")
+    except UnicodeEncodeError:
+        raise unpickle.Refused("bytes spelled with characters outside latin-1") from None
+
+
+def _ordered_dict(*args):
+    if args:
+        raise unpickle.Refused("an OrderedDict built with arguments")
+    return collections.OrderedDict()
+
+
+_NDARRAY = object()
+_STAND_INS = {("numpy", "ndarray"): _NDARRAY, ("numpy", "dtype"): _Dtype, ("_codecs", "encode"): _latin1,
+              ("collections", "OrderedDict"): _ordered_dict}
+for _core in ("numpy.core", "numpy._core"):
+    _STAND_INS[(_core + ".multiarray", "_reconstruct")] = _Array
+    _STAND_INS[(_core + ".numeric", "_frombuffer")] = _frombuffer
+
+
+def _refuse(path: str, why: str) -> UserError:
+    return UserError(f"refusing to read {quoted(path)} as .pdparams: {why}; only files holding plain numpy "
+                     "arrays are accepted")
+
+
+def _joined_big_arrays(path: str, out: dict, info) -> None:
+    """paddle.save with protocol 2 or 3 splits an array of 1 GiB or more into `key@@.N` slices and
+    says how in 'UnpackBigParamInfor@@'; join them back (as paddle.load does)."""
+    if not isinstance(info, dict):
+        raise _refuse(path, "its 'UnpackBigParamInfor@@' is not a table")
+    for key, entry in info.items():
+        slices = entry.get("slices") if isinstance(entry, dict) else None
+        shape = entry.get("OriginShape") if isinstance(entry, dict) else None
+        if not (isinstance(slices, list) and slices and all(isinstance(s, str) and s in out for s in slices)
+                and isinstance(shape, (tuple, list)) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise _refuse(path, f"its split array {quoted(key)} does not list its slices and shape")
+        parts = [out.pop(s) for s in slices]
+        if len({p.dtype for p in parts}) != 1 or any(p.ndim != 1 for p in parts):
+            raise _refuse(path, f"the slices of {quoted(key)} differ in dtype or are not flat")
+        joined = np.concatenate(parts)
+        if joined.size != math.prod(shape):
+            raise _refuse(path, f"the slices of {quoted(key)} do not fill its shape {list(shape)}")
+        out[key] = joined.reshape(shape)
 
 
 def load_pdparams(path: str) -> dict[str, np.ndarray]:
-    """Every array in the file, read through the restricted unpickler."""
+    """Every array in the file, read through the data-only unpickler: read-only views of the
+    memory-mapped file, of plain number and bool dtypes only. paddle's own tables
+    ('StructuredToParameterName@@') are left out; arrays paddle split are joined."""
+    with open(path, "rb") as f:
+        try:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            data = b""
     try:
-        with open(path, "rb") as f:
-            obj = _RestrictedUnpickler(io.BufferedReader(f, 1 << 20)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise UserError(f"refusing to read '{path}' as .pdparams: {exc}; "
-                        "only files holding plain numpy arrays are accepted") from None
+        obj, end = unpickle.load(data, lambda module, name: _STAND_INS.get((module, name)))
+    except unpickle.Refused as exc:
+        raise _refuse(path, str(exc)) from None
     if not isinstance(obj, dict):
-        raise UserError(f"'{path}' does not hold a dict of arrays; it is not a .pdparams state dict")
+        raise UserError(f"{quoted(path)} does not hold a dict of arrays; it is not a .pdparams state dict")
     out = collections.OrderedDict()
     for name, value in obj.items():
-        if name == "StructuredToParameterName@@":
+        if name in RESERVED:
             continue
-        if not isinstance(name, str) or not isinstance(value, np.ndarray):
-            raise UserError(f"'{path}' entry {name!r} is not a numpy array; it is not a .pdparams state dict")
-        out[name] = value
+        if not isinstance(name, str) or not isinstance(value, _Array) or value.array is None:
+            raise UserError(f"{quoted(path)} entry {quoted(name)} is not a numpy array; it is not a .pdparams state dict")
+        out[name] = value.array
+    if "UnpackBigParamInfor@@" in obj:
+        _joined_big_arrays(path, out, obj["UnpackBigParamInfor@@"])
     return out
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import quoted
+from ..errors import one_line
 
 
 class Refused(Exception):
@@ -165,7 +165,7 @@ class _Machine:
             return found
         where = f"{module}.{name}"
         if self.foreign is None:
-            raise Refused(f"it asks to import {quoted(where)}")
+            raise Refused(f"it asks to import {one_line(where)[:200]}")
         self.foreign.append(where)
         return Opaque(where)
 
