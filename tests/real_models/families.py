@@ -116,7 +116,8 @@ def gpt2_torch():
     hf = _hf()
     config = hf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=INTERMEDIATE,
                            n_positions=MAX_POSITIONS, activation_function="gelu_new", layer_norm_epsilon=1e-5,
-                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager",
+                           use_cache=False)  # the logits only, as PaddleNLP returns them
     return randomize(hf.GPT2LMHeadModel(config))
 
 
@@ -145,7 +146,8 @@ LLAMA = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIAT
 
 def llama_torch():
     hf = _hf()
-    return randomize(hf.LlamaForCausalLM(hf.LlamaConfig(**LLAMA, attn_implementation="eager")))
+    config = hf.LlamaConfig(**LLAMA, attn_implementation="eager", use_cache=False)  # logits only, as PaddleNLP's
+    return randomize(hf.LlamaForCausalLM(config))
 
 
 def llama_paddle(**overrides):
