@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .align import LayerPair, nearest_in
-from .matching import common_shape
+from .matching import OutputPairs, common_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
@@ -33,28 +33,26 @@ class Evidence:
     budget: Budget | None = None
 
 
-def output_shapes(t_out: list, p_out: list) -> list[tuple]:
-    """The shapes in which the outputs are compared, pairing them by position while they are
-    broadcast-compatible: [1, T, H] against [B, T, H] holds the same values, broadcast."""
-    shapes = []
-    for a, b in zip(t_out, p_out):
-        shape = common_shape(tuple(a.shape), tuple(b.shape))
-        if shape is None:
-            break
-        shapes.append(shape)
-    return shapes
-
-
-def laid_out(arrays: list, shapes: list[tuple]) -> np.ndarray:
+def laid_out(arrays: list, shapes) -> np.ndarray:
     """The arrays broadcast to `shapes` and joined (see metrics.join)."""
     return join([a if tuple(a.shape) == s else np.broadcast_to(a, s) for a, s in zip(arrays, shapes)])
 
 
-def _broadcast_note(t_out: list, p_out: list, shapes: list[tuple]) -> str:
-    differ = [(list(a.shape), list(b.shape)) for a, b, _ in zip(t_out, p_out, shapes) if tuple(a.shape) != tuple(b.shape)]
-    if not differ:
-        return ""
-    return "compared after broadcasting: " + ", ".join(f"torch {a} vs paddle {b}" for a, b in differ)
+def outputs_of(t_out: list, p_out: list) -> OutputPairs:
+    return pair_outputs([tuple(a.shape) for a in t_out], [tuple(b.shape) for b in p_out],
+                        lambda: to_numpy_list(t_out, "torch"), lambda: to_numpy_list(p_out, "paddle"))
+
+
+def _pairing_note(t_out: list, p_out: list, pairs: OutputPairs) -> str:
+    notes = []
+    if pairs.torch != pairs.paddle or len(t_out) != len(p_out):
+        notes.append(f"outputs paired by value: torch {list(pairs.torch)} with paddle {list(pairs.paddle)} "
+                     f"(torch gives {len(t_out)}, paddle {len(p_out)})")
+    differ = [(list(t_out[i].shape), list(p_out[j].shape)) for i, j in zip(pairs.torch, pairs.paddle)
+              if tuple(t_out[i].shape) != tuple(p_out[j].shape)]
+    if differ:
+        notes.append("compared after broadcasting: " + ", ".join(f"torch {a} vs paddle {b}" for a, b in differ))
+    return "; ".join(notes)
 
 
 def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
@@ -101,10 +99,10 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
     that returns its child's output (on both sides) gets the child's figures without
     comparing again."""
     t_out, p_out = t_call.outputs, p_call.outputs
-    shapes = output_shapes(t_out, p_out)
+    pairs = outputs_of(t_out, p_out)
     result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
-                         shapes[0] if shapes else tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
-    if not shapes:
+                         pairs.shapes[0] if pairs else tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
+    if not pairs:
         if t_out and p_out:
             result.note = (f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
                            f"paddle {[list(b.shape) for b in p_out]}")
@@ -112,18 +110,18 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
         else:
             result.note = "no floating output on " + ("paddle's side" if t_out else "torch's side" if p_out else "either side")
             result.ratio = float("inf") if t_out or p_out else 0.0
-        return result, None, []
-    result.note = _broadcast_note(t_out, p_out, shapes)
-    y_t = laid_out(to_numpy_list(t_out[:len(shapes)], "torch"), shapes)
-    key = (tuple(map(view_of, t_out[:len(shapes)])), tuple(id(b) for b in p_out[:len(shapes)]))
+        return result, None, pairs
+    result.note = _pairing_note(t_out, p_out, pairs)
+    y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
+    key = (tuple(map(view_of, pairs.of_torch(t_out))), tuple(map(id, pairs.of_paddle(p_out))))
     m = seen.get(key) if seen is not None else None
     if m is None:
-        m = compare(y_t, laid_out(to_numpy_list(p_out[:len(shapes)], "paddle"), shapes))
+        m = compare(y_t, laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes))
         if seen is not None:
             seen[key] = m
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    return result, y_t, shapes
+    return result, y_t, pairs
 
 
 def add_note(result: LayerResult, note: str) -> None:
@@ -133,24 +131,23 @@ def add_note(result: LayerResult, note: str) -> None:
 
 def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[LayerResult, Evidence]:
     """One pair, its paddle layer re-run on its own: (its result, the evidence for a diagnosis)."""
-    result, y_t, shapes = end_to_end(session, pair, t_call, p_call)
+    result, y_t, pairs = end_to_end(session, pair, t_call, p_call)
     ev = Evidence()
     if y_t is None:
         return result, ev
-    n = len(shapes)
     forced = forced_paddle_inputs(t_call, p_call)
     try:
         y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
     except Exception as exc:  # the layer refused torch's inputs: judged by what it adds instead
         add_note(result, f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__})")
-        judge_by_addition(session, pair, t_call, p_call, shapes, result)
+        judge_by_addition(session, pair, t_call, p_call, pairs, result)
         return result, ev
-    if len(y_local_list) < n or output_shapes(y_local_list, [np.empty(s, np.uint8) for s in shapes]) != shapes:
+    if not pairs.fits(y_local_list):
         result.note = "the re-run paddle layer gave outputs of another shape"
         result.ratio = float("inf")
         return result, ev
-    y_local = laid_out(y_local_list[:n], shapes)
-    y64 = laid_out(run_torch64(session.torch64_module(pair.torch), t_call)[:n], shapes)
+    y_local = laid_out(pairs.of_paddle(y_local_list), pairs.shapes)
+    y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), t_call)), pairs.shapes)
     budget = layer_budget(session, pair.torch, t_call, y_t, y64, session.formats)
     local = compare(y_t, y_local)
     result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
@@ -162,7 +159,8 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[Layer
     return result, Evidence(y_t, y_local, y64, forced, budget)
 
 
-def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, shapes: list, result: LayerResult) -> None:
+def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs,
+                      result: LayerResult) -> None:
     """Where paddle's layer cannot be run on torch's inputs, judge what it adds: the torch module
     run in float64 (and in float32, for the budget) on the inputs paddle's layer really received,
     matched by value to torch's call; paddle's output against that. The error it inherited is
@@ -172,12 +170,12 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, shap
     try:
         call32, call64 = torch_call_on(t_call, p_call)
         module = session.torch_module(pair.torch)
-        y32 = laid_out(run_torch_module(module, call32)[:len(shapes)], shapes)
-        y64 = laid_out(run_torch64(session.torch64_module(pair.torch), call64)[:len(shapes)], shapes)
+        y32 = laid_out(pairs.of_torch(run_torch_module(module, call32)), pairs.shapes)
+        y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), call64)), pairs.shapes)
     except Exception as exc:
         add_note(result, f"could not be judged: the torch module does not run on paddle's inputs ({type(exc).__name__})")
         return
-    y_p = laid_out(to_numpy_list(p_call.outputs[:len(shapes)], "paddle"), shapes)
+    y_p = laid_out(to_numpy_list(pairs.of_paddle(p_call.outputs), "paddle"), pairs.shapes)
     budget = layer_budget(session, pair.torch, call32, y32, y64, session.formats)
     local = compare(y32, y_p)
     result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
@@ -287,29 +285,28 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
 
 
 def _analyze_forced(session, pair, passes: Passes, children, differing):
-    result, y_t, shapes = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
+    result, y_t, pairs = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
     if y_t is None:
         return result
-    n = len(shapes)
     loc: ForcedCall | None = passes.forced_p.get(pair.paddle)
     ref: Reference | None = passes.forced_64.get(pair.torch)
-    if loc is None or ref is None or len(loc.outputs) < n or len(ref.output_err) < n:
+    if loc is None or ref is None or len(ref.output_err) <= max(pairs.torch):
         add_note(result, "the forced paddle pass did not reach this layer")
-        judge_by_addition(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], shapes, result)
+        judge_by_addition(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], pairs, result)
         return result
     if loc.forcing is not None:
         add_note(result, loc.forcing.note)
-    if output_shapes(loc.outputs[:n], [np.empty(s, np.uint8) for s in shapes]) != shapes:
+    if not pairs.fits(loc.outputs):
         result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
         return result
-    y_local = laid_out(loc.outputs[:n], shapes)
+    y_local = laid_out(pairs.of_paddle(loc.outputs), pairs.shapes)
     # a wrapper that returns its child's output shares the child's arrays: judged once
-    key = (_identity(y_t), tuple(map(id, loc.outputs[:n])), tuple(map(id, ref.output_err[:n])),
-           id(passes.s2.get(pair.torch)), tuple(sorted((f, tuple(r[pair.torch].output_rms[:n]))
+    key = (_identity(y_t), tuple(map(id, pairs.of_paddle(loc.outputs))), tuple(map(id, pairs.of_torch(ref.output_err))),
+           id(passes.s2.get(pair.torch)), tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
                                                       for f, r in passes.rounded_64.items() if pair.torch in r)))
     found = passes.local.get(key)
     if found is None:
-        found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, shapes)
+        found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, pairs)
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
         found = _boundary(session, child, differing, passes.forced_64, passes.rounded_64)
@@ -323,7 +320,7 @@ def _identity(a: np.ndarray) -> tuple:
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str
 
 
-def _local(session, pair, passes: Passes, ref, y_local, y_t, shapes) -> tuple:
+def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> tuple:
     """(local max abs, local mean abs, ratio, budget) of a pair's own output."""
     diff = np.subtract(y_local, y_t)
     np.abs(diff, out=diff)
@@ -334,16 +331,15 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, shapes) -> tuple:
     if top == 0:
         return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
-    budget = _output_budget(session, pair, passes, ref, y_t, shapes)
+    budget = _output_budget(session, pair, passes, ref, y_t, pairs)
     with np.errstate(over="ignore"):
         ratio, tolerance = budget.ratio_of_squares(np.square(diff, out=diff).reshape(budget.var.shape))
     return top, mean, ratio, tolerance
 
 
-def _output_budget(session, pair, passes: Passes, ref, y_t, shapes) -> Budget:
-    n = len(shapes)
-    e_ref = laid_out(ref.output_err[:n], shapes).reshape(y_t.shape)
+def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> Budget:
+    e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     matmul = _fitted(passes.s2.get(pair.torch), y_t.shape)
-    rounding = {f: max(r[pair.torch].output_rms[:n], default=0.0)
+    rounding = {f: max(pairs.of_torch(r[pair.torch].output_rms), default=0.0)
                 for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding)

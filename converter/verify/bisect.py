@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from .align import align, parent, under
-from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
+from .analyze import Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of
 from .forced import forced_paddle, torch_references
 from .overlap import Beside
 from .budget import make_budget
@@ -28,6 +28,8 @@ from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
 from .metrics import compare, join
 from .replay import to_numpy_list
+from ..errors import UserError
+from .matching import common_shape
 from .report import LayerResult
 
 
@@ -79,6 +81,7 @@ class FullCapture:
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
         # the captures run at once (paddle computes on one core on CPU); then torch work that
         # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
+        self.outputs = None
         with Beside(session) as side:
             rt = side.submit(capture_torch, session, t_paths, True, allowance)
             paddle_captured = threading.Event()
@@ -89,9 +92,12 @@ class FullCapture:
             finally:
                 paddle_captured.set()
             passes = Passes(rt.result().calls, rp.calls, [], s2=s2)
+            if prefix is None:
+                same_outputs(passes.t_calls[""], passes.p_calls[""])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
                                      side.between)
+            free = side.submit(free_references, session, "") if prefix is None else None
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
             s2_first.result()
             with side.beside_worker():
@@ -99,6 +105,10 @@ class FullCapture:
             end_to_end_until(session, passes, references.done)
             side.main_done()
             passes.forced_64, passes.rounded_64 = references.result()
+            if free is not None:
+                root = next(p for p in passes.pairs if p.torch == "")
+                self.outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
+                                                free.result(), FINAL_OUTPUTS)
         self.calls = (passes.t_calls, passes.p_calls)
         self.pairs = passes.pairs
         return analyze_all(session, passes)
@@ -127,49 +137,81 @@ def spine(pairs, t_calls) -> list:
     return sorted(units, key=lambda pair: t_calls[pair.torch].end)
 
 
+FINAL_OUTPUTS = "the final outputs, end to end (free-running), against the torch model's own drift from float64"
+
+
+def same_outputs(t_call, p_call) -> None:
+    """Both models must return the same tensors: an output on one side only is never compared,
+    so it is bad input, not a pass."""
+    a, b = t_call.shapes, p_call.shapes
+    if len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b)):
+        return
+    said = lambda shapes: f"{len(shapes)} floating tensor(s) {', '.join(str(list(s)) for s in shapes) or ''}".strip()
+    raise UserError(f"the two models return different outputs: torch_model() gives {said(a)}, paddle_model() gives "
+                    f"{said(b)}; make both return the same tensors in the same order (HF models: use_cache=False, "
+                    "no hidden states or attentions; or wrap one model to return what the other does)")
+
+
+def free_reference(session, path: str, fmt: str | None = None) -> list[np.ndarray]:
+    """The float64 torch model's outputs at `path`, free-running (nothing forced), with matmul
+    inputs rounded to `fmt` if given."""
+    ref = record(torch_side, session.torch64, Recorder({path}))
+    try:
+        session.run_torch64(fmt)
+    finally:
+        ref.remove()
+    return to_numpy_list(ref.calls[path].outputs, "torch")
+
+
+def free_references(session, path: str) -> dict:
+    """free_reference at `path` in float64 (key None) and per lower-precision format in use."""
+    return {f: free_reference(session, path, f) for f in [None, *sorted(set(session.formats.values()) - {"fp32"})]}
+
+
+def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, note: str) -> LayerResult:
+    """`unit`'s outputs as both models computed them, free-running, against the end-to-end
+    budget: the torch model's own fp32 drift from float64 there (observed), grown by the
+    formats each side uses (the rms effect of rounding matmul inputs to them), on both sides."""
+    pairs = outputs_of(t_out, p_out)
+    shapes = pairs.shapes
+    result = LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type,
+                         shapes[0] if shapes else (), formats=dict(session.formats), note=note)
+    if not shapes or len(shapes) != len(t_out):
+        result.ratio = float("inf")
+        add_note(result, f"outputs differ: torch {[list(a.shape) for a in t_out]}, paddle {[list(b.shape) for b in p_out]}")
+        return result
+    y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), shapes)
+    y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), shapes)
+    y64 = laid_out(pairs.of_torch(references[None]), shapes)
+    m = compare(y_t, y_p)
+    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
+    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
+    rounding = {f: float(np.sqrt(np.mean((laid_out(pairs.of_torch(r), shapes) - y64) ** 2))) if y64.size else 0.0
+                for f, r in references.items() if f is not None}
+    budget = make_budget(session.formats, y_t, y64, None, rounding)
+    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
+    return result
+
+
 class BinarySearch:
     name = "binary"
 
     def __init__(self):
         self.passes = 0
 
-    @staticmethod
-    def _reference(session, path: str, fmt: str | None = None) -> np.ndarray:
-        """The float64 torch model's output at `path` (matmul inputs rounded to `fmt` if given)."""
-        ref = record(torch_side, session.torch64, Recorder({path}))
-        try:
-            session.run_torch64(fmt)
-        finally:
-            ref.remove()
-        return join(to_numpy_list(ref.calls[path].outputs, "torch"))
-
     def _probe(self, session, unit) -> tuple[bool, LayerResult]:
         """One paired pass recording only `unit`'s output, against the end-to-end budget."""
         self.passes += 1
         t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle})
-        y_t = join(to_numpy_list(t_calls[unit.torch].outputs, "torch"))
-        y_p = join(to_numpy_list(p_calls[unit.paddle].outputs, "paddle"))
-        y64 = self._reference(session, unit.torch)
-        result = LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type, tuple(y_t.shape),
-                             formats=dict(session.formats))
-        if y_p.size != y_t.size:
-            result.ratio = float("inf")
-            return True, result
-        y_p = y_p.reshape(y_t.shape)
-        m = compare(y_t, y_p)
-        result.max_abs, result.mean_abs, result.cosine = m.max_abs, m.mean_abs, m.cosine
-        y64 = y64.reshape(y_t.shape)
-        rounding = {f: float(np.sqrt(np.mean((self._reference(session, unit.torch, f).reshape(y_t.shape) - y64) ** 2)))
-                    for f in set(session.formats.values()) - {"fp32"}}
-        budget = make_budget(session.formats, y_t, y64, None, rounding)
-        ratio, tol = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
-        result.ratio, result.budget = ratio, tol
-        result.note = "end to end at this unit's output (a binary-search probe)"
-        return ratio > 1.0, result
+        result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, p_calls[unit.paddle].outputs,
+                                  free_references(session, unit.torch),
+                                  "end to end at this unit's output (a binary-search probe)")
+        return result.within_budget is False, result
 
     def run(self, session):
         self.passes += 1
         t_calls, p_calls = _capture(session, keep=False)
+        same_outputs(t_calls[""], p_calls[""])
         pairs = align(t_calls, p_calls, session.plan)
         units = spine(pairs, t_calls)
         self.units = units
@@ -181,6 +223,7 @@ class BinarySearch:
             search.step(bad)
         found = search.lo if search.lo < len(units) else None
         self.probed = [probes[i] for i in sorted(probes)]
+        self.outputs = probes.get(len(units) - 1)  # the model itself: the last unit
         if found is None:
             return self.probed, None
         unit = units[found]

@@ -54,6 +54,13 @@ def _kind(a: np.ndarray) -> str:
     return "f" if np.issubdtype(a.dtype, np.floating) else "i"
 
 
+def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| over b's largest magnitude after broadcasting (inf when they cannot be the
+    same values: other kinds, shapes that do not broadcast, NaN in other places)."""
+    d = same_values(a, b, rtol=np.inf)
+    return np.inf if d is None else d
+
+
 def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float | None:
     """How far apart two tensors are when they hold the same values up to broadcasting (0 for
     equal), relative to b's largest magnitude; None when they do not."""
@@ -76,7 +83,9 @@ def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float
     worst = float(d.max(initial=0.0))
     if worst == 0.0:
         return 0.0
-    return worst / scale if scale > 0 and worst <= rtol * scale else None
+    if scale == 0:
+        return np.inf if rtol == np.inf else None
+    return worst / scale if worst <= rtol * scale else None
 
 
 def masked_positions(a: np.ndarray, flip: bool = False) -> np.ndarray | None:
@@ -188,3 +197,57 @@ def describe(matches: list[InputMatch], shapes: list[tuple]) -> str:
         elif m.how == NONE:
             parts.append(f"input {m.index} [{shape}] has no counterpart on the other side: left as computed")
     return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class OutputPairs:
+    """Which output of each side is compared with which, and in what shape: by position when both
+    sides give as many and every pair broadcasts; else each torch output with the paddle output
+    nearest in value (PaddleNLP's DeBERTa encoder returns its input and every hidden state
+    where HF's returns the last one)."""
+
+    torch: tuple = ()
+    paddle: tuple = ()
+    shapes: tuple = ()
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def of_torch(self, items: list) -> list:
+        return [items[i] for i in self.torch]
+
+    def of_paddle(self, items: list) -> list:
+        return [items[j] for j in self.paddle]
+
+    def fits(self, paddle_items: list) -> bool:
+        """Whether another set of paddle outputs (a forced run's) can stand where these were."""
+        return all(j < len(paddle_items) and common_shape(tuple(paddle_items[j].shape), s) == s
+                   for j, s in zip(self.paddle, self.shapes))
+
+
+def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -> OutputPairs:
+    """OutputPairs for outputs of these shapes. A single output on each side pairs by position
+    when the shapes broadcast; several are paired by value (`*_values()` give the numpy
+    arrays): each torch output with the paddle output nearest to it, its own position first
+    where that is as near as any. One paddle output may answer for two torch outputs (HF
+    returns the last hidden state, and again among all of them)."""
+    if len(t_shapes) == 1 and len(p_shapes) == 1 and common_shape(t_shapes[0], p_shapes[0]) is not None:
+        return OutputPairs((0,), (0,), (common_shape(t_shapes[0], p_shapes[0]),))
+    if t_values is None or p_values is None:
+        shapes = [common_shape(a, b) for a, b in zip(t_shapes, p_shapes)]
+        n = next((k for k, s in enumerate(shapes) if s is None), len(shapes))
+        return OutputPairs(tuple(range(n)), tuple(range(n)), tuple(shapes[:n]))
+    ts, ps = t_values(), p_values()
+    out_t, out_p, out_s = [], [], []
+    for i, t in enumerate(ts):
+        gaps = {j: distance(p, t) for j, p in enumerate(ps) if common_shape(p.shape, t.shape) is not None}
+        if not gaps:
+            continue
+        best = min(gaps.values())
+        j = i if i in gaps and gaps[i] <= best else min(gaps, key=gaps.get)
+        if gaps[j] == np.inf and j != i:
+            continue
+        out_t.append(i)
+        out_p.append(j)
+        out_s.append(common_shape(t.shape, ps[j].shape))
+    return OutputPairs(tuple(out_t), tuple(out_p), tuple(out_s))

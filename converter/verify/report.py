@@ -66,6 +66,7 @@ class Report:
     strategy: str
     passes: int
     notes: list[str] = field(default_factory=list)
+    outputs: LayerResult | None = None  # the final outputs, end to end, against their own budget
 
     @property
     def verdict(self) -> str:
@@ -91,7 +92,9 @@ class Report:
         return {"verdict": self.verdict, "first_bad_layer": first, "layers": [r.to_json() for r in self.layers],
                 "precision": self.precision, "diagnosis": [d.to_json() for d in self.diagnosis],
                 "strategy": self.strategy, "paired_passes": self.passes, "tightness": self.tightness(),
-                "notes": self.notes}
+                "notes": self.notes, "outputs": None if self.outputs is None else {
+                    "max_abs": self.outputs.max_abs, "budget": self.outputs.budget, "ratio": self.outputs.ratio,
+                    "within_budget": self.outputs.within_budget, "note": self.outputs.note}}
 
 
 def _num(x) -> str:
@@ -145,8 +148,18 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"budget tightness (median local ratio of clean layers): {t:.3f}")
     for note in report.notes:
         lines.append(f"note: {note}")
+    if report.outputs is not None and report.outputs.ratio is not None:
+        o = report.outputs
+        lines.append(f"final outputs: max abs {_num(o.max_abs)} vs end-to-end budget {_num(o.budget)} (ratio {o.ratio:.3g})")
     if report.first_bad is None:
         lines.append(f"PASS: all {len(report.layers)} compared layers are within their expected-error budget")
+    elif report.first_bad is report.outputs:
+        o = report.outputs
+        lines.append(f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
+                      f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
+        for d in report.diagnosis:
+            lines.append(f"  cause: {d.cause}")
+            lines.append(f"  hint:  {d.hint}")
     else:
         r = report.first_bad
         lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle {r.paddle or '<model>'}"

@@ -6,7 +6,8 @@ from .analyze import analyze
 from .bisect import BinarySearch, FullCapture, choose, first_bad
 from .capture import CaptureTooLarge
 from .diagnose import Context, diagnose
-from .report import Report
+from .align import under
+from .report import Diagnosis, Report
 from .session import Options, PortSession
 
 
@@ -44,7 +45,11 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
     if isinstance(strategy, BinarySearch):
         results, bad = strategy.run(session)
     diagnosis = []
-    if bad is not None and bisect and hasattr(strategy, "calls"):
+    outputs = getattr(strategy, "outputs", None)
+    if bad is None and outputs is not None and outputs.within_budget is False:
+        bad = outputs  # no single layer isolated: the verdict still follows the final outputs
+        diagnosis.append(_not_isolated(results, outputs))
+    elif bad is not None and bisect and hasattr(strategy, "calls"):
         pair = next((p for p in strategy.pairs if p.torch == bad.torch), None)
         evidence = None
         if pair is not None:
@@ -56,4 +61,18 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
         if r.note and r.ratio is None:
             notes.append(f"{r.torch or '<model>'}: {r.note}")
     precision = {side: p.to_json() for side, p in session.precision.items()}
-    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, notes)
+    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, notes, outputs)
+
+
+def _not_isolated(results, outputs) -> Diagnosis:
+    """Why a run whose final outputs are over budget names no layer: the deepest pairs that could
+    not be judged, or else the code no pair covers."""
+    unjudged = [r.torch for r in results if r.ratio is None]
+    deepest = [p for p in unjudged if not any(q != p and under(q, p) for q in unjudged)]
+    where = (f"in or under {', '.join(p or '<model>' for p in deepest[:5])} (not judged: "
+             f"{'; '.join(r.note for r in results if r.torch in deepest[:5] and r.note)[:300]})" if deepest
+             else "in code that no paired layer covers (functions called between layers, or layers on one side only)")
+    return Diagnosis("<model>", f"the final outputs differ beyond the end-to-end budget (ratio {outputs.ratio:.3g}, "
+                     f"max abs {outputs.max_abs:.3g}) though every judged layer is within its own: the difference "
+                     f"arises {where}",
+                     "compare those parts of the two forwards line by line, or pair their layers with --mapping")
