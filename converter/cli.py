@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .errors import CheckFailed, PortError
+from .errors import CheckFailed, PortError, UserError
 
 
 def _say(line: str) -> None:
@@ -69,13 +69,29 @@ def _write_json(path: str | None, body: dict, force: bool = False) -> None:
 @click.option("--emit-mapping", metavar="FILE", help="Write the rules used, to review, edit and pass back with --mapping.")
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--max-shard-size", metavar="SIZE", help="Model directories: cut the weights into shards of at most SIZE "
+              "(5GB, 500MB, 2GiB) with an index; without it, shards as the source was.")
 @click.option("--allow-outside-shards", is_flag=True,
               help="Read shards an index names outside its own directory (refused by default).")
 @_boundary
-def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet, allow_outside_shards):
-    """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors)."""
-    from .convert import convert
+def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet, max_shard_size,
+                    allow_outside_shards):
+    """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors), or the HF model
+    directory SRC to the directory DST that PaddleNLP's from_pretrained loads."""
+    from .convert import convert, converts_a_directory
     from .spec import load_spec
+
+    if converts_a_directory(src, dst):
+        from .hfdir import convert_directory
+        if spec_path or emit_mapping:
+            raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")
+        done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), _say)
+        _write_json(json_path, done, force)
+        _say(f"converted {done['tensors']} tensors ({done['bytes'] / 2**20:.1f} MiB) with mapping '{done['mapping']}' "
+             f"into {dst}: {', '.join(done['files'])}; every tensor checked bit for bit")
+        return
+    if max_shard_size:
+        raise UserError("--max-shard-size applies when SRC is an HF model directory (with config.json) and DST a directory")
 
     spec = load_spec(spec_path) if spec_path else None
     result = convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,

@@ -180,6 +180,46 @@ def _progress(total: int, enabled: bool):
     return bar, bar.update
 
 
+def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str, progress: bool = True) -> None:
+    """Write the plan's tensors through `output` as `fmt`, each read back and compared bit for bit with
+    its source on worker threads, then the file's structure; any difference raises CheckFailed before
+    the commit, so that nothing is written."""
+    read = _ReadCache(source)
+    by_name = plan.by_output_name()
+    bar, tick = _progress(plan.total_bytes, progress)
+    written = [0]
+
+    def on_written(nbytes):
+        written[0] += nbytes
+        if written[0] >= WRITEBACK_EVERY:
+            written[0] = 0
+            output.start_writeback()
+        if tick is not None:
+            tick(nbytes)
+    try:
+        with output as f:
+            from .io.pdparams import write_pdparams
+            from .io.safetensors_io import write_safetensors
+            writer = write_pdparams if fmt == "pdparams" else write_safetensors
+            readback = ReadBack(output.readable_path(), plan, source)
+
+            def on_data(info, offset):
+                f.flush()  # the bytes must be in the file before they are read back
+                readback.written(info, offset)
+            try:
+                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
+            finally:
+                mismatches = readback.close()
+            output.sync_in_background()
+            mismatches += check_layout(output.readable_path(), fmt, plan)
+            if mismatches:
+                raise CheckFailed(f"the written tensors do not match the source under mapping '{plan.ruleset}'; "
+                                  f"nothing was written to {output.path}", mismatches)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: str | None = None,
             force: bool = False, emit_mapping: str | None = None, progress: bool = True,
             log=lambda line: None, also_written: dict[str, str | None] | None = None,
@@ -203,45 +243,19 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         plan = plan_conversion(source, ruleset, targets, dtype)
         result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
                                   plan.dropped, list(source.notes))
-        read = _ReadCache(source)
-        by_name = plan.by_output_name()
-        bar, tick = _progress(plan.total_bytes, progress)
-        written = [0]
-
-        def on_written(nbytes):
-            written[0] += nbytes
-            if written[0] >= WRITEBACK_EVERY:
-                written[0] = 0
-                output.start_writeback()
-            if tick is not None:
-                tick(nbytes)
-        try:
-            with output as f:
-                from .io.pdparams import write_pdparams
-                from .io.safetensors_io import write_safetensors
-                writer = write_pdparams if fmt == "pdparams" else write_safetensors
-                readback = ReadBack(output.readable_path(), plan, source)
-
-                def on_data(info, offset):
-                    f.flush()  # the bytes must be in the file before they are read back
-                    readback.written(info, offset)
-                try:
-                    writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
-                finally:
-                    result.mismatches = readback.close()
-                output.sync_in_background()
-                result.mismatches += check_layout(output.readable_path(), fmt, plan)
-                if result.mismatches:
-                    raise CheckFailed(f"the written tensors do not match the source under mapping '{ruleset.name}'; "
-                                      f"nothing was written to {dst}", result.mismatches)
-        finally:
-            if bar is not None:
-                bar.close()
+        write_plan(source, plan, output, fmt, progress)
         result.check_ok = True
     if spec is not None:
         from .frameworks.paddle_side import load_into
         result.missing_keys, result.unexpected_keys = load_into(spec.paddle_model(), dst)
     return result
+
+
+def converts_a_directory(src: str, dst: str) -> bool:
+    """An HF model directory (config.json beside the weights) into a directory, not a weights file."""
+    from .hfdir import is_model_directory
+    from .io.open import OUTPUT_FORMATS
+    return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
 
 
 def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):

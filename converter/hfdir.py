@@ -1,0 +1,168 @@
+"""`convert-weights HF_DIR OUT_DIR`: an HF model directory (config.json and single or sharded
+weights) to what PaddleNLP's from_pretrained(OUT_DIR) loads: model_state.pdparams (or shards
+model_state-0000i-of-0000n.pdparams with model_state.pdparams.index.json) and a config.json
+in PaddleNLP's field names.
+
+The directory appears complete or not at all: everything is written into a hidden directory
+beside OUT_DIR, each file checked as convert-weights checks one, and renamed into place last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+from . import dtypes
+from .errors import UserError
+from .hfconfig import Translated, translate_config
+from .io import open_source
+from .io.atomic import AtomicOutput
+from .io.base import Source
+from .rules.plan import MappingPlan, build_plan
+from .rules.ruleset import resolve_mapping
+
+WEIGHTS = "model_state.pdparams"
+INDEX = "model_state.pdparams.index.json"
+CONFIG = "config.json"
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def is_model_directory(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG))
+
+
+def parse_size(text: str) -> int:
+    """'5GB' (10^9), '500MiB' (2^20) or a number of bytes, as HF's max_shard_size."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise UserError(f"--max-shard-size {text!r} is not a size; give one like 5GB, 500MB or 2GiB")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+
+
+def read_config(directory: str) -> dict:
+    path = os.path.join(directory, CONFIG)
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"'{path}' is not valid JSON ({exc}); re-download it") from None
+    if not isinstance(body, dict):
+        raise UserError(f"'{path}' is not a JSON object; re-download it")
+    return body
+
+
+class _Without(Source):
+    """A view of a source without some keys (a tied head the config says is a copy)."""
+
+    def __init__(self, inner: Source, left_out: set[str]):
+        super().__init__(inner.path)
+        self.inner, self.files, self.notes = inner, inner.files, list(inner.notes)
+        self.infos = {k: v for k, v in inner.infos.items() if k not in left_out}
+
+    def read(self, name):
+        return self.inner.read(name)
+
+    def release(self, name):
+        self.inner.release(name)
+
+
+def shards(plan: MappingPlan, limit: int | None) -> list[MappingPlan]:
+    """The plan cut, in order, into plans of at most `limit` bytes (a larger tensor alone)."""
+    groups, size = [[]], 0
+    for entry in plan.entries:
+        nbytes = entry.info.nbytes * (1 + len(entry.aliases))
+        if limit is not None and groups[-1] and size + nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(entry)
+        size += nbytes
+    return [MappingPlan(g, plan.dropped if i == 0 else [], plan.ruleset) for i, g in enumerate(groups)]
+
+
+def shard_names(count: int) -> list[str]:
+    if count == 1:
+        return [WEIGHTS]
+    return [f"model_state-{i + 1:05d}-of-{count:05d}.pdparams" for i in range(count)]
+
+
+def _source_shard_limit(source: Source) -> int | None:
+    """A sharded source's largest shard, so that the output has about as many; None when single."""
+    data = [f for f in source.files if not f.endswith(".json")]
+    return max(os.path.getsize(f) for f in data) if len(data) > 1 else None
+
+
+def _write_json(path: str, body: dict) -> None:
+    with AtomicOutput(path) as f:
+        f.write((json.dumps(body, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def _prepare_destination(dst: str, force: bool) -> str:
+    dst = os.path.abspath(dst)
+    if os.path.exists(dst) and not force:
+        raise UserError(f"output '{dst}' already exists; pass --force to replace it")
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise UserError(f"output '{dst}' is a file; a model directory converts into a directory: give a new path")
+    parent = os.path.dirname(dst)
+    if not os.path.isdir(parent):
+        raise UserError(f"output directory '{parent}' does not exist; create it first")
+    return dst
+
+
+def _commit(tmp: str, dst: str) -> None:
+    old = None
+    if os.path.exists(dst):
+        old = f"{tmp}.old"
+        os.rename(dst, old)
+    os.rename(tmp, dst)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str | None = None, force: bool = False,
+                      max_shard_size: str | None = None, progress: bool = True, log=lambda line: None) -> dict:
+    """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping)."""
+    from .convert import write_plan
+    dst = _prepare_destination(dst, force)
+    if os.path.abspath(src) == dst:
+        raise UserError(f"source and output are the same directory '{src}'; write to another path")
+    translated = translate_config(read_config(src), force, where=os.path.join(src, CONFIG))
+    for note in translated.notes:
+        log(f"note: config.json: {note}")
+    limit = parse_size(max_shard_size) if max_shard_size else None
+    with open_source(src) as opened:
+        source = _leave_out_tied_head(opened, translated, log)
+        if mapping and mapping != "auto":
+            ruleset = resolve_mapping(mapping)
+        else:
+            ruleset = resolve_mapping(translated.family.mapping)
+            log(f"mapping: '{ruleset.name}' (config.json's model_type is '{translated.family.model_type}')")
+        plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
+        pieces = shards(plan, limit if limit is not None else _source_shard_limit(opened))
+        names = shard_names(len(pieces))
+        tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.{os.getpid()}.partial")
+        os.mkdir(tmp)
+        try:
+            for piece, name in zip(pieces, names):
+                write_plan(source, piece, AtomicOutput(os.path.join(tmp, name)), "pdparams", progress)
+            if len(pieces) > 1:
+                _write_json(os.path.join(tmp, INDEX), {
+                    "metadata": {"total_size": plan.total_bytes},
+                    "weight_map": {i.name: n for piece, n in zip(pieces, names) for i in piece.output_infos()}})
+            _write_json(os.path.join(tmp, CONFIG), translated.config)
+            _commit(tmp, dst)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return {"output": dst, "files": names + ([INDEX] if len(pieces) > 1 else []) + [CONFIG], "mapping": ruleset.name,
+            "tensors": len(plan.output_infos()), "bytes": plan.total_bytes, "dropped": plan.dropped}
+
+
+def _leave_out_tied_head(source: Source, translated: Translated, log) -> Source:
+    head = translated.family.tied_head
+    if head and head in source.infos and translated.config.get("tie_word_embeddings", True):
+        log(f"note: left out '{head}': config.json ties it to the word embeddings, and PaddleNLP's model has none")
+        return _Without(source, {head})
+    return source
