@@ -8,8 +8,9 @@
 # environment sits outside the clone, at $T2P_SIDE_ENV (default
 # ~/.cache/torch2paddle-port/side-env), and is rebuilt only when its pins change: a stamp file
 # holds a hash of the pins, constraints.txt and the python version. This project is installed
-# into it editable, without dependencies (they are installed explicitly, so that pip does not
-# re-resolve the extras against PaddleNLP's pins), and re-pointed when the clone moves.
+# into it editable with its hard dependencies only (no extras: torch and paddle come from
+# constraints.txt, and pip never re-resolves them against PaddleNLP's pins), again when setup.py
+# changes or the clone moves.
 # Build output goes to stderr; stdout carries the python path only.
 set -euo pipefail
 
@@ -40,9 +41,14 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" || ! -x "$PY" ]]; then
     echo "side_env: built in $((SECONDS - start)) s" >&2
 fi
 
-# the project, editable and without dependencies; again when this clone is not the one installed
-if [[ "$("$PY" -I -c 'import converter, os; print(os.path.dirname(os.path.dirname(os.path.realpath(converter.__file__))))' 2>/dev/null)" != "$(realpath "$ROOT")" ]]; then
-    "$PY" -m pip install --quiet --no-deps --no-build-isolation -e "$ROOT" >&2
+# The project, editable, with its hard dependencies (setup.py's install_requires, no extras) resolved
+# together with the pins; again when setup.py changes or another clone is to be installed.
+PROJECT_STAMP="$ENV_DIR/.torch2paddle-project"
+PROJECT_KEY="$(realpath "$ROOT") $(sha256sum "$ROOT/setup.py" | cut -d' ' -f1)"
+if [[ ! -f "$PROJECT_STAMP" || "$(cat "$PROJECT_STAMP")" != "$PROJECT_KEY" ]]; then
+    "$PY" -I -c 'import setuptools' 2>/dev/null || "$PY" -m pip install --quiet setuptools >&2
+    "$PY" -m pip install --quiet --no-build-isolation -c "$ROOT/constraints.txt" -e "$ROOT" "${PINS[@]}" >&2
+    echo "$PROJECT_KEY" > "$PROJECT_STAMP"
 fi
 
 echo "$PY"
