@@ -10,6 +10,12 @@ baseline from the same run (these machines are noisy):
 Max RSS is what /usr/bin/time -v reports.
 
     python scripts/bench_convert.py [--workdir DIR] [--keep]
+
+With --llama-sharded it runs, instead, an HF model directory with Llama shapes (hidden 4096,
+intermediate 11008, vocab 32000, 15 layers: 6.6 GB of bf16 in 2 GB safetensors shards with an
+index, which needs about 20 GB of disk) converted into a sharded PaddleNLP directory, against
+`cp -r` of the same directory, with the same targets (time <= 4 x cp; max RSS <= 2 x the
+largest tensor + 300 MB).
 """
 
 import argparse
@@ -115,14 +121,119 @@ def paired(n, first, second, remove):
         ratios[len(ratios) // 2]
 
 
+LLAMA = dict(hidden=4096, ffn=11008, vocab=32000, layers=15, heads=32)
+SHARD = 2 * 10**9
+
+
+def llama_shapes():
+    h, f = LLAMA["hidden"], LLAMA["ffn"]
+    yield "model.embed_tokens.weight", (LLAMA["vocab"], h)
+    for i in range(LLAMA["layers"]):
+        p = f"model.layers.{i}."
+        for x in "qkvo":
+            yield f"{p}self_attn.{x}_proj.weight", (h, h)
+        yield p + "mlp.gate_proj.weight", (f, h)
+        yield p + "mlp.up_proj.weight", (f, h)
+        yield p + "mlp.down_proj.weight", (h, f)
+        yield p + "input_layernorm.weight", (h,)
+        yield p + "post_attention_layernorm.weight", (h,)
+    yield "model.norm.weight", (h,)
+    yield "lm_head.weight", (LLAMA["vocab"], h)
+
+
+def write_bf16_safetensors(path, shapes, rng):
+    """A safetensors file of random finite bf16 tensors, written one tensor at a time."""
+    import json
+    import struct
+    header, offset = {}, 0
+    for name, shape in shapes:
+        nbytes = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name, shape in shapes:  # exponent bit 7 cleared: |x| < 2, never inf or nan
+            f.write((rng.integers(0, 1 << 16, size=shape, dtype=np.uint16) & 0xBFFF).tobytes())
+
+
+def make_llama_directory(workdir):
+    """An HF Llama directory as save_pretrained writes a sharded one; (path, bytes, largest tensor)."""
+    import json
+    rng = np.random.default_rng(0)
+    directory = os.path.join(workdir, "llama-hf")
+    os.makedirs(directory, exist_ok=True)
+    shards, size = [[]], 0
+    for name, shape in llama_shapes():
+        nbytes = 2 * int(np.prod(shape))
+        if shards[-1] and size + nbytes > SHARD:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += nbytes
+    weight_map = {}
+    for i, shapes in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_bf16_safetensors(os.path.join(directory, file), shapes, rng)
+        weight_map.update({name: file for name, _ in shapes})
+    total = sum(2 * int(np.prod(s)) for _, s in llama_shapes())
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": LLAMA["hidden"],
+              "intermediate_size": LLAMA["ffn"], "num_hidden_layers": LLAMA["layers"],
+              "num_attention_heads": LLAMA["heads"], "num_key_value_heads": LLAMA["heads"], "vocab_size": LLAMA["vocab"],
+              "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+    largest = max(2 * int(np.prod(s)) for _, s in llama_shapes())
+    return directory, total, largest, len(shards)
+
+
+def bench_llama_sharded(workdir, repeat, conv):
+    source, total, largest, count = make_llama_directory(workdir)
+    copy, out = os.path.join(workdir, "llama-copy"), os.path.join(workdir, "llama-paddle")
+
+    def clean():
+        for d in (copy, out):
+            shutil.rmtree(d, ignore_errors=True)
+    print(f"checkpoint: HF Llama directory, {total / 1e9:.2f} GB bf16 in {count} safetensors shards; "
+          f"largest tensor {largest / MB:.0f} MiB")
+    a, b = [], []
+    for _ in range(repeat):
+        for run, into in ((lambda: timed(["cp", "-r", source, copy]), a),
+                          (lambda: timed([conv, source, out, "--quiet"]), b)):
+            clean()
+            into.append(run())
+    shards = sorted(f for f in os.listdir(out) if f.endswith(".pdparams"))
+    clean()
+    ratios = sorted(y[0] / x[0] for x, y in zip(a, b))
+    cp_time, t_conv, rss = min(r[0] for r in a), min(r[0] for r in b), max(r[1] for r in b)
+    rss_target = 2 * largest + 300 * MB
+    print(f"sharded bf16 Llama directory -> sharded pdparams directory ({len(shards)} shards + index): "
+          f"{t_conv:.2f} s, cp -r {cp_time:.2f} s (best of {repeat}, run alternately): ratio {t_conv / cp_time:.2f}, "
+          f"median of paired ratios {ratios[len(ratios) // 2]:.2f} (target <= 4); max RSS {rss / MB:.0f} MiB vs "
+          f"2 x largest + 300 MiB = {rss_target / MB:.0f} MiB: ratio {rss / rss_target:.2f} (target <= 1)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--llama-sharded", action="store_true",
+                    help="run the sharded >= 6 GB bf16 Llama directory case instead (about 20 GB of disk)")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-convert-")
     os.makedirs(workdir, exist_ok=True)
+    if args.llama_sharded:
+        conv = shutil.which("convert-weights") or sys.exit("convert-weights is not installed (pip install -e .)")
+        try:
+            bench_llama_sharded(workdir, args.repeat, conv)
+        finally:
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return
     try:
         st, bn, largest = make_checkpoints(workdir)
         size = os.path.getsize(st)
