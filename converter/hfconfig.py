@@ -63,8 +63,9 @@ GPT2_SUMMARY = {"summary_type": ("cls_index",), "summary_use_proj": (True,), "su
                 "summary_proj_to_labels": (True,), "summary_first_dropout": (0.1,)}
 
 
-def _heads(prefix: str, *heads: str, to: str | None = None) -> dict[str, str]:
-    return {f"{prefix}{h}": f"{to or prefix}{h}" for h in heads}
+def _heads(prefix: str, *heads: str) -> dict[str, str]:
+    """HF classes that PaddleNLP names the same way."""
+    return {f"{prefix}{h}": f"{prefix}{h}" for h in heads}
 
 
 FAMILIES: dict[str, Family] = {
