@@ -242,7 +242,7 @@ BUGS = [
          "transformer.h.0.ln_2", "epsilon",
          plant=lambda m: _set_epsilon(m.gpt.decoder.layers[0].norm2, "_epsilon", 1e-3)),
     Case("gpt2-untied-head", "gpt2", "the output head is its own parameter, no longer the word embeddings",
-         "lm_head", "tied", after_load=_untie_head),
+         "lm_head", "tie", after_load=_untie_head),
     Case("llama-rmsnorm-epsilon", "llama", "an RMSNorm with variance_epsilon 1e-5 (torch: 1e-6)",
          "model.layers.1.post_attention_layernorm", "epsilon",
          plant=lambda m: _set_epsilon(m.llama.layers[1].post_attention_layernorm, "variance_epsilon", 1e-5)),
