@@ -31,6 +31,7 @@ class Evidence:
     y64: np.ndarray | None = None
     forced: tuple | None = None
     budget: Budget | None = None
+    pairs: OutputPairs | None = None  # which outputs were compared, in what shapes
 
 
 def laid_out(arrays: list, shapes) -> np.ndarray:
@@ -156,7 +157,7 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[Layer
     if local.nan or local.inf:
         result.ratio = float("inf")
         result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
-    return result, Evidence(y_t, y_local, y64, forced, budget)
+    return result, Evidence(y_t, y_local, y64, forced, budget, pairs)
 
 
 def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs,

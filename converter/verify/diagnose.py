@@ -28,6 +28,8 @@ class Context:
     evidence: object
     children_within: bool
     t_call: object = None  # the torch layer's recorded call, when there is one
+    p_call: object = None  # the paddle layer's recorded call, when there is one
+    pairs: list = ()  # the aligned pairs inside the culprit (LayerPair)
 
     @property
     def name(self) -> str:
@@ -39,13 +41,18 @@ def _names(obj) -> set[str]:
 
 
 def _walk_pairs(ctx):
-    """(torch path, torch module, paddle layer) for the culprit and its sublayers that have the
-    same relative path on both sides."""
+    """(torch path, torch module, paddle layer) for the culprit and the sublayers paired with
+    it: by alignment (real ports name them differently), and by the same relative path."""
+    seen = set()
+    for pair in ctx.pairs:
+        seen.add(pair.torch)
+        yield pair.torch or "<model>", ctx.session.torch_module(pair.torch), ctx.session.paddle_layer(pair.paddle)
     t_root, p_root = ctx.torch_module, ctx.paddle_layer
     p_layers = dict(paddle_side.named_layers(p_root))
     for rel, module in t_root.named_modules():
-        if rel in p_layers:
-            yield ".".join(filter(None, [ctx.result.torch, rel])) or "<model>", module, p_layers[rel]
+        path = ".".join(filter(None, [ctx.result.torch, rel]))
+        if rel in p_layers and path not in seen:
+            yield path or "<model>", module, p_layers[rel]
 
 
 def check_weights(ctx) -> list[Diagnosis]:
@@ -85,15 +92,30 @@ def check_weights(ctx) -> list[Diagnosis]:
     return out
 
 
+EPSILON_NAMES = ("eps", "epsilon", "_epsilon", "variance_epsilon", "_eps", "layer_norm_eps", "norm_eps",
+                 "rms_norm_eps", "layer_norm_epsilon")
+
+
+def epsilon_of(layer) -> tuple[str, float] | None:
+    """(attribute, value) of a normalisation's epsilon, whatever the class calls it (LayerNorm's
+    eps, paddle's _epsilon, RMSNorm's variance_epsilon, ...); None when it has none."""
+    for name in EPSILON_NAMES:
+        value = getattr(layer, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+            return name, float(value)
+    return None
+
+
 def check_norm_eps(ctx) -> list[Diagnosis]:
     out = []
     for where, m, p in _walk_pairs(ctx):
-        t_eps, p_eps = getattr(m, "eps", None), getattr(p, "_epsilon", None)
-        if t_eps is None or p_eps is None or np.isclose(t_eps, p_eps, rtol=1e-6, atol=0):
+        t_eps, p_eps = epsilon_of(m), epsilon_of(p)
+        if t_eps is None or p_eps is None or np.isclose(t_eps[1], p_eps[1], rtol=1e-6, atol=0):
             continue
         kind = type(m).__name__
-        out.append(Diagnosis(where, f"{kind} epsilon differs: torch eps={t_eps:g}, paddle epsilon={p_eps:g}",
-                             f"construct the paddle {type(p).__name__} with epsilon={t_eps:g}"))
+        out.append(Diagnosis(where, f"{kind} epsilon differs: torch {t_eps[0]}={t_eps[1]:g}, paddle "
+                             f"{p_eps[0].lstrip('_')}={p_eps[1]:g}",
+                             f"construct the paddle {type(p).__name__} with {p_eps[0].lstrip('_')}={t_eps[1]:g}"))
     return out
 
 
@@ -272,13 +294,33 @@ def check_own_forward(ctx) -> list[Diagnosis]:
                       "residual connections, activations called as functions, reshapes and transposes, masks")]
 
 
-CHECKS = (check_weights, check_norm_eps, check_bn_momentum, check_activation, check_batch_statistics, check_avgpool, check_interpolate,
+CHECKS = (check_norm_eps, check_bn_momentum, check_activation, check_batch_statistics, check_avgpool, check_interpolate,
           check_padding_mode, check_training, check_precision)
 
 
+def check_untransposed(ctx) -> list[Diagnosis]:
+    """A paired Linear whose square paddle weight is torch's as is (paddle's Linear wants [in, out]),
+    found from the two layers themselves, whatever the mapping says."""
+    out = []
+    for where, m, p in _walk_pairs(ctx):
+        if "Linear" not in _names(m) or "Linear" not in _names(p) or getattr(m, "weight", None) is None:
+            continue
+        w, pw = m.weight.detach().cpu().numpy(), to_numpy(p.weight)
+        if w.ndim == 2 and w.shape[0] == w.shape[1] and pw.shape == w.shape and np.array_equal(pw, w) \
+                and not np.array_equal(w, w.T):
+            out.append(Diagnosis(where, f"paddle's {type(p).__name__} weight {list(pw.shape)} is square and holds "
+                                 f"torch's '{where}.weight' untransposed",
+                                 "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule "
+                                 "file needs a transpose rule for it)"))
+    return out
+
+
 def diagnose(ctx) -> list[Diagnosis]:
-    found = []
-    for check in CHECKS:
+    from .diagnose_model import CHECKS as MODEL_CHECKS
+    found = check_weights(ctx)  # under the mapping; then from the two layers themselves
+    if not any("untransposed" in d.cause for d in found):
+        found.extend(check_untransposed(ctx))
+    for check in CHECKS + MODEL_CHECKS:
         found.extend(check(ctx))
     if not found:
         found = check_own_forward(ctx)

@@ -103,8 +103,24 @@ def masked_positions(a: np.ndarray, flip: bool = False) -> np.ndarray | None:
     return masked
 
 
+def _key_window(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two masks cut to the key positions both have: HF sizes its causal mask for the cache
+    (one key more than the queries) and slices it to the keys in use."""
+    if a.ndim == b.ndim and a.ndim >= 2 and a.shape[-1] != b.shape[-1] and min(a.shape[-1], b.shape[-1]) > 1:
+        n = min(a.shape[-1], b.shape[-1])
+        return a[..., :n], b[..., :n]
+    return a, b
+
+
+def is_causal(masked: np.ndarray) -> bool:
+    """Whether masked positions are exactly those after each query (the strict upper triangle)."""
+    return masked.ndim >= 2 and bool(masked.any()) and np.array_equal(masked, np.triu(masked, k=1)) \
+        and np.array_equal(np.triu(np.ones(masked.shape[-2:], bool), k=1), masked.reshape(-1, *masked.shape[-2:])[0])
+
+
 def same_mask(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two masks (either convention, broadcast-compatible shapes) mask the same positions."""
+    a, b = _key_window(a, b)
     if common_shape(a.shape, b.shape) is None:
         return False
     mb = masked_positions(b)

@@ -55,7 +55,8 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
         if pair is not None:
             _, evidence = analyze(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
         ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
-                      _children_within(results, bad), strategy.calls[0].get(bad.torch))
+                      _children_within(results, bad), strategy.calls[0].get(bad.torch),
+                      strategy.calls[1].get(bad.paddle), [p for p in strategy.pairs if under(p.torch, bad.torch)])
         diagnosis = diagnose(ctx)
     for r in results:
         if r.note and r.ratio is None:

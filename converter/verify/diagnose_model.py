@@ -1,0 +1,221 @@
+"""Pitfalls of real model ports, checked by a what-if on the recorded inputs.
+
+Attention: the torch module is re-run in float64 on its recorded inputs with one choice
+made differently (no causal mask, another logit scale, query and key exchanged); when that
+lands on paddle's output where torch's own does not, that choice is the cause. Also: a mask
+that masks positions on one side only, and an output head whose weight torch ties to
+another module's and paddle no longer does. Same signature as diagnose.py: check(ctx).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from .report import Diagnosis
+
+QUERY_NAMES = {"q_proj", "query", "query_proj", "q", "q_lin", "wq"}
+KEY_NAMES = {"k_proj", "key", "key_proj", "k", "k_lin", "wk"}
+FUSED_QKV_NAMES = {"c_attn"}  # HF GPT-2: [q | k | v] along the last axis
+HIT = 1e-2  # a what-if explains the difference when it leaves less than this share of it
+
+
+def _projections(module) -> tuple[list, list, list]:
+    """(query projections, key projections, fused qkv projections) inside `module`."""
+    q, k, fused = [], [], []
+    for name, m in module.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        (q if last in QUERY_NAMES else k if last in KEY_NAMES else fused if last in FUSED_QKV_NAMES else []).append(m)
+    return q, k, fused
+
+
+def _head_dim(module) -> int | None:
+    for _, m in module.named_modules():
+        for attr in ("head_dim", "attention_head_size", "head_size"):
+            value = getattr(m, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+@contextlib.contextmanager
+def _hooked(modules, hook):
+    handles = [m.register_forward_hook(hook) for m in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def _scaled_queries(module, factor: float):
+    q, _, fused = _projections(module)
+
+    def scale_fused(m, args, out):
+        out = out.clone()
+        third = out.shape[-1] // 3
+        out[..., :third] *= factor
+        return out
+    with _hooked(q, lambda m, a, out: out * factor), _hooked(fused, scale_fused):
+        yield
+
+
+@contextlib.contextmanager
+def _exchanged(module):
+    import torch.nn.functional as F
+    q, k, fused = _projections(module)
+    pairs = [(a, b) for a, b in zip(q, k) if hasattr(a, "weight") and hasattr(b, "weight")
+             and tuple(a.weight.shape) == tuple(b.weight.shape)]
+
+    def as_other(other):
+        return lambda m, args, out: F.linear(args[0], other.weight, other.bias)
+
+    def swap_fused(m, args, out):
+        third = out.shape[-1] // 3
+        return out[..., [*range(third, 2 * third), *range(third), *range(2 * third, out.shape[-1])]]
+    with contextlib.ExitStack() as stack:
+        for a, b in pairs:
+            stack.enter_context(_hooked([a], as_other(b)))
+            stack.enter_context(_hooked([b], as_other(a)))
+        stack.enter_context(_hooked(fused, swap_fused))
+        yield
+
+
+@contextlib.contextmanager
+def _not_causal(module):
+    """Causal masks off: triangular boolean buffers (HF GPT-2's `bias`) all True, and the
+    fused attention kernel asked for no causal mask."""
+    import torch
+    import torch.nn.functional as F
+    saved = []
+    for m in module.modules():
+        for name, buf in list(m.named_buffers(recurse=False)):
+            if buf.dtype == torch.bool and buf.dim() >= 2 and buf.shape[-1] == buf.shape[-2] and buf.shape[-1] > 1 \
+                    and bool(torch.equal(buf, torch.tril(torch.ones_like(buf)))):
+                saved.append((m, name, buf))
+                setattr(m, name, torch.ones_like(buf))
+    sdpa = F.scaled_dot_product_attention
+
+    def no_causal(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+        return sdpa(q, k, v, attn_mask=None if is_causal else attn_mask, dropout_p=dropout_p, is_causal=False, **kw)
+    F.scaled_dot_product_attention = no_causal
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = sdpa
+        for m, name, buf in saved:
+            setattr(m, name, buf)
+
+
+def _without_masks(call):
+    """The call with every additive causal-looking mask (-inf or very negative above the
+    diagonal) replaced by zeros."""
+    import torch
+    from .capture import Call
+    from .replay import replace_tensors, torch_inputs
+    new = {}
+    for i, t in enumerate(torch_inputs(call)):
+        if t.is_floating_point() and t.dim() == 4 and t.shape[-1] > 1:
+            masked = t <= -1e3
+            if bool(masked.any()) and bool(torch.equal(masked, torch.triu(masked, diagonal=1))):
+                new[i] = torch.zeros_like(t)
+    args, n = replace_tensors(tuple(call.args), lambda v: isinstance(v, torch.Tensor), new)
+    kwargs, _ = replace_tensors(dict(call.kwargs), lambda v: isinstance(v, torch.Tensor), new, n)
+    return Call(call.path, call.type, call.start, call.end, args, kwargs)
+
+
+def _what_if(ctx, change, call=None) -> bool:
+    """Whether torch's module, changed, lands on paddle's output where torch's own does not."""
+    from .analyze import laid_out
+    from .replay import run_torch64
+    ev = ctx.evidence
+    if ev is None or ev.y_local is None or ev.y64 is None or ev.pairs is None or ctx.t_call is None:
+        return False
+    module64 = ctx.session.torch64_module(ctx.result.torch)
+    try:
+        with change(module64):
+            y = laid_out(ev.pairs.of_torch(run_torch64(module64, call or ctx.t_call)), ev.pairs.shapes)
+    except Exception:
+        return False
+    if y.shape != ev.y_local.shape:
+        return False
+    before = float(np.max(np.abs(ev.y64 - ev.y_local), initial=0.0))
+    after = float(np.max(np.abs(y - ev.y_local), initial=0.0))
+    return before > 0 and after < HIT * before
+
+
+def check_attention(ctx) -> list[Diagnosis]:
+    q, k, fused = _projections(ctx.torch_module)
+    if not (q and k) and not fused:
+        return []
+    name = ctx.name
+    if ctx.t_call is not None and _what_if(ctx, _not_causal, _without_masks(ctx.t_call)):
+        return [Diagnosis(name, "attention without its causal mask: paddle's output is torch's with every position "
+                          "attending to later ones", "pass the causal mask to the paddle attention (or build it "
+                          "inside, as torch's does) and add it to the logits before the softmax")]
+    d = _head_dim(ctx.torch_module)
+    if d:
+        for factor, said in ((1 / math.sqrt(d), f"1/{d} (1/d)"), (math.sqrt(d), "1 (no scale)"),
+                             (1 / d, f"1/{d}^1.5"), (math.sqrt(d) ** 0.5, "d^-1/4")):
+            if _what_if(ctx, lambda m, f=factor: _scaled_queries(m, f)):
+                return [Diagnosis(name, f"attention logit scale: paddle scales q.k by {said} where torch uses "
+                                  f"1/sqrt({d})", f"scale the logits by 1/sqrt(head_dim) = {1 / math.sqrt(d):.4g}")]
+    if _what_if(ctx, _exchanged):
+        return [Diagnosis(name, "query and key exchanged: paddle's output is torch's with the query and key "
+                          "projections swapped", "check the mapping of q_proj/k_proj (or query/key) and the order "
+                          "in which the paddle attention uses them")]
+    return []
+
+
+def check_mask(ctx) -> list[Diagnosis]:
+    """A mask on paddle's side that masks positions torch's call does not mask (a causal mask is
+    the attention's own business: torch's may apply it inside; check_attention sees to it)."""
+    from ..frameworks import paddle_side, torch_side
+    from .capture import call_tensors
+    from .matching import is_causal, masked_positions, same_mask
+    if ctx.t_call is None or ctx.p_call is None:
+        return []
+    t_in = [torch_side.to_numpy(t) for t in call_tensors(ctx.t_call.args, ctx.t_call.kwargs, torch_side.is_tensor)]
+    for v in call_tensors(ctx.p_call.args, ctx.p_call.kwargs, paddle_side.is_tensor):
+        a = paddle_side.to_numpy(v)
+        masked = masked_positions(a)
+        if masked is None or is_causal(masked) or any(same_mask(a, t) for t in t_in):
+            continue
+        where = np.argwhere(masked)
+        return [Diagnosis(ctx.name, f"paddle's layer receives a mask [{'x'.join(map(str, a.shape))}] that masks "
+                          f"{int(masked.sum())} position(s) (first at index {tuple(int(i) for i in where[0])}) where "
+                          "torch's call masks none of them",
+                          "give both models the same attention_mask; PaddleNLP models build one from pad_token_id "
+                          "when none is given, so tokens equal to pad_token_id are masked on paddle's side only")]
+    return []
+
+
+def check_tied(ctx) -> list[Diagnosis]:
+    """A weight torch shares with another module (a tied output head) that paddle's layer no
+    longer shares: none of paddle's weights there holds its values (in either layout)."""
+    shared = {}
+    for name, p in ctx.session.torch_model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(p), []).append(name)
+    prefix = ctx.result.torch
+    out = []
+    paddle_weights = [w.numpy() for w in ctx.paddle_layer.parameters() if w.ndim == 2]
+    for names in shared.values():
+        mine = [n for n in names if not prefix or n.startswith(prefix + ".")]
+        others = [n for n in names if n not in mine]
+        if not mine or not others:
+            continue
+        w = ctx.session.torch_model.get_parameter(mine[0]).detach().cpu().numpy()
+        if any(a.shape == w.shape and np.array_equal(a, w) or a.shape == w.T.shape and np.array_equal(a, w.T)
+               for a in paddle_weights):
+            continue
+        out.append(Diagnosis(ctx.name, f"torch ties '{mine[0]}' to '{others[0]}' (one tensor), but paddle's "
+                             f"{ctx.result.paddle or 'model'} holds a weight of its own that differs",
+                             "tie the paddle head to the embedding (pass the embedding's weight to it) or copy it "
+                             "after loading"))
+    return out
+
+
+CHECKS = (check_mask, check_attention, check_tied)
