@@ -33,6 +33,9 @@ class PortSpec:
             return getattr(self.module, name)()
         except UserError:
             raise
+        except SystemExit as exc:
+            raise UserError(f"spec '{self.path}': {name}() called sys.exit({exc.code!r}){spec_line(exc, self.path)}; "
+                            "a spec must return its value, not exit") from None
         except Exception as exc:
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             raise UserError(f"spec '{self.path}': {name}() failed with {type(exc).__name__}: {exc} "
@@ -74,6 +77,12 @@ def spec_from_functions(torch_model, paddle_model, inputs, mapping=None, label="
     return PortSpec(label, module)
 
 
+def spec_line(exc: BaseException, path: str) -> str:
+    """' (line N)' of the last frame of `exc`'s traceback in the spec file, or ''."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
+
 def load_spec(path: str) -> PortSpec:
     if not os.path.isfile(path):
         raise UserError(f"spec file '{path}' does not exist")
@@ -88,6 +97,9 @@ def load_spec(path: str) -> PortSpec:
         module_spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise UserError(f"spec '{path}' line {exc.lineno}: syntax error: {exc.msg}") from None
+    except SystemExit as exc:
+        raise UserError(f"spec '{path}' called sys.exit({exc.code!r}) while it was imported{spec_line(exc, path)}; "
+                        "a spec must only define its functions") from None
     except Exception as exc:
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise UserError(f"spec '{path}' failed to import: {type(exc).__name__}: {exc} (line {frame.lineno})") from None

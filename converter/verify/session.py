@@ -31,11 +31,17 @@ def _forward_errors(which: str, spec_path: str):
         yield
     except (UserError, CaptureTooLarge, KeyboardInterrupt, MemoryError):
         raise
+    except SystemExit as exc:
+        from ..spec import spec_line
+        raise UserError(f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
+                        f"{spec_line(exc, spec_path)}; a forward must return its outputs") from None
     except Exception as exc:
+        from ..spec import spec_line
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {type(exc).__name__}: {first} "
-                        f"(at {os.path.basename(frame.filename)}:{frame.lineno}); fix the model or the inputs") from None
+        first = " ".join(str(exc).split())[:200]
+        where = spec_line(exc, spec_path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
+        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {type(exc).__name__}: {first}"
+                        f"{where}; fix the model or the inputs") from None
 
 
 def _keys_off(missing, unexpected) -> str:

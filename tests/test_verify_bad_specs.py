@@ -1,0 +1,50 @@
+"""verify-port on specs that misbehave: each is exit 2 with one line naming the spec's line,
+never a silent exit 0 and never a report that passes."""
+
+import pytest
+
+from conftest import run_verify, spec_path
+
+BASE = open(spec_path("signatures")).read()
+TORCH_RETURN = "return self.head(self.norm(h + self.attn(h)))"
+
+
+def _spec(tmp_path, old, new, name="spec.py"):
+    assert old in BASE
+    path = tmp_path / name
+    path.write_text(BASE.replace(old, new, 1))
+    return path
+
+
+def _line_of(path, text):
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("where,old,new", [
+    ("import", "VOCAB, T, B, H, HEADS = 50, 10, 2, 16, 2", "VOCAB, T, B, H, HEADS = 50, 10, 2, 16, 2\nimport sys; sys.exit(0)"),
+    ("torch_model", "    torch.manual_seed(0)\n", "    import sys; sys.exit(0)\n"),
+    ("forward", TORCH_RETURN, "import sys; sys.exit(0)"),
+])
+def test_a_spec_that_exits_is_bad_input(tmp_path, where, old, new):
+    path = _spec(tmp_path, old, new)
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 2, r
+    assert "sys.exit(0)" in r.stderr and f"line {_line_of(path, 'sys.exit(0)')}" in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_forward_that_raises_names_the_spec_line(tmp_path):
+    path = _spec(tmp_path, TORCH_RETURN, "raise ValueError('shapes\\nfar off')")
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 2, r
+    assert "ValueError: shapes far off" in r.stderr and f"line {_line_of(path, 'raise ValueError')}" in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_randomness_in_the_torch_forward_never_passes(tmp_path, strategy):
+    path = _spec(tmp_path, TORCH_RETURN,
+                 "return self.head(self.norm(h + torch.nn.functional.dropout(self.attn(h), 0.5, training=True)))")
+    r = run_verify("--spec", path, "--device", "cpu", "--strategy", strategy)
+    assert r.code == 2, r
+    assert "other outputs on the same inputs" in r.stderr and "dropout" in r.stderr, r
