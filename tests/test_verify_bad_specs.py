@@ -48,3 +48,37 @@ def test_randomness_in_the_torch_forward_never_passes(tmp_path, strategy):
     r = run_verify("--spec", path, "--device", "cpu", "--strategy", strategy)
     assert r.code == 2, r
     assert "other outputs on the same inputs" in r.stderr and "dropout" in r.stderr, r
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype"])
+def test_converted_file_of_wrong_shape_or_dtype_is_refused_before_loading(tmp_path, change):
+    import numpy as np
+    from converter.io.pdparams import load_pdparams
+    from conftest import run_convert
+    spec = spec_path("signatures")
+    good = tmp_path / "good.pdparams"
+    assert run_convert(_torch_checkpoint(tmp_path), good, "--spec", spec).code == 0
+    weights = load_pdparams(str(good))
+    key = "head.weight"
+    weights[key] = weights[key][:, :-1] if change == "shape" else weights[key].astype(np.float64)
+    bad = tmp_path / "bad.pdparams"
+    _save_plain(weights, bad)
+    r = run_verify("--spec", spec, "--converted", bad, "--device", "cpu")
+    assert r.code == 2, r
+    assert "head.weight" in r.stderr and "nothing was loaded" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _torch_checkpoint(tmp_path):
+    import importlib.util
+    import torch
+    module_spec = importlib.util.spec_from_file_location("signatures_ckpt", spec_path("signatures"))
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    path = tmp_path / "model.pt"
+    torch.save(module.torch_model().state_dict(), path)
+    return path
+
+
+def _save_plain(weights, path):
+    import paddle
+    paddle.save({k: paddle.to_tensor(v) for k, v in weights.items()}, str(path))

@@ -73,5 +73,24 @@ def load_into(model, path: str) -> tuple[list[str], list[str]]:
     missing = sorted(k for k in expected if k not in weights)
     unexpected = sorted(k for k in weights if k not in expected)
     if not missing and not unexpected:
+        misfit = misfits(expected, weights)
+        if misfit:
+            from ..errors import UserError
+            raise UserError(f"'{path}' does not fit the paddle model: {misfit[0]}"
+                            f"{f' (and {len(misfit) - 1} more)' if len(misfit) > 1 else ''}; nothing was loaded; "
+                            "convert the weights again for this model")
         model.set_state_dict(weights)
     return missing, unexpected
+
+
+def misfits(expected: dict, weights: dict) -> list[str]:
+    """'key: file [shape] dtype, model [shape] dtype' for each array whose shape or dtype is not the
+    model's (paddle would skip it with a warning, or cast it), in key order."""
+    out = []
+    for key in sorted(expected):
+        want, got = expected[key], weights[key]
+        want_dtype = _dtype_name(want.dtype)
+        got_dtype = "bfloat16" if want_dtype == "bfloat16" and str(got.dtype) == "uint16" else str(got.dtype)
+        if tuple(want.shape) != tuple(got.shape) or want_dtype != got_dtype:
+            out.append(f"{key}: file {list(got.shape)} {got_dtype}, model {list(want.shape)} {want_dtype}")
+    return out
