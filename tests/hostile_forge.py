@@ -127,3 +127,62 @@ def assert_one_line_error(r, *words) -> None:
 
 def no_leftovers(directory) -> list[str]:
     return [f for f in os.listdir(directory) if ".partial" in f]
+
+
+# ---- a conversion in this process, bounded in time and memory (for the property-based tests)
+
+FUZZ_SCALE = int(os.environ.get("FUZZ_SCALE", "1"))  # e.g. 20: twenty times the examples, freshly random
+
+
+def fuzz_settings(examples: int):
+    """hypothesis settings with a fixed budget: derandomized (the same examples every run) unless
+    FUZZ_SCALE asks for a longer, random exploration."""
+    from hypothesis import HealthCheck, settings
+    return settings(max_examples=examples * FUZZ_SCALE, derandomize=FUZZ_SCALE == 1, deadline=None, database=None,
+                    print_blob=True, suppress_health_check=list(HealthCheck))
+
+
+class Hung(BaseException):
+    """Raised by the alarm: a BaseException, so that no `except Exception` in the code under test
+    can turn a hang into an ordinary error."""
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_in_process(*args, seconds: float = 20, extra_gb: float = 3):
+    """convert-weights through click's runner; Hung after `seconds`, MemoryError (exit 2 'out of
+    memory', which the caller treats as a failure) past `extra_gb` more address space."""
+    import signal
+    from click.testing import CliRunner
+
+    from converter.cli import convert_weights
+
+    def alarm(signum, frame):
+        raise Hung(f"convert-weights {' '.join(map(str, args))} ran past {seconds} s")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = _vm_size() + int(extra_gb * (1 << 30))
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap, hard) if hard != resource.RLIM_INFINITY else cap, hard))
+    try:
+        r = CliRunner().invoke(convert_weights, [str(a) for a in args], catch_exceptions=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return Bounded(r.exit_code, r.stdout, r.stderr, 0.0)
+
+
+def assert_clean_verdict(r) -> None:
+    """Exit 0, or exit 2 with exactly one error line; never 1, 3, a traceback or 'out of memory'."""
+    assert r.code in (0, 2), r
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr and "out of memory" not in r.stderr, r
+    if r.code == 2:
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, r

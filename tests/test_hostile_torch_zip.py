@@ -39,6 +39,8 @@ GEOMETRY = {
     "shape and stride of different lengths": dict(shape=(2, 2), stride=(1,)),
     "view past the storage": dict(shape=(5,), stride=(1,)),
     "storage numel larger than its bytes": dict(numel=1000, shape=(4,), stride=(1,)),
+    "an empty tensor with a size no tensor can have": dict(shape=(2 ** 63, 0), stride=(1, 1)),
+    "an empty tensor with a stride past int64": dict(shape=(0,), stride=(2 ** 63,)),
 }
 
 

@@ -10,6 +10,25 @@ import numpy as np
 from .. import dtypes
 
 
+MAX_DIMS = 64
+MAX_BYTES = 1 << 62  # what numpy and torch can address; a shape past it is not a real tensor
+
+
+def shape_problem(shape, itemsize: int) -> str | None:
+    """Why `shape` cannot be a tensor's shape, or None: at most 64 non-negative integers whose
+    extent, zero-sized dimensions aside, stays addressable (numpy refuses (2**62, 0) too)."""
+    if len(shape) > MAX_DIMS:
+        return f"{len(shape)} dimensions (at most {MAX_DIMS})"
+    if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape):
+        return f"shape {list(shape)} holds a negative or non-integer size"
+    extent = itemsize
+    for d in shape:
+        extent *= max(d, 1)
+    if extent >= MAX_BYTES:
+        return f"shape {list(shape)} is larger than any tensor can be"
+    return None
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str

@@ -24,7 +24,7 @@ from ..errors import UserError, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
 from . import unpickle
-from .base import Source, TensorInfo
+from .base import Source, TensorInfo, shape_problem
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
@@ -153,7 +153,6 @@ def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
 # numpy's array and dtype pickles, protocols 2 to 5, numpy 1.x and 2.x; each name maps to a
 # stand-in that builds only what a state dict holds
 _PLAIN_DTYPES = {"f8", "f4", "f2", "i8", "i4", "i2", "i1", "u1", "u2", "b1"}
-MAX_DIMS = 64
 
 
 class _Dtype:
@@ -200,8 +199,7 @@ class _Array:
 def _array_from(raw, dtype, shape, order: str) -> np.ndarray:
     if not isinstance(dtype, _Dtype):
         raise unpickle.Refused("an array without a plain dtype")
-    if not (isinstance(shape, tuple) and len(shape) <= MAX_DIMS
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+    if not isinstance(shape, tuple) or shape_problem(shape, dtype.dtype.itemsize):
         raise unpickle.Refused(f"an array with shape {quoted(shape)[:60]}")
     if not isinstance(raw, (bytes, memoryview)):
         raise unpickle.Refused("an array whose data is not raw bytes")

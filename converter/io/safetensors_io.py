@@ -15,12 +15,11 @@ from .. import dtypes
 from ..errors import UserError, one_line, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
-from .base import Source, TensorInfo
+from .base import MAX_DIMS, Source, TensorInfo, shape_problem
 
 _MAX_HEADER = 100 * 1024 * 1024
 
 
-MAX_DIMS = 64
 
 
 def _corrupt(path: str, why: str) -> UserError:
@@ -73,6 +72,9 @@ def _entry(name: str, meta) -> tuple[TensorInfo, int, int]:
             and offsets[0] <= offsets[1]):
         raise ValueError(f"entry {quoted(name)} has data_offsets {one_line(offsets)[:80]}, not [begin, end]")
     info = TensorInfo(name, dtypes.from_safetensors(dtype), tuple(shape))
+    problem = shape_problem(info.shape, dtypes.itemsize(info.dtype))
+    if problem:
+        raise ValueError(f"entry {quoted(name)} has {problem}")
     if offsets[1] - offsets[0] != info.nbytes:
         raise ValueError(f"tensor {quoted(name)} {info.describe()} has {offsets[1] - offsets[0]} bytes of data")
     return info, offsets[0], offsets[1]

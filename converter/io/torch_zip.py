@@ -32,7 +32,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from . import unpickle
-from .base import Source, TensorInfo
+from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, shape_problem
 
 STORAGE_DTYPES = {
     "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
@@ -41,7 +41,6 @@ STORAGE_DTYPES = {
 }
 MAX_PICKLE = 64 << 20  # data.pkl of a state dict holds about 200 bytes per tensor
 MAX_INFLATED = 4 << 30  # one deflated storage held in memory
-MAX_DIMS = 64
 DEFLATE_RATIO = 1032  # deflate's largest possible expansion
 
 
@@ -99,19 +98,18 @@ class TensorRecord:
         return n
 
 
-def view_problem(shape, stride, offset: int, storage_numel: int) -> str | None:
+def view_problem(shape, stride, offset: int, storage_numel: int, itemsize: int) -> str | None:
     """Why a strided view of a storage of `storage_numel` elements is unsafe, or None. Python
     integers: nothing overflows however large the numbers are."""
     if len(shape) != len(stride):
         return f"shape {list(shape)} and stride {list(stride)} have different lengths"
-    if len(shape) > MAX_DIMS:
-        return f"{len(shape)} dimensions (at most {MAX_DIMS})"
-    if any(d < 0 for d in shape):
-        return f"a negative size in shape {list(shape)}"
+    problem = shape_problem(shape, itemsize)
+    if problem:
+        return problem
     if any(s < 0 for s in stride):
         return f"a negative stride in {list(stride)}"
-    if offset < 0:
-        return f"a negative storage offset {offset}"
+    if any(s >= MAX_BYTES for s in stride) or not 0 <= offset < MAX_BYTES:
+        return f"stride {list(stride)} or offset {offset} out of range"
     numel = 1
     for d in shape:
         numel *= d
@@ -205,7 +203,7 @@ class TorchZipSource(Source):
         super().__init__(path)
         try:
             archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        except Exception:  # not a zip Python can read (a legacy pickle, a zip version it lacks): torch decides
             raise NotPlain("not a zip file") from None
         with archive:
             try:
@@ -233,7 +231,8 @@ class TorchZipSource(Source):
         for key, storage in reading.storages.items():
             self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
         for record in reading.tensors:
-            problem = view_problem(record.shape, record.stride, record.offset, record.storage.numel)
+            problem = view_problem(record.shape, record.stride, record.offset, record.storage.numel,
+                                   dtypes.itemsize(record.storage.dtype))
             if problem:
                 raise _bad(path, f"a tensor has {problem}")
         if foreign:

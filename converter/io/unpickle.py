@@ -82,7 +82,10 @@ class _Machine:
             end += 1
         if end >= limit:
             raise Refused(f"a global name at byte {self.pos} is not a short line")
-        text = bytes(self.data[self.pos:end]).decode("utf-8", "strict")
+        try:
+            text = bytes(self.data[self.pos:end]).decode("utf-8", "strict")
+        except UnicodeDecodeError:
+            raise Refused(f"a global name at byte {self.pos} that is not UTF-8") from None
         self.pos = end + 1
         return text
 
