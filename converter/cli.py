@@ -78,8 +78,9 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
                     allow_outside_shards):
     """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors), or the HF model
     directory SRC to the directory DST that PaddleNLP's from_pretrained loads."""
-    from .convert import convert, converts_a_directory
-    from .spec import load_spec
+    from .api import PortSpec
+    from .api import convert_weights as run_conversion
+    from .convert import converts_a_directory
 
     if converts_a_directory(src, dst):
         from .hfdir import convert_directory
@@ -93,10 +94,10 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
     if max_shard_size:
         raise UserError("--max-shard-size applies when SRC is an HF model directory (with config.json) and DST a directory")
 
-    spec = load_spec(spec_path) if spec_path else None
-    result = convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
-                     emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say,
-                     also_written={"--json": json_path}, allow_outside_shards=allow_outside_shards)
+    spec = PortSpec.from_file(spec_path) if spec_path else None
+    result = run_conversion(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
+                            emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say,
+                            also_written={"--json": json_path}, allow_outside_shards=allow_outside_shards)
     _write_json(json_path, result.to_json(), force)
     _say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
          f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import types
 
 from .errors import UserError
 
@@ -18,11 +19,33 @@ REQUIRED = ("torch_model", "paddle_model", "inputs")
 
 
 class PortSpec:
-    def __init__(self, path: str, module):
-        self.path = path
-        self.module = module
+    """The three callables of a port (and optionally its mapping), from a spec file
+    (`PortSpec.from_file(path)`) or given in Python:
+
+        PortSpec(torch_model=build_torch, paddle_model=build_paddle, inputs=make_inputs, mapping=None)
+
+    Each model callable returns the model; a model object itself is taken too. `inputs` is a
+    callable returning the inputs, or the inputs themselves. Models are built once, on first use."""
+
+    def __init__(self, torch_model, paddle_model, inputs, mapping: str | None = None, *,
+                 label: str = "<in-memory spec>"):
+        self.path = label
+        self.module = types.SimpleNamespace(torch_model=_as_builder(torch_model, "torch_model", label),
+                                            paddle_model=_as_builder(paddle_model, "paddle_model", label),
+                                            inputs=_as_builder(inputs, "inputs", label), mapping=mapping)
         self._torch = None
         self._paddle = None
+
+    @classmethod
+    def from_file(cls, path: str) -> PortSpec:
+        """The spec a Python file defines (see the port spec contract in README.md)."""
+        return load_spec(path)
+
+    @classmethod
+    def _of_module(cls, path: str, module) -> PortSpec:
+        spec = cls.__new__(cls)
+        spec.path, spec.module, spec._torch, spec._paddle = path, module, None, None
+        return spec
 
     @property
     def mapping(self):
@@ -70,11 +93,25 @@ class PortSpec:
         return value
 
 
+def _built(value) -> bool:
+    """A torch module or paddle layer already built (both are callable: calling one would run it)."""
+    torch, paddle = sys.modules.get("torch"), sys.modules.get("paddle")
+    return ((torch is not None and isinstance(value, torch.nn.Module))
+            or (paddle is not None and isinstance(value, paddle.nn.Layer)))
+
+
+def _as_builder(value, name: str, label: str):
+    if _built(value) or (name == "inputs" and isinstance(value, (dict, tuple))):
+        return lambda: value
+    if not callable(value):
+        raise UserError(f"spec '{label}': {name} must be a function returning "
+                        f"{'the inputs' if name == 'inputs' else 'the model'}, not {type(value).__name__}")
+    return value
+
+
 def spec_from_functions(torch_model, paddle_model, inputs, mapping=None, label="<in-memory spec>") -> PortSpec:
     """A spec built in Python rather than read from a file, with the same contract."""
-    import types
-    module = types.SimpleNamespace(torch_model=torch_model, paddle_model=paddle_model, inputs=inputs, mapping=mapping)
-    return PortSpec(label, module)
+    return PortSpec(torch_model, paddle_model, inputs, mapping, label=label)
 
 
 def spec_line(exc: BaseException, path: str) -> str:
@@ -107,4 +144,4 @@ def load_spec(path: str) -> PortSpec:
     if missing:
         raise UserError(f"spec '{path}' does not define {', '.join(f + '()' for f in missing)}; "
                         "see the port spec contract in README.md")
-    return PortSpec(path, module)
+    return PortSpec._of_module(path, module)

@@ -34,13 +34,12 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
                 json_path, html_path, rows, force):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
+    from ..api import PortSpec, VerifyOptions
+    from ..api import verify_port as run_verification
     from ..cli import _write_json, write_output
     from ..io.atomic import check_outputs
-    from ..spec import load_spec
     from .precision import parse_emulate
     from .report import render_html, render_text
-    from .run import verify
-    from .session import Options
 
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
@@ -50,9 +49,10 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
         spec_path = BUNDLED
         _say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
     check_outputs({"--json": json_path, "--html": html_path}, [spec_path, weights, converted, mapping], force)
-    spec = load_spec(spec_path)
-    options = Options(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy)
-    report = verify(spec, options, weights=weights, converted=converted, mapping=mapping, bisect=bisect)
+    spec = PortSpec.from_file(spec_path)
+    options = VerifyOptions(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy,
+                            bisect=bisect)
+    report = run_verification(spec, options, weights=weights, converted=converted, mapping=mapping)
     click.echo(render_text(report, max_rows=rows))
     if json_path:
         _write_json(json_path, report.to_json(), force)

@@ -1,0 +1,102 @@
+"""The public Python API gives what the commands give: the same verdicts, culprits, diagnoses and
+converted files, through the same result objects."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, run_convert, run_verify, spec_path
+
+from converter import PortSpec, VerifyOptions, convert_weights, verify_port
+from converter.errors import UserError
+
+BUNDLED = os.path.join(ROOT, "converter", "examples", "bert_port.py")
+
+
+def test_importing_the_api_imports_neither_framework():
+    code = ("import sys, converter\n"
+            "from converter import convert_weights, verify_port, PortSpec, VerifyOptions\n"
+            "print(sorted(m for m in ('torch', 'paddle') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def _judgement(body: dict) -> dict:
+    """What a report concludes: verdict, culprit, diagnosis, and each pair's place and verdict."""
+    return {"verdict": body["verdict"],
+            "first_bad": None if body["first_bad_layer"] is None
+            else {k: body["first_bad_layer"][k] for k in ("torch", "paddle", "type")},
+            "diagnosis": [(d["layer"], d["cause"]) for d in body["diagnosis"]],
+            "layers": [(r["torch"], r["paddle"], r["within_budget"]) for r in body["layers"]],
+            "strategy": body["strategy"]}
+
+
+@pytest.mark.parametrize("path, expected_exit", [(BUNDLED, 1), (spec_path("transformer_encoder"), 0)],
+                         ids=["bundled-example", "clean-transformer-encoder"])
+def test_verify_port_concludes_what_the_command_concludes(tmp_path, path, expected_exit):
+    cli = run_verify("--spec", path, "--device", "cpu", "--bisect", "--json", tmp_path / "cli.json")
+    assert cli.code == expected_exit, cli
+    report = verify_port(PortSpec.from_file(path), VerifyOptions(device="cpu", bisect=True))
+    assert report.exit_code == expected_exit
+    assert _judgement(report.to_json()) == _judgement(json.loads((tmp_path / "cli.json").read_text()))
+    if expected_exit:
+        assert report.first_bad.torch == "encoder.layer.0.intermediate.intermediate_act_fn"
+        assert "GELU" in report.diagnosis[0].cause
+
+
+def test_a_spec_given_in_python_is_verified_like_its_file():
+    """PortSpec(torch_model=..., paddle_model=..., inputs=...) from a spec file's own functions,
+    with the models handed over already built: the same conclusion as the file."""
+    module = PortSpec.from_file(spec_path("cnn")).module
+    spec = PortSpec(torch_model=module.torch_model(), paddle_model=module.paddle_model, inputs=module.inputs,
+                    mapping=getattr(module, "mapping", None))
+    in_python = verify_port(spec, VerifyOptions(device="cpu"))
+    from_file = verify_port(PortSpec.from_file(spec_path("cnn")), VerifyOptions(device="cpu"))
+    assert in_python.verdict == from_file.verdict == "pass"
+    assert _judgement(in_python.to_json()) == _judgement(from_file.to_json())
+
+
+def test_convert_weights_writes_what_the_command_writes(tmp_path):
+    import torch
+    spec = PortSpec.from_file(spec_path("transformer_encoder"))
+    src = tmp_path / "model.pt"
+    torch.save(spec.torch_model().state_dict(), src)
+    cli = run_convert(src, tmp_path / "cli.pdparams", "--spec", spec_path("transformer_encoder"),
+                      "--json", tmp_path / "cli.json")
+    assert cli.code == 0, cli
+    result = convert_weights(str(src), str(tmp_path / "api.pdparams"), spec=spec_path("transformer_encoder"))
+    assert result.ok and result.missing_keys == [] and result.unexpected_keys == []
+    assert (tmp_path / "api.pdparams").read_bytes() == (tmp_path / "cli.pdparams").read_bytes()
+    cli_body = json.loads((tmp_path / "cli.json").read_text())
+    api_body = result.to_json()
+    for key in ("format", "mapping", "tensors", "bytes", "dropped", "ok"):
+        assert api_body[key] == cli_body[key], key
+
+
+def test_convert_weights_refuses_bad_input_and_writes_nothing(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        convert_weights(str(tmp_path / "missing.safetensors"), str(tmp_path / "out.pdparams"))
+    assert not (tmp_path / "out.pdparams").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"device": "gpu"}, "device must be one of auto, cpu, cuda; got 'gpu'"),
+    ({"precision": "fp64"}, "precision must be one of as-is, strict"),
+    ({"strategy": "fast"}, "strategy must be one of auto, full, binary"),
+    ({"emulate": {"jax": "tf32"}}, "emulate side must be one of torch, paddle"),
+    ({"emulate": {"paddle": "fp8"}}, "emulate format for paddle must be one of tf32, bf16, fp16"),
+    ({"emulate": "paddle=tf32"}, "emulate must be a dict"),
+])
+def test_bad_options_are_one_clear_error(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        VerifyOptions(**kwargs)
+
+
+def test_a_spec_of_the_wrong_parts_is_one_clear_error():
+    with pytest.raises(UserError, match="torch_model must be a function returning the model, not int"):
+        PortSpec(torch_model=3, paddle_model=lambda: None, inputs=lambda: {})
+    with pytest.raises(UserError, match="takes a PortSpec"):
+        verify_port(BUNDLED)
