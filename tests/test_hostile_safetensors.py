@@ -150,3 +150,10 @@ def test_a_hub_cache_layout_with_links_into_blobs_is_inside(tmp):
     r = run_convert(snap, tmp / "o.safetensors", "--mapping", _rules(tmp))
     assert r.code == 0, r
     assert sorted(load_file(str(tmp / "o.safetensors"))) == ["a", "b"]
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pdparams"])
+def test_a_git_lfs_pointer_is_named_as_such(tmp, suffix):
+    (tmp / f"model{suffix}").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 9\n")
+    r = run_convert(tmp / f"model{suffix}", tmp / "o.safetensors", "--mapping", _rules(tmp))
+    assert_one_line_error(r, f"model{suffix}", "Git LFS pointer", "git lfs pull")

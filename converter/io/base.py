@@ -29,6 +29,19 @@ def shape_problem(shape, itemsize: int) -> str | None:
     return None
 
 
+def looks_like_text(head: bytes) -> str | None:
+    """What a weights file's first bytes say it is when it is text: a Git LFS pointer, an HTML
+    page (a failed download), other text; None when it may be binary."""
+    text = head.lstrip().lower()
+    if text.startswith(b"version https://git-lfs"):
+        return "a Git LFS pointer (a small text file standing for the real one); run `git lfs pull` to fetch it"
+    if text.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml")):
+        return "an HTML page (a failed or redirected download?); download the real file again"
+    if head and all(32 <= b < 127 or b in b"\t\r\n" for b in head[:256]):
+        return "a text file; pass the weights file itself"
+    return None
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str

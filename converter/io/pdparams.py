@@ -24,7 +24,7 @@ from ..errors import UserError, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
 from . import unpickle
-from .base import Source, TensorInfo, shape_problem
+from .base import Source, TensorInfo, looks_like_text, shape_problem
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
@@ -277,6 +277,9 @@ def load_pdparams(path: str) -> dict[str, np.ndarray]:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # an empty file
             data = b""
+    text = looks_like_text(bytes(data[:512]))
+    if text:
+        raise UserError(f"{quoted(path)} is not a .pdparams file: it is {text}")
     try:
         obj, end = unpickle.load(data, lambda module, name: _STAND_INS.get((module, name)))
     except unpickle.Refused as exc:

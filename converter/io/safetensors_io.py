@@ -15,7 +15,7 @@ from .. import dtypes
 from ..errors import UserError, one_line, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
-from .base import MAX_DIMS, Source, TensorInfo, shape_problem
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem
 
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -97,6 +97,9 @@ class SafetensorsSource(Source):
 
     def _parse(self, size: int) -> None:
         head = os.pread(self._fd, 8, 0)
+        text = looks_like_text(os.pread(self._fd, 512, 0))
+        if text:
+            raise UserError(f"{quoted(self.path)} is not a safetensors file: it is {text}")
         if len(head) < 8:
             raise ValueError("shorter than its 8-byte header length")
         (n,) = struct.unpack("<Q", head)

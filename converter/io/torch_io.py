@@ -15,7 +15,7 @@ from .. import dtypes
 from ..errors import UserError, quoted
 from ..lazy import import_torch
 from . import unpickle
-from .base import MAX_DIMS, Source, TensorInfo
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's format before 1.6
@@ -26,15 +26,7 @@ def not_a_checkpoint(path: str, head: bytes) -> str | None:
     (text, an HTML page, a Git LFS pointer), or None when it may be one (a zip or a pickle)."""
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or head.startswith(b"\x80"):
         return None
-    text = head.lstrip().lower()
-    if text.startswith(b"version https://git-lfs"):
-        what = "a Git LFS pointer (a small text file standing for the real one); run `git lfs pull` to fetch it"
-    elif text.startswith((b"<!doctype html", b"<html", b"<head", b"<?xml")):
-        what = "an HTML page (a failed or redirected download?); download the real file again"
-    elif head and all(32 <= b < 127 or b in b"\t\r\n" for b in head[:256]):
-        what = "a text file; pass the weights file itself"
-    else:
-        what = "neither a zip archive nor a pickle; pass a file written by torch.save"
+    what = looks_like_text(head) or "neither a zip archive nor a pickle; pass a file written by torch.save"
     return f"{quoted(path)} is not a torch checkpoint: it is {what}"
 
 
