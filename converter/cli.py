@@ -86,6 +86,8 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
         from .hfdir import convert_directory
         if spec_path or emit_mapping:
             raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")
+        from .io.atomic import check_outputs
+        check_outputs({"--json": json_path}, [src, dst, mapping], force)  # before the directory is written
         done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), _say)
         _write_json(json_path, done, force)
         _say(f"converted {done['tensors']} tensors ({done['bytes'] / 2**20:.1f} MiB) with mapping '{done['mapping']}' "
