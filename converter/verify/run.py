@@ -30,7 +30,13 @@ def _children_within(results, bad) -> bool:
 
 def verify(spec, options: Options, weights=None, converted=None, mapping=None, bisect=False,
            capture_limit: int | None = None) -> Report:
-    session = PortSession(spec, options, weights=weights, converted=converted, mapping=mapping)
+    """The Report of one run; framework flags, hooks, modes, devices and in-place weight changes are
+    put back when it ends, also on error (see PortSession)."""
+    with PortSession(spec, options, weights=weights, converted=converted, mapping=mapping) as session:
+        return _run(session, options, bisect, capture_limit)
+
+
+def _run(session: PortSession, options: Options, bisect: bool, capture_limit: int | None) -> Report:
     # the forced passes hold about as much again as the capture
     limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
     strategy = choose(options.strategy, limit)

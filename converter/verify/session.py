@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import UserError
 from ..lazy import import_paddle, import_torch
 from . import precision as prec
+from . import restore
 
 
 @dataclass
@@ -63,17 +64,46 @@ def pick_device(requested: str) -> str:
 
 
 class PortSession:
+    """Both models set up for a run. `restore()` (or leaving a `with` block) puts back every framework
+    flag, hook, train/eval mode, device and in-place weight change the session made; a set-up that
+    fails puts them back itself. The paddle model keeps the weights it is verified with."""
+
     def __init__(self, spec, options: Options, weights: str | None = None, converted: str | None = None,
                  mapping: str | None = None):
         self.spec = spec
         self.options = options
+        self.undo = restore.Undo()
+        try:
+            self._set_up(spec, options, weights, converted, mapping)
+        except BaseException:
+            self.restore()
+            raise
+
+    def restore(self) -> None:
+        self.undo.close()
+
+    def __enter__(self) -> PortSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _set_up(self, spec, options: Options, weights: str | None, converted: str | None, mapping: str | None):
+        from ..frameworks import paddle_side
+        self.undo.push(restore.record_torch_flags())
+        self.undo.push(restore.record_paddle_flags())
         self.device = pick_device(options.device)
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
         self.torch_model = spec.torch_model()
+        self.undo.push(restore.record_layers(list(self.torch_model.modules())))
+        self.undo.push(restore.record_torch_device(self.torch_model))
+        if weights or "torch" in options.emulate:
+            self.undo.push(restore.record_torch_weights(self.torch_model))
         if weights:
             self._load_torch_weights(weights)
         self.paddle_model = spec.paddle_model()
+        self.undo.push(restore.record_layers([layer for _, layer in paddle_side.named_layers(self.paddle_model)]))
         from ..convert import convert_in_memory
         state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
             self.torch_model, self.paddle_model, mapping or spec.mapping)
@@ -105,6 +135,8 @@ class PortSession:
             prec.emulate_torch(self.torch_model, options.emulate["torch"])
         self.rounded_weights: set[str] = set()
         if "paddle" in options.emulate:
+            self.undo.push(restore.record_paddle_weights(self.paddle_model))
+            self.undo.push(restore.record_attribute(self.paddle_model, "_port_emulation_hooks"))
             self.rounded_weights = prec.emulate_paddle(self.paddle_model, options.emulate["paddle"])
         self.inputs = spec.inputs()
 
