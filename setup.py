@@ -17,8 +17,9 @@ setup(
         "cpu": ["torch", "paddlepaddle"],
         "gpu": ["paddlepaddle-gpu"],
         # hypothesis: the property-based hostile-input tests; atheris: the coverage-guided
-        # fuzz targets in scripts/ (tests run each target's entry point on its seed corpus)
-        "test": ["pytest", "hypothesis", "atheris"],
+        # fuzz targets in scripts/ (tests run each target's entry point on its seed corpus);
+        # ruff: the lint CI runs before the tests (settings in pyproject.toml)
+        "test": ["pytest", "hypothesis", "atheris", "ruff"],
     },
     entry_points={
         "console_scripts": [

@@ -154,7 +154,7 @@ def write_bf16_safetensors(path, shapes, rng):
     raw += b" " * (-len(raw) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
-        for name, shape in shapes:  # exponent bit 7 cleared: |x| < 2, never inf or nan
+        for _, shape in shapes:  # exponent bit 7 cleared: |x| < 2, never inf or nan
             f.write((rng.integers(0, 1 << 16, size=shape, dtype=np.uint16) & 0xBFFF).tobytes())
 
 

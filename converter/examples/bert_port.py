@@ -217,7 +217,7 @@ def torch_model():
     torch.manual_seed(0)
     model = TorchBert()
     with torch.no_grad():  # BERT's initialisation: N(0, 0.02) weights
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.02)
     return model

@@ -26,7 +26,7 @@ from .overlap import Beside
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
-from .metrics import compare, join
+from .metrics import compare
 from .replay import to_numpy_list
 from ..errors import UserError
 from .matching import common_shape

@@ -2,7 +2,6 @@
 BertModel (paddle.nn.TransformerEncoder: self_attn.q_proj, linear1, norm1, ...). The names
 differ everywhere; the shipped `bert` rule set maps the weights and pairs the layers."""
 
-import numpy as np
 import paddle
 
 from converter.examples import bert_port as B
