@@ -19,6 +19,7 @@ from .spec import PortSpec
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .convert import ConversionResult
     from .verify.report import Report
+    from .verify.session import Options
 
 __all__ = ["PortSpec", "VerifyOptions", "convert_weights", "verify_port"]
 
@@ -44,7 +45,7 @@ class VerifyOptions:
     strategy: str = "auto"
     bisect: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _one_of("device", self.device, DEVICES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -55,7 +56,7 @@ class VerifyOptions:
             _one_of("emulate side", side, EMULATED_SIDES)
             _one_of(f"emulate format for {side}", fmt, EMULATED_FORMATS)
 
-    def session_options(self):
+    def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect)."""
         from .verify.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),

@@ -12,8 +12,20 @@ import os
 import sys
 import traceback
 import types
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from .errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    import paddle
+    import torch
+
+    from .frameworks import Inputs
+
+# each part of a spec: a function that builds it, or (models, inputs) the thing itself
+TorchModel = Union[Callable[[], "torch.nn.Module"], "torch.nn.Module"]
+PaddleModel = Union[Callable[[], "paddle.nn.Layer"], "paddle.nn.Layer"]
+InputsOrBuilder = Union[Callable[[], "Inputs"], "Inputs"]
 
 REQUIRED = ("torch_model", "paddle_model", "inputs")
 
@@ -27,8 +39,8 @@ class PortSpec:
     Each model callable returns the model; a model object itself is taken too. `inputs` is a
     callable returning the inputs, or the inputs themselves. Models are built once, on first use."""
 
-    def __init__(self, torch_model, paddle_model, inputs, mapping: str | None = None, *,
-                 label: str = "<in-memory spec>"):
+    def __init__(self, torch_model: TorchModel, paddle_model: PaddleModel, inputs: InputsOrBuilder,
+                 mapping: str | None = None, *, label: str = "<in-memory spec>"):
         self.path = label
         self.module = types.SimpleNamespace(torch_model=_as_builder(torch_model, "torch_model", label),
                                             paddle_model=_as_builder(paddle_model, "paddle_model", label),
@@ -42,13 +54,13 @@ class PortSpec:
         return load_spec(path)
 
     @classmethod
-    def _of_module(cls, path: str, module) -> PortSpec:
+    def _of_module(cls, path: str, module: Any) -> PortSpec:
         spec = cls.__new__(cls)
         spec.path, spec.module, spec._torch, spec._paddle = path, module, None, None
         return spec
 
     @property
-    def mapping(self):
+    def mapping(self) -> str | None:
         return getattr(self.module, "mapping", None)
 
     def _call(self, name: str):
@@ -64,7 +76,7 @@ class PortSpec:
             raise UserError(f"spec '{self.path}': {name}() failed with {type(exc).__name__}: {exc} "
                             f"(at {os.path.basename(frame.filename)}:{frame.lineno})") from None
 
-    def torch_model(self):
+    def torch_model(self) -> torch.nn.Module:
         if self._torch is None:
             from .lazy import import_torch
             torch = import_torch()
@@ -74,7 +86,7 @@ class PortSpec:
             self._torch = model
         return self._torch
 
-    def paddle_model(self):
+    def paddle_model(self) -> paddle.nn.Layer:
         if self._paddle is None:
             from .lazy import import_paddle
             paddle = import_paddle()
@@ -84,7 +96,7 @@ class PortSpec:
             self._paddle = model
         return self._paddle
 
-    def inputs(self):
+    def inputs(self) -> Inputs:
         import numpy as np
         value = self._call("inputs")
         items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else None
@@ -93,14 +105,14 @@ class PortSpec:
         return value
 
 
-def _built(value) -> bool:
+def _built(value: Any) -> bool:
     """A torch module or paddle layer already built (both are callable: calling one would run it)."""
     torch, paddle = sys.modules.get("torch"), sys.modules.get("paddle")
     return ((torch is not None and isinstance(value, torch.nn.Module))
             or (paddle is not None and isinstance(value, paddle.nn.Layer)))
 
 
-def _as_builder(value, name: str, label: str):
+def _as_builder(value: Any, name: str, label: str) -> Callable[[], Any]:
     if _built(value) or (name == "inputs" and isinstance(value, (dict, tuple))):
         return lambda: value
     if not callable(value):
@@ -109,7 +121,8 @@ def _as_builder(value, name: str, label: str):
     return value
 
 
-def spec_from_functions(torch_model, paddle_model, inputs, mapping=None, label="<in-memory spec>") -> PortSpec:
+def spec_from_functions(torch_model: TorchModel, paddle_model: PaddleModel, inputs: InputsOrBuilder,
+                        mapping: str | None = None, label: str = "<in-memory spec>") -> PortSpec:
     """A spec built in Python rather than read from a file, with the same contract."""
     return PortSpec(torch_model, paddle_model, inputs, mapping, label=label)
 

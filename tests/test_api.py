@@ -100,3 +100,18 @@ def test_a_spec_of_the_wrong_parts_is_one_clear_error():
         PortSpec(torch_model=3, paddle_model=lambda: None, inputs=lambda: {})
     with pytest.raises(UserError, match="takes a PortSpec"):
         verify_port(BUNDLED)
+
+
+def test_both_framework_adapters_meet_the_adapter_protocol():
+    """Every function FrameworkAdapter names exists in torch_side and paddle_side with the same
+    parameters, so code written against one adapter runs against the other."""
+    import inspect
+
+    from converter.frameworks import FrameworkAdapter, paddle_side, torch_side
+    members = [name for name, value in vars(FrameworkAdapter).items()
+               if inspect.isfunction(value) and not name.startswith("_")]
+    assert members
+    for name in members:
+        wanted = list(inspect.signature(getattr(FrameworkAdapter, name)).parameters)[1:]  # less self
+        for adapter in (torch_side, paddle_side):
+            assert list(inspect.signature(getattr(adapter, name)).parameters) == wanted, (adapter.__name__, name)
