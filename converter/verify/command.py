@@ -29,9 +29,12 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--html", "html_path", metavar="FILE", help="Write a self-contained HTML report.")
 @click.option("--rows", default=60, show_default=True, help="Table rows to print.")
 @click.option("--force", is_flag=True, help="Replace existing --json/--html files.")
+@click.option("--train", is_flag=True, help="Also check training: loss, backward, optimizer and N steps.")
+@click.option("--steps", default=10, show_default=True, help="Training steps for --train.")
+@click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
 @_boundary
 def verify_port(spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect, strategy,
-                json_path, html_path, rows, force):
+                json_path, html_path, rows, force, train, steps, emit_optimizer):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
     from ..api import PortSpec, VerifyOptions
@@ -48,14 +51,26 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     if spec_path is None:
         spec_path = BUNDLED
         _say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
-    check_outputs({"--json": json_path, "--html": html_path}, [spec_path, weights, converted, mapping], force)
+    if emit_optimizer and not train:
+        raise UserError("--emit-optimizer writes the optimizer --train translates; add --train")
+    check_outputs({"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer},
+                  [spec_path, weights, converted, mapping], force)
     spec = PortSpec.from_file(spec_path)
     options = VerifyOptions(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy,
                             bisect=bisect)
+    trained = None
+    if train:  # first: it leaves the models as it found them, the forward check changes them
+        from ..train.command import run_train
+        trained = run_train(spec, options, steps, weights, converted, mapping, emit_optimizer)
     report = run_verification(spec, options, weights=weights, converted=converted, mapping=mapping)
     click.echo(render_text(report, max_rows=rows))
+    body, page = report.to_json(), render_html(report)
+    if trained is not None:
+        from ..train.command import add_train, write_optimizer
+        body, page = add_train(trained, body, page)
+        write_optimizer(trained, emit_optimizer, force)
     if json_path:
-        _write_json(json_path, report.to_json(), force)
+        _write_json(json_path, body, force)
     if html_path:
-        write_output(html_path, render_html(report), force)
-    sys.exit(report.exit_code)
+        write_output(html_path, page, force)
+    sys.exit(max(report.exit_code, trained.exit_code if trained is not None else 0))

@@ -1,0 +1,5 @@
+"""Per-layer backward (placeholder until written)."""
+
+
+def local_rows(session, tspec, batch) -> list:
+    return []

@@ -1,0 +1,34 @@
+"""One comparison against its budget: the difference of paddle's value from torch's, judged by
+the error budget of the forward check built from torch's own fp32 error against float64 (and
+whatever the conventions or formats add)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._verify import budget_from_error
+from .result import Row
+
+FP32 = {"torch": "fp32", "paddle": "fp32"}
+
+
+def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref, extra=0.0,
+          formats: dict | None = None, rounding: dict | None = None, note: str = "") -> Row:
+    """want: torch's value; got: paddle's; e_ref: torch's fp32 value minus its float64 value; extra:
+    a further sigma per element (conventions that differ by design)."""
+    want = np.asarray(want, dtype=np.float32)
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        if got.size != want.size:
+            return Row(phase, step, torch_name, paddle_name, float("inf"), None, None,
+                       f"shapes differ: torch {list(want.shape)}, paddle {list(got.shape)}")
+        got = got.reshape(want.shape)
+    e_ref = np.asarray(e_ref, dtype=np.float32).reshape(want.shape)
+    budget = budget_from_error(formats or FP32, want, e_ref, None, rounding)
+    extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
+    budget.var += np.square(extra, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(np.subtract(got, want, dtype=np.float64)).astype(np.float32)
+    ratio, tol = budget.ratio(diff)
+    worst = float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else float("nan")
+    return Row(phase, step, torch_name, paddle_name, ratio, worst, tol, note)

@@ -1,0 +1,182 @@
+"""N training steps on one side, recording what the checks compare: the loss and learning rate of
+each step, the first step's gradients, the final weights and buffers, and BatchNorm's batch
+statistics (to replay the running statistics under either framework's rule)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UserError
+from ._verify import flatten
+from .emulate import remove
+
+TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
+
+
+@dataclass
+class RunRecord:
+    losses: list = field(default_factory=list)
+    lrs: list = field(default_factory=list)
+    grads0: dict = field(default_factory=dict)  # name -> first step's gradient
+    final: dict = field(default_factory=dict)  # name -> final array (parameters and buffers)
+    bn_stats: dict = field(default_factory=dict)  # torch path -> [(batch mean, biased batch variance)]
+    outputs0: list = field(default_factory=list)  # first step's output tensors (torch runs)
+
+
+def to_torch(value, dtype, device):
+    import torch
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: to_torch(v, dtype, device) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_torch(v, dtype, device) for v in value)
+    t = torch.from_numpy(np.array(value))
+    return (t.to(dtype) if t.is_floating_point() else t).to(device)
+
+
+def to_paddle(value):
+    import paddle
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: to_paddle(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_paddle(v) for v in value)
+    return paddle.to_tensor(np.array(value))
+
+
+def call_model(model, inputs):
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+def float_outputs(out, framework: str) -> list:
+    if framework == "torch":
+        import torch
+        return flatten(out, lambda v: isinstance(v, torch.Tensor) and v.is_floating_point())
+    import paddle
+    return flatten(out, lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64))
+
+
+def torch_loss(tspec, out, target, dtype):
+    """The spec's torch loss, or the fixed projection of the outputs."""
+    import torch
+    if tspec.has["torch_loss"]:
+        loss = tspec.call("torch_loss", out, target)
+    else:
+        outs = float_outputs(out, "torch")
+        weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
+        loss = sum((o * torch.from_numpy(w).to(o.dtype).to(o.device)).sum() for o, w in zip(outs, weights))
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise UserError(f"spec '{tspec.path}': torch_loss(output, target) must return a scalar tensor")
+    return loss.reshape(())
+
+
+def paddle_loss(tspec, out, target):
+    import paddle
+    if tspec.has["paddle_loss"]:
+        loss = tspec.call("paddle_loss", out, target)
+    else:
+        outs = float_outputs(out, "paddle")
+        weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
+        loss = sum((o * paddle.to_tensor(w.astype(str(o.dtype).replace("paddle.", "")))).sum()
+                   for o, w in zip(outs, weights))
+    if not isinstance(loss, paddle.Tensor) or int(np.prod(loss.shape)) != 1:
+        raise UserError(f"spec '{tspec.path}': paddle_loss(output, target) must return a scalar tensor")
+    return loss.reshape([])
+
+
+def _bn_recorder(model, record: RunRecord) -> list:
+    import torch
+    handles = []
+    for path, module in model.named_modules():
+        if type(module).__name__ not in TORCH_BATCHNORM or not module.track_running_stats:
+            continue
+        record.bn_stats[path] = []
+
+        def pre(mod, args, _path=path):
+            if mod.training:
+                x = args[0].detach()
+                dims = [d for d in range(x.dim()) if d != 1]
+                with torch.no_grad():
+                    stats = (x.double().mean(dims).cpu().numpy(), x.double().var(dims, unbiased=False).cpu().numpy())
+                record.bn_stats[_path].append(stats)
+        handles.append(module.register_forward_pre_hook(pre))
+    return handles
+
+
+def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outputs=False) -> RunRecord:
+    """Train a fresh copy of the torch model on `batches`; `on_step(k, optimizer, model, before)` is
+    called after each step with what the step started from (parameters, gradients, state)."""
+    import torch
+    model = session.torch_copy(dtype)
+    device = session.torch_device(dtype)
+    opt, sched = tspec.torch_optimizer(model)
+    record = RunRecord()
+    handles = session.emulation.apply_torch(model, fmt) + _bn_recorder(model, record)
+    names = {id(p): n for n, p in model.named_parameters()}
+    try:
+        for k, (inputs, target) in enumerate(batches):
+            record.lrs.append(float(opt.param_groups[0]["lr"]))
+            opt.zero_grad(set_to_none=True)
+            out = call_model(model, to_torch(inputs, dtype, device))
+            if keep_outputs and k == 0:
+                record.outputs0 = [o.detach().clone() for o in float_outputs(out, "torch")]
+            loss = torch_loss(tspec, out, to_torch(target, dtype, device), dtype)
+            loss.backward()
+            record.losses.append(float(loss.detach()))
+            grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
+            if k == 0:
+                record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
+            before = None
+            if on_step is not None:
+                before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
+                          "state": copy.deepcopy(opt.state_dict())}
+            if tspec.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.clip_grad_norm)
+            opt.step()
+            if sched is not None:
+                sched.step()
+            if on_step is not None:
+                on_step(k, opt, model, before)
+    finally:
+        remove(handles)
+    record.final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
+    return record
+
+
+def paddle_optimizer(session, tspec, model):
+    """The paddle side's (optimizer, scheduler): the spec's own, else torch's translated."""
+    given = tspec.paddle_optimizer(model)
+    if given is not None:
+        return given
+    return session.translation.build(model)
+
+
+def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
+    model = session.paddle_copy()
+    opt, sched = paddle_optimizer(session, tspec, model)
+    record = RunRecord()
+    handles = session.emulation.apply_paddle(model, fmt)
+    try:
+        for k, (inputs, target) in enumerate(batches):
+            record.lrs.append(float(opt.get_lr()))
+            out = call_model(model, to_paddle(inputs))
+            loss = paddle_loss(tspec, out, to_paddle(target))
+            loss.backward()
+            record.losses.append(float(loss.numpy()))
+            if k == 0:
+                record.grads0 = {n: np.array(p.grad.numpy()) for n, p in model.named_parameters()
+                                 if p.grad is not None}
+            opt.step()
+            opt.clear_grad()
+            if sched is not None:
+                sched.step()
+    finally:
+        remove(handles)
+    record.final = {n: np.array(t.numpy()) for n, t in model.state_dict().items()}
+    record.model = model
+    return record

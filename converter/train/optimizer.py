@@ -1,0 +1,268 @@
+"""Torch optimizers, schedulers and gradient clipping translated to paddle's.
+
+A translation is data, a `Recipe` (a paddle callable's dotted name and its arguments, which may
+be recipes themselves): the same recipe builds the paddle objects and prints them as paddle code
+(`--emit-optimizer`), so what is checked and what is printed cannot differ."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import UserError
+
+PARAMETERS = "model.parameters()"  # the argument every paddle optimizer takes its parameters by
+
+
+@dataclass
+class Recipe:
+    """A paddle call: `path(**kwargs)`; arguments that are recipes are built first."""
+
+    path: str
+    kwargs: dict = field(default_factory=dict)
+
+    def build(self, parameters):
+        import paddle
+        target = paddle
+        for part in self.path.split(".")[1:]:
+            target = getattr(target, part)
+        return target(**{k: _built(v, parameters) for k, v in self.kwargs.items()})
+
+    def code(self) -> str:
+        return f"{self.path}({', '.join(f'{k}={_code(v)}' for k, v in self.kwargs.items())})"
+
+
+class _Parameters:
+    """Placeholder for the model's parameters inside a recipe."""
+
+    def __repr__(self):
+        return PARAMETERS
+
+
+PARAMS = _Parameters()
+
+
+def _built(value, parameters):
+    if isinstance(value, Recipe):
+        return value.build(parameters)
+    return parameters if value is PARAMS else value
+
+
+def _code(value) -> str:
+    if isinstance(value, Recipe):
+        return value.code()
+    if isinstance(value, float):
+        return repr(float(value))
+    return repr(value)
+
+
+@dataclass
+class Translation:
+    """Paddle's optimizer (and scheduler, clipping) for a torch optimizer, as recipes."""
+
+    optimizer: Recipe
+    scheduler: Recipe | None = None
+    notes: list = field(default_factory=list)
+
+    def build(self, model):
+        """(optimizer, scheduler) for the paddle model; the scheduler is the optimizer's lr."""
+        scheduler = self.scheduler.build(None) if self.scheduler is not None else None
+        kwargs = dict(self.optimizer.kwargs, parameters=PARAMS)
+        if scheduler is not None:
+            kwargs["learning_rate"] = scheduler
+        optimizer = Recipe(self.optimizer.path, kwargs).build(model.parameters())
+        return optimizer, scheduler
+
+    def describe(self) -> str:
+        opt = Recipe(self.optimizer.path, dict(self.optimizer.kwargs, parameters=PARAMS))
+        if self.scheduler is not None:
+            opt.kwargs["learning_rate"] = self.scheduler
+        return opt.code()
+
+    def code(self) -> str:
+        """A spec's `paddle_optimizer(model)` that builds the same objects."""
+        lines = ["import paddle", "", "", "def paddle_optimizer(model):"]
+        if self.notes:
+            lines[1:1] = [f"# {note}" for note in self.notes]
+        kwargs = dict(self.optimizer.kwargs)
+        if self.scheduler is not None:
+            lines.append(f"    scheduler = {self.scheduler.code()}")
+            kwargs["learning_rate"] = _Name("scheduler")
+        kwargs["parameters"] = PARAMS
+        call = f"{self.optimizer.path}({', '.join(f'{k}={_code(v)}' for k, v in kwargs.items())})"
+        lines.append(f"    optimizer = {call}")
+        lines.append("    return optimizer, scheduler" if self.scheduler is not None else "    return optimizer")
+        return "\n".join(lines) + "\n"
+
+
+class _Name:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+# optimizers -------------------------------------------------------------------------------
+def _one_group(opt) -> dict:
+    groups = opt.param_groups
+    keys = ("lr", "weight_decay", "betas", "eps", "momentum", "alpha", "dampening", "nesterov")
+    first = groups[0]
+    for g in groups[1:]:
+        if any(g.get(k) != first.get(k) for k in keys):
+            raise UserError(f"torch_optimizer() has {len(groups)} parameter groups with different settings; "
+                            "give paddle_optimizer(model) in the spec (--emit-optimizer prints a start)")
+    if first.get("maximize") or first.get("differentiable"):
+        raise UserError("torch_optimizer() maximizes: paddle's optimizers have no counterpart; "
+                        "give paddle_optimizer(model) in the spec")
+    return first
+
+
+def _decay(group, kwargs, name="weight_decay"):
+    if group.get("weight_decay"):
+        kwargs[name] = float(group["weight_decay"])
+
+
+def _sgd(group):
+    kwargs = {"learning_rate": float(group["lr"])}
+    if group.get("dampening"):
+        raise UserError(f"torch SGD has dampening={group['dampening']}: paddle's Momentum has none; "
+                        "give paddle_optimizer(model) in the spec")
+    if not group.get("momentum"):
+        _decay(group, kwargs)
+        return Recipe("paddle.optimizer.SGD", kwargs)
+    kwargs["momentum"] = float(group["momentum"])
+    kwargs["use_nesterov"] = bool(group.get("nesterov"))
+    _decay(group, kwargs)
+    return Recipe("paddle.optimizer.Momentum", kwargs)
+
+
+def _adam(group, path):
+    kwargs = {"learning_rate": float(group["lr"]), "beta1": float(group["betas"][0]),
+              "beta2": float(group["betas"][1]), "epsilon": float(group["eps"])}
+    if path.endswith("AdamW"):
+        kwargs["weight_decay"] = float(group.get("weight_decay") or 0.0)
+    else:
+        _decay(group, kwargs)
+    if group.get("amsgrad"):
+        kwargs["amsgrad"] = True
+    return Recipe(path, kwargs)
+
+
+def _rmsprop(group):
+    kwargs = {"learning_rate": float(group["lr"]), "rho": float(group["alpha"]), "epsilon": float(group["eps"]),
+              "momentum": float(group.get("momentum") or 0.0), "centered": bool(group.get("centered"))}
+    _decay(group, kwargs)
+    return Recipe("paddle.optimizer.RMSProp", kwargs)
+
+
+def _adagrad(group):
+    if group.get("lr_decay"):
+        raise UserError(f"torch Adagrad has lr_decay={group['lr_decay']}: paddle's Adagrad has none; "
+                        "give paddle_optimizer(model) in the spec")
+    kwargs = {"learning_rate": float(group["lr"]), "epsilon": float(group["eps"]),
+              "initial_accumulator_value": float(group.get("initial_accumulator_value") or 0.0)}
+    _decay(group, kwargs)
+    return Recipe("paddle.optimizer.Adagrad", kwargs)
+
+
+OPTIMIZERS = {
+    "SGD": _sgd,
+    "Adam": lambda g: _adam(g, "paddle.optimizer.Adam"),
+    "AdamW": lambda g: _adam(g, "paddle.optimizer.AdamW"),
+    "RMSprop": _rmsprop,
+    "Adagrad": _adagrad,
+}
+
+NOTES = {
+    "RMSprop": "paddle's RMSProp adds epsilon inside the square root, torch's outside it",
+    "Adam": "paddle keeps beta1 and beta2 in float32",
+    "AdamW": "paddle keeps beta1 and beta2 in float32",
+}
+
+
+# schedulers -------------------------------------------------------------------------------
+def _base_lr(sched) -> float:
+    return float(sched.optimizer.param_groups[0]["initial_lr"])
+
+
+def _step(s, lr):
+    return Recipe("paddle.optimizer.lr.StepDecay", {"learning_rate": lr, "step_size": int(s.step_size),
+                                                   "gamma": float(s.gamma)})
+
+
+def _multistep(s, lr):
+    return Recipe("paddle.optimizer.lr.MultiStepDecay", {"learning_rate": lr, "milestones": sorted(s.milestones),
+                                                        "gamma": float(s.gamma)})
+
+
+def _exponential(s, lr):
+    return Recipe("paddle.optimizer.lr.ExponentialDecay", {"learning_rate": lr, "gamma": float(s.gamma)})
+
+
+def _cosine(s, lr):
+    return Recipe("paddle.optimizer.lr.CosineAnnealingDecay", {"learning_rate": lr, "T_max": int(s.T_max),
+                                                              "eta_min": float(s.eta_min)})
+
+
+def _linear(s, lr):
+    return Recipe("paddle.optimizer.lr.LinearLR", {"learning_rate": lr, "total_steps": int(s.total_iters),
+                                                  "start_factor": float(s.start_factor),
+                                                  "end_factor": float(s.end_factor)})
+
+
+def _one_cycle(s, lr):
+    group = s.optimizer.param_groups[0]
+    first_phase_end = s._schedule_phases[0]["end_step"]
+    return Recipe("paddle.optimizer.lr.OneCycleLR", {
+        "max_learning_rate": float(group["max_lr"]), "total_steps": int(s.total_steps),
+        "divide_factor": float(group["max_lr"] / group["initial_lr"]), "end_learning_rate": float(group["min_lr"]),
+        "phase_pct": float((first_phase_end + 1) / s.total_steps),
+        "anneal_strategy": "cos" if s._anneal_func_type == "cos" else "linear",
+        "three_phase": len(s._schedule_phases) == 3})
+
+
+def _sequential(s, lr):
+    """A warmup chain: LinearLR for the first milestone steps, then another schedule."""
+    inner, milestones = s._schedulers, list(s._milestones)
+    warm = inner[0] if inner else None
+    if (len(inner) != 2 or type(warm).__name__ != "LinearLR" or milestones != [warm.total_iters]
+            or warm.end_factor != 1.0):
+        raise UserError("torch SequentialLR translates only as a warmup chain: [LinearLR(total_iters=W, "
+                        "end_factor=1.0), another schedule] with milestones=[W]; give paddle_optimizer(model)")
+    after = translate_scheduler(inner[1], lr)
+    return Recipe("paddle.optimizer.lr.LinearWarmup", {"learning_rate": after, "warmup_steps": int(warm.total_iters),
+                                                      "start_lr": lr * float(warm.start_factor), "end_lr": lr})
+
+
+SCHEDULERS = {
+    "StepLR": _step, "MultiStepLR": _multistep, "ExponentialLR": _exponential, "CosineAnnealingLR": _cosine,
+    "LinearLR": _linear, "OneCycleLR": _one_cycle, "SequentialLR": _sequential,
+}
+
+
+def translate_scheduler(sched, lr: float | None = None) -> Recipe:
+    name = type(sched).__name__
+    if name not in SCHEDULERS:
+        raise UserError(f"torch scheduler {name} has no translation here (known: {', '.join(SCHEDULERS)}); "
+                        "give paddle_optimizer(model) in the spec, returning (optimizer, scheduler)")
+    return SCHEDULERS[name](sched, _base_lr(sched) if lr is None else lr)
+
+
+def translate(opt, sched=None, clip_norm: float | None = None) -> Translation:
+    """Paddle's equivalent of a torch optimizer (and its scheduler and global-norm clipping)."""
+    name = type(opt).__name__
+    if name not in OPTIMIZERS:
+        raise UserError(f"torch optimizer {name} has no translation here (known: {', '.join(OPTIMIZERS)}); "
+                        "give paddle_optimizer(model) in the spec")
+    recipe = OPTIMIZERS[name](_one_group(opt))
+    notes = [NOTES[name]] if name in NOTES else []
+    if clip_norm is not None:
+        recipe.kwargs["grad_clip"] = Recipe("paddle.nn.ClipGradByGlobalNorm", {"clip_norm": float(clip_norm)})
+        notes.append("paddle's ClipGradByGlobalNorm divides by the norm, torch's clip_grad_norm_ by norm + 1e-6")
+    scheduler = translate_scheduler(sched) if sched is not None else None
+    return Translation(recipe, scheduler, notes)
+
+
+def finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

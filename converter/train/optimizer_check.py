@@ -1,0 +1,182 @@
+"""The optimizer, teacher-forced: at every step torch's parameters, gradients and optimizer state
+are loaded into paddle's optimizer, which takes one step; its new parameters and state are
+compared with torch's, against a budget from the same torch step in float64 plus the conventions
+that differ and are not bugs (paddle's float32 betas, clipping's + 1e-6, RMSProp's epsilon)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._verify import U32
+from .judge import judge
+from .loop import paddle_optimizer
+
+CLIP_EPS = 1e-6
+
+
+def _betas(popt):
+    return float(getattr(popt, "_beta1", 0.9)), float(getattr(popt, "_beta2", 0.999))
+
+
+def _pow32(beta: float, n: int) -> np.ndarray:
+    acc = np.float32(beta)
+    for _ in range(n - 1):
+        acc = np.float32(acc * np.float32(beta))
+    return np.array([acc], dtype=np.float32)
+
+
+def _state_table(popt, torch_state: dict, lr: float) -> dict:
+    """Paddle accumulator name -> the array torch's state gives it (torch's layout), for one parameter."""
+    kind = type(popt).__name__
+    get = lambda key: torch_state[key].detach().cpu().numpy() if key in torch_state else None
+    if kind in ("Adam", "AdamW"):
+        step = int(torch_state["step"]) if "step" in torch_state else 0
+        b1, b2 = _betas(popt)
+        out = {"moment1": get("exp_avg"), "moment2": get("exp_avg_sq"), "moment2_max": get("max_exp_avg_sq")}
+        out["beta1_pow_acc"], out["beta2_pow_acc"] = _pow32(b1, step + 1), _pow32(b2, step + 1)
+        return out
+    if kind == "Momentum":
+        return {"velocity": get("momentum_buffer")}
+    if kind == "RMSProp":
+        buf = get("momentum_buffer")
+        return {"mean_square": get("square_avg"), "momentum": None if buf is None else buf * lr,
+                "mean_grad": get("grad_avg")}
+    if kind == "Adagrad":
+        return {"moment": get("sum")}
+    return {}
+
+
+TORCH_STATE_OF = {"moment1": "exp_avg", "moment2": "exp_avg_sq", "velocity": "momentum_buffer",
+                  "mean_square": "square_avg", "moment": "sum", "mean_grad": "grad_avg"}
+
+
+class OptimizerCheck:
+    """Teacher-forces paddle's optimizer on torch's steps (called from torch's fp32 run)."""
+
+    def __init__(self, session, tspec):
+        import torch
+        self.session, self.tspec = session, tspec
+        self.model = session.paddle_copy()
+        self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
+        self.params = dict(self.model.named_parameters())
+        self.by_torch = {}
+        for pair in session.pairs:
+            p = self.params.get(pair.paddle)
+            if p is not None and not p.stop_gradient and len(pair.torch) == 1:
+                self.by_torch[pair.torch[0]] = pair
+        self.ref = session.torch_copy(torch.float64)
+        self.ref_opt, _ = tspec.torch_optimizer(self.ref)
+        self.rows: list = []
+        self._prime()
+
+    def _prime(self):
+        """Paddle creates its accumulators on the first step: take one on zero gradients (every
+        value it touches is overwritten before each checked step)."""
+        import paddle
+        for pair in self.by_torch.values():
+            p = self.params[pair.paddle]
+            p.grad = paddle.zeros(p.shape, dtype=p.dtype)
+        self.opt.step()
+        self.opt.clear_grad()
+
+    def _set(self, pair, array: np.ndarray, grad: np.ndarray):
+        import paddle
+        p = self.params[pair.paddle]
+        p.set_value(array.astype(np.float32))
+        p.grad = paddle.to_tensor(grad.astype(np.float32))
+
+    def __call__(self, k: int, opt, model, before: dict):
+        torch_names = {id(p): n for n, p in model.named_parameters()}
+        index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
+        state_before = {index[i]: s for i, s in before["state"]["state"].items()}
+        lr = float(opt.param_groups[0]["lr"])
+        params = {n: t.cpu().numpy() for n, t in before["params"].items()}
+        grads = {n: t.cpu().numpy() for n, t in before["grads"].items()}
+        for name, pair in self.by_torch.items():
+            if name not in grads:
+                continue
+            self._set(pair, pair.to_paddle(params), pair.to_paddle(grads))
+            self._load_state(pair, state_before.get(name, {}), lr)
+        self.opt.step()
+        self.opt.clear_grad()
+        if self.sched is not None:
+            self.sched.step()
+        ref_params, ref_state = self._reference(before, index)
+        self._compare(k, model, opt, params, ref_params, ref_state, grads)
+
+    def _load_state(self, pair, torch_state: dict, lr: float):
+        pname = self.params[pair.paddle].name
+        for acc, value in _state_table(self.opt, torch_state, lr).items():
+            holder = self.opt._accumulators.get(acc, {}).get(pname)
+            if holder is None:
+                continue
+            if value is None:
+                value = np.zeros(holder.shape, dtype=np.float32)
+            elif not acc.endswith("_pow_acc"):  # a scalar kept per parameter; the rest are laid out as it
+                value = pair.to_paddle({pair.torch[0]: value})
+            holder.set_value(np.ascontiguousarray(value).astype(np.float32))
+
+    def _reference(self, before: dict, index: list):
+        """Torch's step again in float64 from the same parameters, gradients and state."""
+        import torch
+        ref_params = dict(self.ref.named_parameters())
+        with torch.no_grad():
+            for n, p in ref_params.items():
+                p.copy_(before["params"][n].double().cpu())
+                g = before["grads"].get(n)
+                p.grad = None if g is None else g.double().cpu()
+        self.ref_opt.load_state_dict(before["state"])
+        if self.tspec.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.ref.parameters(), self.tspec.clip_grad_norm)
+        self.ref_opt.step()
+        state = {index[i]: s for i, s in self.ref_opt.state_dict()["state"].items()}
+        return {n: p.detach().numpy() for n, p in ref_params.items()}, state
+
+    def _conventions(self, grads: dict) -> float:
+        """Relative differences paddle's optimizer has by design (see DESIGN: Training conventions)."""
+        rel = 0.0
+        kind = type(self.opt).__name__
+        if kind in ("Adam", "AdamW"):
+            b1, b2 = _betas(self.opt)
+            rel += (U32 * b1 / (1 - b1)) ** 2 + (U32 * b2 / (1 - b2)) ** 2
+        if self.tspec.clip_grad_norm is not None:
+            norm = float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads.values())))
+            if norm > self.tspec.clip_grad_norm:
+                rel += (CLIP_EPS / norm) ** 2
+        return float(np.sqrt(rel))
+
+    def _rmsprop_rel(self, name: str, pair, opt, torch_state: dict):
+        """paddle's sqrt(v + eps) against torch's sqrt(v) + eps: the relative change of the step, per element."""
+        if type(self.opt).__name__ != "RMSProp" or "square_avg" not in torch_state.get(name, {}):
+            return 0.0
+        eps = float(opt.param_groups[0]["eps"])
+        v = pair.to_paddle({name: torch_state[name]["square_avg"].detach().cpu().numpy().astype(np.float64)})
+        torch_denom = np.sqrt(v) + eps
+        return np.abs(np.sqrt(v + eps) - torch_denom) / torch_denom
+
+    def _compare(self, k: int, model, opt, params_before: dict, ref_params: dict, ref_state: dict, grads: dict):
+        conv = self._conventions(grads)
+        torch_params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
+        torch_names = {id(p): n for n, p in model.named_parameters()}
+        torch_state = {torch_names[id(p)]: s for p, s in opt.state.items()}
+        for name, pair in self.by_torch.items():
+            if name not in grads:
+                continue
+            got = self.params[pair.paddle].numpy()
+            want = pair.to_paddle(torch_params)
+            e_ref = want - pair.to_paddle(ref_params).astype(np.float32)
+            delta = np.abs(want - pair.to_paddle(params_before))
+            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(name, pair, opt, torch_state)))
+            self._row(k, name, pair, "", want, got, e_ref, rel * delta)
+            for acc, key in TORCH_STATE_OF.items():
+                holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
+                tstate = torch_state.get(name, {})
+                if holder is None or key not in tstate or key not in ref_state.get(name, {}):
+                    continue
+                scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
+                want_s = pair.to_paddle({name: tstate[key].detach().cpu().numpy() * scale})
+                ref_s = pair.to_paddle({name: ref_state[name][key].numpy() * scale}).astype(np.float32)
+                self._row(k, name, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s, conv * np.abs(want_s))
+
+    def _row(self, k, name, pair, what, want, got, e_ref, extra):
+        self.rows.append(judge("optimizer", k, name + what, pair.paddle + what, want, got, e_ref, extra))

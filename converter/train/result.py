@@ -1,0 +1,95 @@
+"""Results of the training checks as data; report.py renders them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
+
+
+@dataclass
+class Row:
+    """One comparison: a tensor or value of one phase (and step), against its budget."""
+
+    phase: str
+    step: int | None
+    torch: str
+    paddle: str
+    ratio: float | None
+    max_abs: float | None = None
+    budget: float | None = None
+    note: str = ""
+
+    @property
+    def bad(self) -> bool:
+        return self.ratio is not None and (math.isnan(self.ratio) or self.ratio > 1.0)
+
+    def to_json(self) -> dict:
+        return {"phase": self.phase, "step": self.step, "torch": self.torch, "paddle": self.paddle,
+                "ratio": self.ratio, "max_abs": self.max_abs, "budget": self.budget, "note": self.note}
+
+
+@dataclass
+class StepRow:
+    step: int
+    loss_torch: float
+    loss_paddle: float
+    lr_torch: float
+    lr_paddle: float
+    band: float
+
+    @property
+    def ratio(self) -> float:
+        d = abs(self.loss_paddle - self.loss_torch)
+        if math.isnan(d):
+            return float("inf")
+        return d / self.band if self.band > 0 else (0.0 if d == 0 else float("inf"))
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "loss_torch": self.loss_torch, "loss_paddle": self.loss_paddle,
+                "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band}
+
+
+@dataclass
+class TrainDiagnosis:
+    layer: str
+    cause: str
+    hint: str
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "cause": self.cause, "hint": self.hint}
+
+
+@dataclass
+class TrainReport:
+    rows: list  # every Row, phases in PHASES order, steps in order within a phase
+    steps: list  # StepRow per step
+    first_bad: Row | None
+    diagnosis: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    optimizer: str = ""  # paddle's optimizer, as built
+    formats: dict = field(default_factory=dict)
+    optimizer_code: str | None = None  # torch's optimizer translated, as paddle code
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if self.first_bad is not None else "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.first_bad is not None else 0
+
+    def worst(self, phase: str) -> Row | None:
+        rows = [r for r in self.rows if r.phase == phase and r.ratio is not None]
+        return max(rows, key=lambda r: r.ratio) if rows else None
+
+    def to_json(self) -> dict:
+        fb = self.first_bad
+        return {"verdict": self.verdict,
+                "first_bad": None if fb is None else {"phase": fb.phase, "torch": fb.torch, "paddle": fb.paddle,
+                                                      "step": fb.step, "ratio": fb.ratio},
+                "steps": [s.to_json() for s in self.steps],
+                "diagnosis": [d.to_json() for d in self.diagnosis],
+                "checks": [r.to_json() for r in self.rows],
+                "optimizer": self.optimizer, "formats": self.formats, "notes": list(self.notes)}

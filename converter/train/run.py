@@ -1,0 +1,116 @@
+"""verify-port --train end to end: the phases, the first culprit, its diagnosis, the TrainReport."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UserError
+from .loop import call_model, float_outputs, paddle_run, to_torch, torch_run
+from .optimizer import translate
+from .result import PHASES, TrainReport
+from .session import TrainSession
+from .spec import TrainSpec
+
+DEFAULT_STEPS = 10
+
+
+def first_bad(rows: list):
+    for phase in PHASES:
+        bad = [r for r in rows if r.phase == phase and r.bad]
+        if bad:
+            return bad[0]
+    return None
+
+
+def _translation(session, tspec):
+    """Torch's optimizer translated to paddle's (None when it has no translation and the spec
+    gives paddle_optimizer itself)."""
+    opt, sched = tspec.torch_optimizer(session.torch_copy())
+    try:
+        return translate(opt, sched, tspec.clip_grad_norm)
+    except UserError:
+        if tspec.has["paddle_optimizer"]:
+            return None
+        raise
+
+
+def _check_deterministic(session, tspec, batch) -> None:
+    import torch
+    model = session.torch_copy()
+    inputs = to_torch(batch[0], torch.float32, session.device)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        a = [o.cpu().numpy() for o in float_outputs(call_model(model, inputs), "torch")]
+        torch.manual_seed(1)
+        b = [o.cpu().numpy() for o in float_outputs(call_model(model, inputs), "torch")]
+    if any(not np.array_equal(x, y) for x, y in zip(a, b)):
+        raise UserError(f"torch_model() from '{tspec.path}' gives different outputs on the same batch in training "
+                        "mode with every dropout module at 0: it draws random numbers in its forward (functional "
+                        "dropout?); training checks need a deterministic forward, so make that probability 0")
+
+
+def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-is", emulate=None, weights=None,
+                converted=None, mapping=None, backward=True) -> TrainReport:
+    from . import backward as bwd
+    from .diagnose import diagnose
+    from .loss import loss_rows, probe
+    from .optimizer_check import OptimizerCheck
+    from .steps import final_rows, grad_rows, step_rows
+    from .structure import structure_rows
+
+    if steps < 1:
+        raise UserError(f"--steps must be at least 1; got {steps}")
+    tspec = TrainSpec(spec)
+    session = TrainSession(spec, device, precision, emulate, weights, converted, mapping)
+    try:
+        batches = tspec.batches(steps)
+        session.translation = _translation(session, tspec)
+        _check_deterministic(session, tspec, batches[0])
+        rows = structure_rows(session, tspec)
+        loss_probe = probe(session, tspec, batches[0])
+        rows += loss_rows(loss_probe)
+        local = bwd.local_rows(session, tspec, batches[0]) if backward else []
+        rows += local
+        check = OptimizerCheck(session, tspec)
+        fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
+        t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
+        t64 = torch_run(session, tspec, batches, _float64())
+        tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
+        p = paddle_run(session, tspec, batches, fmt_p)
+        step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p)
+        rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
+        rows += final_rows(session, t32, t64, tfmt, p)
+        bad = first_bad(rows)
+        notes = _notes(session, tspec)
+        report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
+        report.optimizer_code = session.translation.code() if session.translation is not None else None
+        report.diagnosis = diagnose(session, tspec, report, batches, {"t32": t32, "t64": t64, "tfmt": tfmt, "paddle": p,
+                                                                     "loss": loss_probe})
+        return report
+    finally:
+        session.restore()
+
+
+def _float64():
+    import torch
+    return torch.float64
+
+
+def _described(session, tspec) -> str:
+    if tspec.has["paddle_optimizer"]:
+        return "the spec's paddle_optimizer(model)"
+    return "translated from torch's: " + session.translation.describe()
+
+
+def _notes(session, tspec) -> list:
+    nt, np_ = session.dropout.count
+    notes = [f"dropout set to 0 on both sides for the training checks ({nt} torch module(s), {np_} paddle layer(s) "
+             "had a non-zero probability)"]
+    if not tspec.has["torch_loss"]:
+        notes.append("no torch_loss/paddle_loss in the spec: the loss is a fixed random projection of the outputs")
+    if not tspec.has["batches"]:
+        notes.append("no batches() in the spec: every step trains on inputs()")
+    for side, fmt in session.formats.items():
+        if fmt != "fp32":
+            notes.append(f"{side} computes its matmuls in {fmt}: the noise band includes a torch run in {fmt}")
+    return notes

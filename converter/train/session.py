@@ -1,0 +1,123 @@
+"""Both models set up for training checks: weights as the forward check has them, dropout at 0,
+training mode, the parameter correspondence, and the initial states to start every run from."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._verify import Options, PortSession
+from .emulate import Emulation
+
+
+@dataclass
+class ParamPair:
+    """A paddle state-dict entry and the torch entries it is computed from (by the mapping)."""
+
+    paddle: str
+    torch: list
+    entry: object  # the plan's TargetEntry: how torch's arrays become paddle's
+
+    @property
+    def torch_name(self) -> str:
+        return self.torch[0] if len(self.torch) == 1 else "+".join(self.torch)
+
+    def to_paddle(self, arrays: dict) -> np.ndarray:
+        """Torch-side arrays (name -> array, in torch's layout) in paddle's layout, dtype kept."""
+        pieces = [part.apply(np.asarray(arrays[part.source])) for part in self.entry.parts]
+        if self.entry.merge_axis is None:
+            return pieces[0]
+        return np.concatenate(pieces, axis=self.entry.merge_axis)
+
+
+@dataclass
+class DropoutState:
+    torch: list = field(default_factory=list)  # (module, attribute, old value)
+    paddle: list = field(default_factory=list)
+
+    @property
+    def count(self) -> tuple[int, int]:
+        return len(self.torch), len(self.paddle)
+
+    def restore(self) -> None:
+        for obj, attr, value in self.torch + self.paddle:
+            setattr(obj, attr, value)
+
+
+TORCH_DROPOUT_ATTRS = {"Dropout": "p", "Dropout1d": "p", "Dropout2d": "p", "Dropout3d": "p", "AlphaDropout": "p",
+                       "MultiheadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout", "RNN": "dropout"}
+PADDLE_DROPOUT_ATTRS = {"Dropout": "p", "Dropout2D": "p", "Dropout3D": "p", "AlphaDropout": "p",
+                        "MultiHeadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout", "SimpleRNN": "dropout"}
+
+
+def _zero_dropout(modules, table: dict, saved: list) -> None:
+    for module in modules:
+        attr = table.get(type(module).__name__)
+        if attr is not None and isinstance(getattr(module, attr, None), (int, float)) and getattr(module, attr):
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, 0.0)
+
+
+class TrainSession:
+    """The two models of a spec, ready for training checks; `restore()` puts them back."""
+
+    def __init__(self, spec, device="auto", precision="as-is", emulate=None, weights=None, converted=None,
+                 mapping=None):
+        self.port = PortSession(spec, Options(device=device, precision=precision, emulate={}, strategy="full"),
+                                weights=weights, converted=converted, mapping=mapping)
+        self.spec = spec
+        self.device = self.port.device
+        self.torch_model = self.port.torch_model
+        self.paddle_model = self.port.paddle_model
+        self.precision = self.port.precision
+        for side, fmt in (emulate or {}).items():
+            self.precision[side].emulated = fmt
+        self.formats = {side: p.format for side, p in self.precision.items()}
+        self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
+        self.paddle_init = {k: np.array(v.numpy()) for k, v in self.paddle_model.state_dict().items()}
+        self.pairs = self._pairs()
+        self.dropout = DropoutState()
+        _zero_dropout(self.torch_model.modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
+        _zero_dropout([l for _, l in self.paddle_model.named_sublayers(include_self=True)], PADDLE_DROPOUT_ATTRS,
+                      self.dropout.paddle)
+        self.emulation = Emulation(self.formats)
+
+    def _pairs(self) -> list[ParamPair]:
+        table = self.port.plan.by_output_name()
+        out = []
+        for name in self.paddle_init:
+            entry = table.get(name)
+            if entry is not None and entry.name == name:  # aliases hold the same tensor
+                out.append(ParamPair(name, [p.source for p in entry.parts], entry))
+        return out
+
+    # fresh models --------------------------------------------------------------------------
+    def torch_copy(self, dtype=None):
+        """A torch model at the initial weights (float64 when asked), in training mode, on CPU for float64."""
+        import torch
+        model = copy.deepcopy(self.torch_model)
+        model.load_state_dict(self.torch_init)
+        if dtype == torch.float64:
+            model = model.double().cpu()
+        model.train()
+        return model
+
+    def paddle_copy(self):
+        model = copy.deepcopy(self.paddle_model)
+        model.set_state_dict(self.paddle_init)
+        model.train()
+        return model
+
+    def restore(self) -> None:
+        """The models as they were given: initial weights, dropout, evaluation mode."""
+        self.torch_model.load_state_dict(self.torch_init)
+        self.paddle_model.set_state_dict(self.paddle_init)
+        self.dropout.restore()
+        self.torch_model.eval()
+        self.paddle_model.eval()
+
+    def torch_device(self, dtype) -> str:
+        import torch
+        return "cpu" if dtype == torch.float64 else self.device

@@ -1,0 +1,130 @@
+"""N free-running steps on both sides, judged against a measured noise band.
+
+The band is how far two legitimate torch runs drift apart under the arithmetic in use: torch in
+fp32 against torch in float64, and, when a side computes its matmuls in another format (TF32,
+bf16), torch in that format against float64. The loss band at step k is MARGIN times the largest
+drift seen up to k, combined over the two sides; the final weights and BatchNorm running
+statistics get per-element budgets from the same runs. Paddle's BatchNorm updates its running
+variance with the biased batch variance (torch: unbiased), so the running statistics are replayed
+from torch's batch statistics under paddle's rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._verify import MARGIN, U32, tail
+from .judge import judge
+from .result import Row, StepRow
+
+BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a few values
+LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
+
+
+def loss_band(t32, t64, tfmt) -> list:
+    band, d32, dfmt = [], 0.0, 0.0
+    for k, (a, b) in enumerate(zip(t32.losses, t64.losses)):
+        d32 = max(d32, abs(a - b))
+        dfmt = max(dfmt, abs(tfmt.losses[k] - b)) if tfmt is not None else d32
+        floor = 4 * U32 * abs(b)
+        band.append(BAND_MARGIN * math.sqrt(d32 * d32 + dfmt * dfmt) + floor)
+    return band
+
+
+def step_rows(t32, t64, tfmt, paddle) -> tuple[list, list, list]:
+    """(StepRow per step, loss rows of phase steps, lr rows)."""
+    band = loss_band(t32, t64, tfmt)
+    steps, loss, lrs = [], [], []
+    for k, b in enumerate(band):
+        s = StepRow(k, t32.losses[k], paddle.losses[k], t32.lrs[k], paddle.lrs[k], b)
+        steps.append(s)
+        loss.append(Row("steps", k, "loss", "loss", s.ratio, abs(s.loss_paddle - s.loss_torch), b))
+        tol = LR_REL * abs(s.lr_torch) + 1e-15
+        d = abs(s.lr_paddle - s.lr_torch)
+        lrs.append(Row("lr", k, "lr", "lr", d / tol, d, tol))
+    return steps, loss, lrs
+
+
+def bn_momentum(module) -> float | None:
+    return getattr(module, "momentum", None)
+
+
+def replay_running(initial: np.ndarray, stats: list, which: int, paddle_momentum: float) -> np.ndarray:
+    """A running statistic under paddle's rule: r = m r + (1 - m) batch (the variance biased)."""
+    r = initial.astype(np.float64)
+    for s in stats:
+        r = paddle_momentum * r + (1.0 - paddle_momentum) * s[which]
+    return r
+
+
+def running_stats(session, record) -> dict:
+    """torch buffer name -> its value replayed under paddle's rule with torch's momentum."""
+    out = {}
+    for path, stats in record.bn_stats.items():
+        m = bn_momentum(session.torch_model.get_submodule(path))
+        if m is None:
+            continue
+        for which, buf in ((0, "running_mean"), (1, "running_var")):
+            name = f"{path}.{buf}" if path else buf
+            out[name] = replay_running(session.torch_init[name].cpu().numpy(), stats, which, 1.0 - m)
+    return out
+
+
+def final_rows(session, t32, t64, tfmt, paddle) -> list:
+    """The final weights and buffers, per tensor, in paddle's layout."""
+    fmt = session.formats.get("paddle")
+    replay = {tag: running_stats(session, r) for tag, r in (("32", t32), ("64", t64), ("fmt", tfmt)) if r is not None}
+    rows = []
+    for pair in session.pairs:
+        if pair.paddle not in paddle.final:
+            continue
+        sources = [_final(pair, r, replay[tag]) for tag, r in (("32", t32), ("64", t64), ("fmt", tfmt))
+                   if r is not None]
+        if any(s is None for s in sources):
+            continue
+        want, ref = sources[0].astype(np.float32), sources[1]
+        rounding = None
+        if tfmt is not None and fmt not in (None, "fp32"):
+            rounding = {fmt: float(np.sqrt(np.mean(np.square(sources[2] - ref))))}
+        e_ref = (sources[0] - ref).astype(np.float32)
+        replayed = any(t in replay["32"] for t in pair.torch)
+        note = "replayed under paddle's rule (biased batch variance)" if replayed else ""
+        # one drift sample per element is a weak estimate after many chaotic steps: the tensor's
+        # largest drift is every element's floor (a band per tensor)
+        floor = float(np.max(np.abs(e_ref), initial=0.0))
+        rows.append(judge("steps", len(t32.losses), pair.torch_name, pair.paddle, want, paddle.final[pair.paddle],
+                          e_ref, floor, formats=session.formats, rounding=rounding, note=note))
+    return rows
+
+
+def _final(pair, record, replayed: dict):
+    arrays = {}
+    for t in pair.torch:
+        if t in replayed:
+            arrays[t] = replayed[t]
+        elif t in record.final:
+            arrays[t] = record.final[t].astype(np.float64)
+        else:
+            return None
+    if not all(np.issubdtype(a.dtype, np.floating) for a in arrays.values()):
+        return None
+    return pair.to_paddle(arrays)
+
+
+def grad_rows(session, t32, t64, tfmt, paddle) -> list:
+    """Every parameter's end-to-end gradient at the first step."""
+    fmt = session.formats.get("paddle")
+    rows = []
+    for pair in session.pairs:
+        if pair.paddle not in paddle.grads0 or not all(t in t32.grads0 for t in pair.torch):
+            continue
+        want = pair.to_paddle(t32.grads0)
+        ref = pair.to_paddle({t: t64.grads0[t] for t in pair.torch})
+        rounding = None
+        if tfmt is not None and fmt not in (None, "fp32"):
+            rounding = {fmt: float(np.sqrt(np.mean(np.square(pair.to_paddle(tfmt.grads0) - ref))))}
+        rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, paddle.grads0[pair.paddle],
+                          (want - ref).astype(np.float32), formats=session.formats, rounding=rounding,
+                          note="end-to-end gradient"))
+    return rows

@@ -1,0 +1,50 @@
+"""verify-port --train on clean torch/paddle pairs: every phase within budget over 20 steps, the
+report as the README describes it."""
+
+import json
+
+import pytest
+
+from conftest import run_verify, spec_path
+
+STEPS = 20
+
+
+def _train(tmp, name, *extra):
+    out = tmp / "report.json"
+    r = run_verify("--spec", spec_path(name), "--train", "--steps", STEPS, "--device", "cpu", "--json", out, *extra)
+    return r, json.loads(out.read_text())["train"] if out.exists() else None
+
+
+@pytest.mark.parametrize("name", ["train_mlp", "train_cnn"])
+def test_clean_pair_passes_every_phase(tmp, name):
+    r, train = _train(tmp, name)
+    assert r.code == 0, r
+    assert train["verdict"] == "pass" and train["first_bad"] is None
+    assert len(train["steps"]) == STEPS
+    phases = {c["phase"] for c in train["checks"]}
+    assert {"loss", "backward", "lr", "optimizer", "steps"} <= phases
+    assert all(c["ratio"] <= 1 for c in train["checks"])
+    for s in train["steps"]:
+        assert abs(s["loss_paddle"] - s["loss_torch"]) <= s["band"] and s["lr_paddle"] == pytest.approx(s["lr_torch"])
+    assert any("dropout set to 0" in n for n in train["notes"])
+    assert "training verdict: PASS" in r.stdout
+
+
+def test_report_files_and_emitted_optimizer(tmp):
+    page, code = tmp / "r.html", tmp / "opt.py"
+    r, train = _train(tmp, "train_mlp", "--html", page, "--emit-optimizer", code)
+    assert r.code == 0, r
+    text = page.read_text()
+    assert "Training checks: PASS" in text and text.count("<svg") >= 3  # the forward plot and both loss plots
+    namespace = {}
+    exec(compile(code.read_text(), str(code), "exec"), namespace)
+    from converter.lazy import import_paddle
+    opt, sched = namespace["paddle_optimizer"](import_paddle().nn.Linear(2, 2))
+    assert type(opt).__name__ == "AdamW" and type(sched).__name__ == "LinearWarmup"
+    assert train["optimizer"].startswith("translated from torch's: paddle.optimizer.AdamW(")
+
+
+def test_emit_optimizer_without_train_is_bad_input(tmp):
+    r = run_verify("--spec", spec_path("train_mlp"), "--emit-optimizer", tmp / "o.py")
+    assert r.code == 2 and "add --train" in r.stderr and not (tmp / "o.py").exists()
