@@ -39,7 +39,7 @@ STORAGE_DTYPES = {
     "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
     "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
 }
-MAX_PICKLE = 64 << 20  # data.pkl of a state dict holds about 200 bytes per tensor
+MAX_PICKLE = 32 << 20  # a state dict's data.pkl holds about 100 bytes per tensor
 MAX_INFLATED = 4 << 30  # one deflated storage held in memory
 DEFLATE_RATIO = 1032  # deflate's largest possible expansion
 

@@ -15,6 +15,7 @@ caller learns every foreign name it holds.
 
 from __future__ import annotations
 
+import collections
 import struct
 from dataclasses import dataclass
 
@@ -45,7 +46,8 @@ class Opaque:
         self.name = name
 
 
-_CONTAINERS = (tuple, list, dict, set, frozenset)
+_CONTAINER_TYPES = frozenset({tuple, list, dict, set, frozenset, collections.OrderedDict})
+_I4, _U2, _U4, _U8, _F8 = (struct.Struct(f) for f in ("<i", "<H", "<I", "<Q", ">d"))
 
 
 class _Machine:
@@ -59,7 +61,7 @@ class _Machine:
         self.stack: list = []
         self.marks: list[int] = []
         self.memo: dict[int, object] = {}
-        self.depths: dict[int, int] = {}  # id -> depth, for the containers built here
+        self.depths: dict[int, int] = {}  # id -> depth, for containers that hold containers
         self.keep: list = []  # keeps those containers alive, so that their ids stay theirs
 
     # ---- reading the byte stream
@@ -71,9 +73,18 @@ class _Machine:
         self.pos += n
         return view
 
-    def unpack(self, fmt: str):
-        size = struct.calcsize(fmt)
-        return struct.unpack(fmt, self.take(size))[0]
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise Refused("it ends inside an opcode's data")
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def unpack(self, fmt: struct.Struct):
+        if self.pos + fmt.size > len(self.data):
+            raise Refused(f"it ends inside an opcode's data (needs {fmt.size} bytes at byte {self.pos})")
+        value = fmt.unpack_from(self.data, self.pos)[0]
+        self.pos += fmt.size
+        return value
 
     def line(self) -> str:
         end = self.pos
@@ -111,20 +122,25 @@ class _Machine:
 
     # ---- containers
 
-    def depth(self, obj) -> int:
-        return self.depths.get(id(obj), 0) if isinstance(obj, _CONTAINERS) else 0
-
     def deepen(self, container, items) -> None:
-        depth = max(self.depths.get(id(container), 1), 1 + max((self.depth(i) for i in items), default=0))
-        if depth > self.limits.depth:
+        """Record how deep `container` nests now that it holds `items`. Only containers that
+        hold containers are recorded; any other container is 1 deep."""
+        inner = 0
+        for item in items:
+            if type(item) in _CONTAINER_TYPES:
+                d = self.depths.get(id(item), 1)
+                if d > inner:
+                    inner = d
+        if not inner or inner + 1 <= self.depths.get(id(container), 1):
+            return
+        if inner + 1 > self.limits.depth:
             raise Refused(f"it nests containers more than {self.limits.depth} deep")
         if id(container) not in self.depths:
-            self.keep.append(container)
-        self.depths[id(container)] = depth
+            self.keep.append(container)  # alive until the end, so that its id stays its own
+        self.depths[id(container)] = inner + 1
 
     def built(self, container):
-        items = container.values() if isinstance(container, dict) else container
-        self.deepen(container, items)
+        self.deepen(container, container.values() if isinstance(container, dict) else container)
         self.stack.append(container)
 
     def key(self, key):
@@ -234,7 +250,7 @@ class _Machine:
 
 
 def _op_proto(m):
-    if m.take(1)[0] > 5:
+    if m.byte() > 5:
         raise Refused("an unknown pickle protocol")
 
 
@@ -345,18 +361,18 @@ _OPS = {
     0x4E: lambda m: m.stack.append(None),  # NONE
     0x88: lambda m: m.stack.append(True),  # NEWTRUE
     0x89: lambda m: m.stack.append(False),  # NEWFALSE
-    0x4A: lambda m: m.stack.append(m.unpack("<i")),  # BININT
-    0x4B: lambda m: m.stack.append(m.take(1)[0]),  # BININT1
-    0x4D: lambda m: m.stack.append(m.unpack("<H")),  # BININT2
-    0x8A: lambda m: m.stack.append(m.long(m.take(1)[0])),  # LONG1
-    0x8B: lambda m: m.stack.append(m.long(m.unpack("<i"))),  # LONG4
-    0x47: lambda m: m.stack.append(m.unpack(">d")),  # BINFLOAT
-    0x58: lambda m: m.stack.append(m.text(m.unpack("<I"))),  # BINUNICODE
-    0x8C: lambda m: m.stack.append(m.text(m.take(1)[0])),  # SHORT_BINUNICODE
-    0x8D: lambda m: m.stack.append(m.text(m.unpack("<Q"))),  # BINUNICODE8
-    0x42: lambda m: m.stack.append(m.take(m.unpack("<I"))),  # BINBYTES
-    0x43: lambda m: m.stack.append(m.take(m.take(1)[0])),  # SHORT_BINBYTES
-    0x8E: lambda m: m.stack.append(m.take(m.unpack("<Q"))),  # BINBYTES8
+    0x4A: lambda m: m.stack.append(m.unpack(_I4)),  # BININT
+    0x4B: lambda m: m.stack.append(m.byte()),  # BININT1
+    0x4D: lambda m: m.stack.append(m.unpack(_U2)),  # BININT2
+    0x8A: lambda m: m.stack.append(m.long(m.byte())),  # LONG1
+    0x8B: lambda m: m.stack.append(m.long(m.unpack(_I4))),  # LONG4
+    0x47: lambda m: m.stack.append(m.unpack(_F8)),  # BINFLOAT
+    0x58: lambda m: m.stack.append(m.text(m.unpack(_U4))),  # BINUNICODE
+    0x8C: lambda m: m.stack.append(m.text(m.byte())),  # SHORT_BINUNICODE
+    0x8D: lambda m: m.stack.append(m.text(m.unpack(_U8))),  # BINUNICODE8
+    0x42: lambda m: m.stack.append(m.take(m.unpack(_U4))),  # BINBYTES
+    0x43: lambda m: m.stack.append(m.take(m.byte())),  # SHORT_BINBYTES
+    0x8E: lambda m: m.stack.append(m.take(m.unpack(_U8))),  # BINBYTES8
     0x29: lambda m: m.built(()),  # EMPTY_TUPLE
     0x74: lambda m: m.built(tuple(m.pop_mark())),  # TUPLE
     0x85: _op_tuple(1),
@@ -373,11 +389,11 @@ _OPS = {
     0x8F: lambda m: m.built(set()),  # EMPTY_SET
     0x90: _op_additems,
     0x91: _op_frozenset,
-    0x71: lambda m: m.memo_put(m.take(1)[0]),  # BINPUT
-    0x72: lambda m: m.memo_put(m.unpack("<I")),  # LONG_BINPUT
+    0x71: lambda m: m.memo_put(m.byte()),  # BINPUT
+    0x72: lambda m: m.memo_put(m.unpack(_U4)),  # LONG_BINPUT
     0x94: lambda m: m.memo_put(len(m.memo)),  # MEMOIZE
-    0x68: lambda m: m.memo_get(m.take(1)[0]),  # BINGET
-    0x6A: lambda m: m.memo_get(m.unpack("<I")),  # LONG_BINGET
+    0x68: lambda m: m.memo_get(m.byte()),  # BINGET
+    0x6A: lambda m: m.memo_get(m.unpack(_U4)),  # LONG_BINGET
     0x63: _op_global,
     0x93: _op_stack_global,
     0x52: _op_reduce,
@@ -397,5 +413,5 @@ def load(data, resolve, persistent=None, foreign: list | None = None, position: 
     machine = _Machine(data, position, resolve, persistent, foreign, limits)
     try:
         return machine.run(), machine.pos
-    except (RecursionError, MemoryError, OverflowError, struct.error) as exc:
+    except (RecursionError, MemoryError, OverflowError) as exc:
         raise Refused(f"{type(exc).__name__} while reading it") from None
