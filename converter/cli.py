@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .errors import CheckFailed, PortError, UserError
+from .errors import CheckFailed, PortError, UserError, one_line
 
 
 def _say(line: str) -> None:
@@ -33,12 +33,13 @@ def _boundary(func):
             _say("error: out of memory; close other programs or convert on a larger machine")
             sys.exit(2)
         except OSError as exc:
-            _say(f"error: {exc.strerror or exc} ({exc.filename or ''}); check the paths and free disk space")
+            _say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
+                 "check the paths and free disk space")
             sys.exit(2)
         except Exception as exc:  # an internal bug: one line, the traceback only on request
             if os.environ.get("CONVERTER_DEBUG"):
                 raise
-            _say(f"internal error: {type(exc).__name__}: {exc} (set CONVERTER_DEBUG=1 for the traceback "
+            _say(f"internal error: {type(exc).__name__}: {one_line(exc)} (set CONVERTER_DEBUG=1 for the traceback "
                  "and report it)")
             sys.exit(3)
 
