@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="Convert PyTorch checkpoints to PaddlePaddle and verify the port layer by layer",
     python_requires=">=3.9",
-    packages=["converter", "converter.io", "converter.rules", "converter.rules.layers",
+    packages=["converter", "converter.io", "converter.rules", "converter.families",
               "converter.frameworks", "converter.verify", "converter.examples", "converter.mappings"],
     package_dir={"converter.mappings": "mappings"},
     package_data={"converter.mappings": ["*.json"]},

@@ -1,19 +1,25 @@
-"""torch.nn <-> paddle.nn knowledge, one entry per layer family.
+"""torch.nn <-> paddle.nn knowledge, one entry per layer family, one file per family.
 
-Each family module registers `LayerFamily` entries keyed by torch class name;
-every entry has the same signature, `convert(pair)`, which adds rules for the
-pair's own parameters and buffers. A torch class may be registered once.
+A `Family` holds everything the project knows about one kind of layer, for both
+commands: its weight rules (`convert`), whether a lower-precision format rounds its
+inputs and what its sum of squared products and reduction length are (`products`,
+for the matmul budget), which layers it pairs with when it has no weights (`kind`),
+what its epsilon is called on either side (`epsilon`), and its what-if diagnoses
+(`what_ifs`). Entries are keyed by torch class name, and a torch class may be
+registered once. A layer type that no entry covers still converts (its parameters
+keep their names) and is still verified, with the generic budget.
+
+Adding a layer type is one file here, registered in `_load_families`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
+from typing import Callable, Protocol
 
 
 @dataclass
-class LayerPair:
+class PortedLayer:
     """A torch module and the paddle layer it was ported to, and the rules found for them."""
 
     torch_path: str
@@ -23,10 +29,10 @@ class LayerPair:
     rules: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def t(self, name: str) -> str:
+    def torch_key(self, name: str) -> str:
         return f"{self.torch_path}.{name}" if self.torch_path else name
 
-    def p(self, name: str) -> str:
+    def paddle_key(self, name: str) -> str:
         return f"{self.paddle_path}.{name}" if self.paddle_path else name
 
     def torch_keys(self) -> list[str]:
@@ -39,20 +45,25 @@ class LayerPair:
     def rename(self, name: str, paddle_name: str | None = None, transpose: bool = False) -> None:
         if not self.has(name):
             return
-        self.rules.append({"kind": "rename", "key": self.t(name), "to": self.p(paddle_name or name)})
+        self.rules.append({"kind": "rename", "key": self.torch_key(name), "to": self.paddle_key(paddle_name or name)})
         if transpose:
-            self.rules.append({"kind": "transpose", "key": self.t(name)})
+            self.rules.append({"kind": "transpose", "key": self.torch_key(name)})
+
+    def reshape(self, name: str, shape: list[int]) -> None:
+        if self.has(name):
+            self.rules.append({"kind": "reshape", "key": self.torch_key(name), "shape": list(shape)})
 
     def split(self, name: str, paddle_names: list[str], axis: int = 0, transpose: bool = False) -> None:
         if not self.has(name):
             return
-        self.rules.append({"kind": "split", "key": self.t(name), "to": [self.p(n) for n in paddle_names], "axis": axis})
+        self.rules.append({"kind": "split", "key": self.torch_key(name), "to": [self.paddle_key(n) for n in paddle_names],
+                           "axis": axis})
         if transpose:
-            self.rules.append({"kind": "transpose", "key": self.t(name)})
+            self.rules.append({"kind": "transpose", "key": self.torch_key(name)})
 
     def drop(self, name: str) -> None:
         if self.has(name):
-            self.rules.append({"kind": "drop", "key": self.t(name)})
+            self.rules.append({"kind": "drop", "key": self.torch_key(name)})
 
     def unsupported(self, what: str) -> None:
         self.problems.append(f"torch '{self.torch_path}' ({type(self.torch_module).__name__}): {what}")
@@ -71,28 +82,51 @@ def paddle_own_keys(layer) -> list[str]:
     return [k for k in layer.state_dict(include_sublayers=False)]
 
 
+class Products(Protocol):
+    def __call__(self, module, args: tuple, weight2, square: Callable) -> tuple:
+        """(S2, K) of one call: S2 = sum over the reduction of (x_k w_k)^2 per output element,
+        from `square(input)` and the squared weight `weight2`; K the reduction length."""
+
+
+class WhatIf(Protocol):
+    def __call__(self, ctx, where: str, torch_module, paddle_layer) -> list:
+        """Diagnoses (verify.report.Diagnosis) for one pair inside the first layer over budget
+        (`where` is its torch path; ctx the diagnosis context, see verify/diagnose.py)."""
+
+
 @dataclass(frozen=True)
-class LayerFamily:
+class Family:
     name: str
     torch_types: tuple[str, ...]
     paddle_types: tuple[str, ...]
-    convert: Callable[[LayerPair], None]
+    convert: Callable[[PortedLayer], None] | None = None  # weight rules for one pair
+    products: Products | None = None  # a matmul/convolution: a format rounds its inputs
+    kind: str | None = None  # layers without weights pair with layers of the same kind
+    epsilon: tuple[str, ...] = ()  # its epsilon's attribute names, on either side
+    what_ifs: tuple[WhatIf, ...] = ()
     owns_children: bool = False  # paddle builds internal sublayers (RNN cells) that the entry covers
 
+    @property
+    def pairing_kind(self) -> str:
+        return self.kind or self.name
 
-REGISTRY: dict[str, LayerFamily] = {}
+
+REGISTRY: dict[str, Family] = {}  # torch class name -> family
+BY_PADDLE_TYPE: dict[str, Family] = {}  # paddle class name -> the first family that names it
 
 
-def register(family: LayerFamily) -> LayerFamily:
+def register(family: Family) -> Family:
     for torch_type in family.torch_types:
         if torch_type in REGISTRY:
             raise ValueError(f"torch type {torch_type} is registered twice "
                              f"({REGISTRY[torch_type].name} and {family.name})")
         REGISTRY[torch_type] = family
+    for paddle_type in family.paddle_types:
+        BY_PADDLE_TYPE.setdefault(paddle_type, family)
     return family
 
 
-def lookup(torch_module) -> LayerFamily | None:
+def lookup(torch_module) -> Family | None:
     """The family of a torch module, by its class or the nearest registered base class."""
     for cls in type(torch_module).__mro__:
         family = REGISTRY.get(cls.__name__)
@@ -101,15 +135,44 @@ def lookup(torch_module) -> LayerFamily | None:
     return None
 
 
-def paddle_type_fits(family: LayerFamily, paddle_layer) -> bool:
+def lookup_paddle(paddle_layer) -> Family | None:
+    """The family of a paddle layer, by its class or the nearest registered base class."""
+    for cls in type(paddle_layer).__mro__:
+        family = BY_PADDLE_TYPE.get(cls.__name__)
+        if family is not None:
+            return family
+    return None
+
+
+def kind_of(type_name: str) -> str:
+    """The pairing kind of a layer type on either side (its own name, lower case, if no family
+    names it): a ReLU ported as ReLU6 is paired, compared and diagnosed rather than lost."""
+    family = REGISTRY.get(type_name) or BY_PADDLE_TYPE.get(type_name)
+    return family.pairing_kind if family is not None else type_name.lower()
+
+
+def paddle_type_fits(family: Family, paddle_layer) -> bool:
     names = {cls.__name__ for cls in type(paddle_layer).__mro__}
     return any(t in names for t in family.paddle_types)
 
 
+def rounds_inputs(torch_module) -> bool:
+    """A torch layer whose matmul or convolution a lower-precision format rounds the inputs of."""
+    family = lookup(torch_module)
+    return family is not None and family.products is not None and getattr(torch_module, "weight", None) is not None
+
+
+def paddle_rounds_inputs(paddle_layer) -> bool:
+    """The same for a paddle layer."""
+    family = lookup_paddle(paddle_layer)
+    return family is not None and family.products is not None and getattr(paddle_layer, "weight", None) is not None
+
+
 def _load_families() -> None:
-    from . import activation, attention, conv, embedding, linear, norm, rnn  # noqa: F401
+    from . import activation, attention, conv, dropout, embedding, linear, norm, pool, rnn, upsample  # noqa: F401
 
 
 _load_families()
 
-__all__ = ["LayerPair", "LayerFamily", "REGISTRY", "register", "lookup", "paddle_type_fits"]
+__all__ = ["PortedLayer", "Family", "REGISTRY", "register", "lookup", "lookup_paddle", "kind_of",
+           "paddle_type_fits", "rounds_inputs", "paddle_rounds_inputs"]

@@ -2,12 +2,12 @@
 
 out_proj is a Linear child on both sides and is paired by the walker."""
 
-from . import LayerFamily, LayerPair, register
+from . import Family, PortedLayer, register
 
 _QKV = ["q_proj", "k_proj", "v_proj"]
 
 
-def _mha(pair: LayerPair) -> None:
+def _mha(pair: PortedLayer) -> None:
     m = pair.torch_module
     if getattr(m, "bias_k", None) is not None or getattr(m, "add_zero_attn", False):
         pair.unsupported("add_bias_kv / add_zero_attn have no paddle MultiHeadAttention counterpart")
@@ -17,4 +17,4 @@ def _mha(pair: LayerPair) -> None:
         pair.rename(f"{n}_weight", f"{n}.weight", transpose=True)
 
 
-register(LayerFamily("multihead-attention", ("MultiheadAttention",), ("MultiHeadAttention",), _mha))
+register(Family("multihead-attention", ("MultiheadAttention",), ("MultiHeadAttention",), _mha))

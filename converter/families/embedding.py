@@ -1,10 +1,10 @@
 """Embedding: [num, dim] on both sides; never transposed, even when square."""
 
-from . import LayerFamily, LayerPair, register
+from . import Family, PortedLayer, register
 
 
-def _embedding(pair: LayerPair) -> None:
+def _embedding(pair: PortedLayer) -> None:
     pair.rename("weight")
 
 
-register(LayerFamily("embedding", ("Embedding",), ("Embedding",), _embedding))
+register(Family("embedding", ("Embedding",), ("Embedding",), _embedding))

@@ -1,17 +1,58 @@
-"""Linear: torch stores weight [out, in], paddle [in, out]. HF GPT-2's Conv1D is already [in, out]."""
+"""Linear: torch stores weight [out, in], paddle [in, out]. HF GPT-2's Conv1D is already
+[in, out]. Bilinear: weight [out, in1, in2] on both sides; paddle's bias is [1, out]."""
 
-from . import LayerFamily, LayerPair, register
+from . import Family, PortedLayer, register
 
 
-def _linear(pair: LayerPair) -> None:
+def _linear(pair: PortedLayer) -> None:
     pair.rename("weight", transpose=True)
     pair.rename("bias")
 
 
-def _hf_conv1d(pair: LayerPair) -> None:
+def _hf_conv1d(pair: PortedLayer) -> None:
     pair.rename("weight")  # already [in, out]: never transpose
     pair.rename("bias")
 
 
-register(LayerFamily("linear", ("Linear", "LazyLinear"), ("Linear",), _linear))
-register(LayerFamily("hf-conv1d", ("Conv1D",), ("Linear", "Conv1D"), _hf_conv1d))
+def _bilinear(pair: PortedLayer) -> None:
+    pair.rename("weight")
+    pair.rename("bias")
+    pair.reshape("bias", [1, pair.torch_module.out_features])
+
+
+def _linear_products(module, args, weight2, square):
+    import torch.nn.functional as F
+    return F.linear(square(args[0]), weight2), module.in_features
+
+
+def _hf_conv1d_products(module, args, weight2, square):
+    return square(args[0]) @ weight2, weight2.shape[0]
+
+
+def _bilinear_products(module, args, weight2, square):
+    import torch.nn.functional as F
+    return F.bilinear(square(args[0]), square(args[1]), weight2), module.in1_features * module.in2_features
+
+
+def untransposed(ctx, where, torch_module, paddle_layer) -> list:
+    """A square paddle weight that is torch's as is (paddle's Linear wants [in, out]), found from
+    the two layers themselves, whatever the mapping says."""
+    import numpy as np
+
+    from ..frameworks.paddle_side import to_numpy
+    from ..verify.report import Diagnosis
+    if getattr(torch_module, "weight", None) is None or getattr(paddle_layer, "weight", None) is None:
+        return []
+    w, pw = torch_module.weight.detach().cpu().numpy(), to_numpy(paddle_layer.weight)
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, w) \
+            or np.array_equal(w, w.T):
+        return []
+    return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {list(pw.shape)} is square and holds "
+                      f"torch's '{where}.weight' untransposed",
+                      "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule file needs a "
+                      "transpose rule for it)")]
+
+
+register(Family("linear", ("Linear", "LazyLinear"), ("Linear",), _linear, _linear_products, what_ifs=(untransposed,)))
+register(Family("hf-conv1d", ("Conv1D",), ("Linear", "Conv1D"), _hf_conv1d, _hf_conv1d_products))
+register(Family("bilinear", ("Bilinear",), ("Bilinear",), _bilinear, _bilinear_products))

@@ -1,10 +1,14 @@
 """Normalisation layers: BatchNorm's running stats are `_mean`/`_variance` in paddle, and
-InstanceNorm's weight is `scale`. Counters and statistics paddle does not keep are dropped."""
+InstanceNorm's weight is `scale`. Counters and statistics paddle does not keep are dropped.
+Epsilon is `eps` in torch and `_epsilon` in paddle; paddle's BatchNorm momentum weights the
+old statistics (torch's the new batch)."""
 
-from . import LayerFamily, LayerPair, register
+from . import Family, PortedLayer, register
+
+EPSILON = ("eps", "_epsilon", "epsilon")
 
 
-def _batch_norm(pair: LayerPair) -> None:
+def _batch_norm(pair: PortedLayer) -> None:
     pair.rename("weight")
     pair.rename("bias")
     pair.rename("running_mean", "_mean")
@@ -12,12 +16,12 @@ def _batch_norm(pair: LayerPair) -> None:
     pair.drop("num_batches_tracked")
 
 
-def _affine(pair: LayerPair) -> None:
+def _affine(pair: PortedLayer) -> None:
     pair.rename("weight")
     pair.rename("bias")
 
 
-def _instance_norm(pair: LayerPair) -> None:
+def _instance_norm(pair: PortedLayer) -> None:
     pair.rename("weight", "scale")
     pair.rename("bias")
     # paddle's InstanceNorm always normalises with the instance's own statistics
@@ -26,9 +30,43 @@ def _instance_norm(pair: LayerPair) -> None:
     pair.drop("num_batches_tracked")
 
 
-register(LayerFamily("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
-                     ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm))
-register(LayerFamily("layer-norm", ("LayerNorm",), ("LayerNorm",), _affine))
-register(LayerFamily("group-norm", ("GroupNorm",), ("GroupNorm",), _affine))
-register(LayerFamily("instance-norm", ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),
-                     ("InstanceNorm1D", "InstanceNorm2D", "InstanceNorm3D"), _instance_norm))
+def momentum_convention(ctx, where, torch_module, paddle_layer) -> list:
+    import numpy as np
+
+    from ..verify.report import Diagnosis
+    t, p = getattr(torch_module, "momentum", None), getattr(paddle_layer, "_momentum", None)
+    if t is None or p is None or np.isclose(p, 1.0 - t):
+        return []
+    return [Diagnosis(where, f"BatchNorm momentum convention: torch momentum={t:g} weights the new batch, paddle "
+                      f"momentum={p:g} weights the old statistics", f"use momentum={1.0 - t:g} in paddle (1 - torch's)")]
+
+
+def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
+    """What-if: does paddle's output match normalising with the batch's own statistics?"""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from ..verify.report import Diagnosis
+    ev, call = ctx.evidence, ctx.t_call
+    if where != ctx.name or ev is None or ev.y_local is None or call is None:
+        return []
+    m = torch_module
+    x = call.args[0].detach().cpu().double()
+    w = None if m.weight is None else m.weight.detach().cpu().double()
+    b = None if m.bias is None else m.bias.detach().cpu().double()
+    batch = F.batch_norm(x, None, None, w, b, True, 0.0, m.eps).numpy()
+    scale = float(np.abs(batch).max()) + 1e-30
+    if batch.size != ev.y_local.size or float(np.abs(batch.ravel() - ev.y_local.ravel()).max()) >= 1e-4 * scale:
+        return []
+    return [Diagnosis(where, "the paddle BatchNorm normalises with the batch's own statistics (training mode), torch "
+                      "with its running statistics",
+                      "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm")]
+
+
+register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
+                ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,
+                epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics)))
+register(Family("layer-norm", ("LayerNorm",), ("LayerNorm",), _affine, epsilon=EPSILON))
+register(Family("group-norm", ("GroupNorm",), ("GroupNorm",), _affine, epsilon=EPSILON))
+register(Family("instance-norm", ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),
+                ("InstanceNorm1D", "InstanceNorm2D", "InstanceNorm3D"), _instance_norm, epsilon=EPSILON))

@@ -3,10 +3,10 @@
 paddle also lists alias keys (`0.cell.weight_ih`) on the same tensors; the walker
 adds those as aliases, so the entry covers paddle's internal cell sublayers."""
 
-from . import LayerFamily, LayerPair, register
+from . import Family, PortedLayer, register
 
 
-def _rnn(pair: LayerPair) -> None:
+def _rnn(pair: PortedLayer) -> None:
     m = pair.torch_module
     if getattr(m, "proj_size", 0):
         pair.unsupported("LSTM proj_size has no paddle LSTM counterpart")
@@ -14,4 +14,4 @@ def _rnn(pair: LayerPair) -> None:
         pair.rename(name)
 
 
-register(LayerFamily("rnn", ("RNN", "LSTM", "GRU"), ("SimpleRNN", "LSTM", "GRU"), _rnn, owns_children=True))
+register(Family("rnn", ("RNN", "LSTM", "GRU"), ("SimpleRNN", "LSTM", "GRU"), _rnn, owns_children=True))

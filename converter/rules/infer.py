@@ -7,7 +7,7 @@ a square attention projection and an HF Conv1D both come out right.
 from __future__ import annotations
 
 from ..errors import UserError
-from .layers import LayerPair, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
+from ..families import PortedLayer, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
 from .ruleset import RuleSet, parse_ruleset
 
 
@@ -15,7 +15,7 @@ def _has_state(torch_module) -> bool:
     return next(iter(torch_module.state_dict(keep_vars=True)), None) is not None
 
 
-def _own_keys_by_name(pair: LayerPair) -> None:
+def _own_keys_by_name(pair: PortedLayer) -> None:
     """A module with no registry entry: its own tensors keep their names, untransposed."""
     paddle_keys = set(paddle_own_keys(pair.paddle_layer))
     params = {n for n, _ in pair.torch_module.named_parameters(recurse=False)}
@@ -23,7 +23,7 @@ def _own_keys_by_name(pair: LayerPair) -> None:
         if name in paddle_keys:
             pair.rename(name)
         elif name in params:
-            pair.problems.append(f"parameter '{pair.t(name)}' has no counterpart '{pair.p(name)}' in paddle "
+            pair.problems.append(f"parameter '{pair.torch_key(name)}' has no counterpart '{pair.paddle_key(name)}' in paddle "
                                  f"{type(pair.paddle_layer).__name__}; give it the same name or write a rule")
         else:
             pair.drop(name)  # a buffer the paddle port does not keep (e.g. position_ids)
@@ -52,15 +52,15 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems):
 
 def _walk(t_mod, p_layer, t_path, p_path, rules, problems) -> None:
     family = lookup(t_mod)
-    pair = LayerPair(t_path, p_path, t_mod, p_layer)
-    if family is not None:
+    pair = PortedLayer(t_path, p_path, t_mod, p_layer)
+    if family is not None and family.convert is not None:
         if not paddle_type_fits(family, p_layer):
             problems.append(f"torch '{t_path or '<root>'}' is {type(t_mod).__name__} but paddle "
                             f"'{p_path or '<root>'}' is {type(p_layer).__name__}; expected one of "
                             f"{', '.join(family.paddle_types)}")
             return
         family.convert(pair)
-    else:
+    else:  # no entry, or a family without weight rules: its own tensors keep their names
         _own_keys_by_name(pair)
     rules.extend(pair.rules)
     problems.extend(pair.problems)

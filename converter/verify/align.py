@@ -11,23 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..families import kind_of
 from .matching import common_shape, same_values
-
-ACTIVATIONS = {"relu", "relu6", "gelu", "silu", "swish", "hardswish", "hardsigmoid", "leakyrelu", "elu",
-               "selu", "celu", "mish", "tanh", "sigmoid", "softplus", "hardtanh", "prelu", "quickgelu"}
-DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alphadropout"}
-
-
-def kind_of(type_name: str) -> str:
-    """A type's family for pairing: activations pair with activations, so a ReLU ported as
-    ReLU6 is paired, compared and diagnosed rather than lost."""
-    t = type_name.lower()
-    if t in ACTIVATIONS:
-        return "activation"
-    if t in DROPOUTS:
-        return "dropout"
-    return t
-
 
 @dataclass(frozen=True)
 class LayerPair:

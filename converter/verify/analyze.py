@@ -12,7 +12,6 @@ from .matching import OutputPairs, common_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join
-from .precision import is_torch_matmul
 from .identity import view_of
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
@@ -72,7 +71,7 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
 
 def _matmul_stats(module, call: Call) -> MatmulStats | None:
     """S2 and K of a torch matmul layer's call; None for any other layer."""
-    return matmul_stats(module, call) if is_torch_matmul(module) else None
+    return matmul_stats(module, call)
 
 
 def _matmul(module, call: Call, shape) -> MatmulStats | None:

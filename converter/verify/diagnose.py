@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes
 from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
+from ..families import lookup
 from .precision import round_array
 from .report import Diagnosis, LayerResult
 
@@ -34,10 +35,6 @@ class Context:
     @property
     def name(self) -> str:
         return self.result.torch or "<model>"
-
-
-def _names(obj) -> set[str]:
-    return {c.__name__ for c in type(obj).__mro__}
 
 
 def _walk_pairs(ctx):
@@ -93,13 +90,14 @@ def check_weights(ctx) -> list[Diagnosis]:
 
 
 EPSILON_NAMES = ("eps", "epsilon", "_epsilon", "variance_epsilon", "_eps", "layer_norm_eps", "norm_eps",
-                 "rms_norm_eps", "layer_norm_epsilon")
+                 "rms_norm_eps", "layer_norm_epsilon")  # what classes no family covers call it (custom RMSNorms)
 
 
-def epsilon_of(layer) -> tuple[str, float] | None:
-    """(attribute, value) of a normalisation's epsilon, whatever the class calls it (LayerNorm's
-    eps, paddle's _epsilon, RMSNorm's variance_epsilon, ...); None when it has none."""
-    for name in EPSILON_NAMES:
+def epsilon_of(layer, family=None) -> tuple[str, float] | None:
+    """(attribute, value) of a normalisation's epsilon: the names its family gives first, then
+    the names classes without a family use (LayerNorm's eps, paddle's _epsilon, RMSNorm's
+    variance_epsilon, ...); None when it has none."""
+    for name in (family.epsilon if family is not None else ()) + EPSILON_NAMES:
         value = getattr(layer, name, None)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
             return name, float(value)
@@ -109,7 +107,8 @@ def epsilon_of(layer) -> tuple[str, float] | None:
 def check_norm_eps(ctx) -> list[Diagnosis]:
     out = []
     for where, m, p in _walk_pairs(ctx):
-        t_eps, p_eps = epsilon_of(m), epsilon_of(p)
+        family = lookup(m)
+        t_eps, p_eps = epsilon_of(m, family), epsilon_of(p, family)
         if t_eps is None or p_eps is None or np.isclose(t_eps[1], p_eps[1], rtol=1e-6, atol=0):
             continue
         kind = type(m).__name__
@@ -119,121 +118,24 @@ def check_norm_eps(ctx) -> list[Diagnosis]:
     return out
 
 
-def check_bn_momentum(ctx) -> list[Diagnosis]:
+def check_family_what_ifs(ctx) -> list[Diagnosis]:
+    """Each pair's own family's what-ifs (see families/): BatchNorm's momentum convention and
+    batch statistics, GELU's form, AvgPool's padding, interpolation, padding mode, an
+    untransposed square Linear weight, ..."""
     out = []
     for where, m, p in _walk_pairs(ctx):
-        if "_BatchNorm" not in _names(m) or getattr(p, "_momentum", None) is None or m.momentum is None:
-            continue
-        if not np.isclose(p._momentum, 1.0 - m.momentum):
-                out.append(Diagnosis(where, f"BatchNorm momentum convention: torch momentum={m.momentum:g} weights the new "
-                                 f"batch, paddle momentum={p._momentum:g} weights the old statistics",
-                                 f"use momentum={1.0 - m.momentum:g} in paddle (1 - torch's)"))
+        family = lookup(m)
+        for what_if in family.what_ifs if family is not None else ():
+            out.extend(what_if(ctx, where, m, p))
     return out
 
 
-def _activation_candidates(x):
-    import torch
-    import torch.nn.functional as F
-    return {"GELU (exact, erf)": lambda: F.gelu(x), "GELU (tanh approximation)": lambda: F.gelu(x, approximate="tanh"),
-            "ReLU": lambda: F.relu(x), "ReLU6": lambda: F.relu6(x), "Hardswish": lambda: F.hardswish(x),
-            "SiLU/Swish": lambda: F.silu(x), "Sigmoid": lambda: torch.sigmoid(x), "Tanh": lambda: torch.tanh(x),
-            "LeakyReLU(0.01)": lambda: F.leaky_relu(x, 0.01), "LeakyReLU(0.2)": lambda: F.leaky_relu(x, 0.2),
-            "identity": lambda: x}
-
-
-def _best(candidates, y):
-    errs = {}
-    for name, fn in candidates.items():
-        c = fn().numpy().ravel()
-        if c.size == y.size:
-            errs[name] = float(np.abs(c - y).max() / (np.abs(y).max() + 1e-30))
-    best = min(errs, key=errs.get) if errs else None
-    return (best, errs[best]) if best and errs[best] < 1e-5 else (None, None)
-
-
-def check_activation(ctx) -> list[Diagnosis]:
-    """GELU's setting on both sides; else a what-if: which activation each side computes on the same input."""
-    m, p = ctx.torch_module, ctx.paddle_layer
-    if "GELU" in _names(m) and hasattr(p, "_approximate"):
-        t_tanh, p_tanh = getattr(m, "approximate", "none") == "tanh", bool(p._approximate)
-        if t_tanh != p_tanh:
-            label = lambda tanh: "tanh approximation" if tanh else "exact (erf)"
-            return [Diagnosis(ctx.name, f"GELU variant: torch computes the {label(t_tanh)} form, paddle the {label(p_tanh)} form",
-                              f"construct paddle.nn.GELU(approximate={t_tanh})")]
-    ev, t_call = ctx.evidence, ctx.t_call
-    if ev is None or ev.y_local is None or t_call is None:
-        return []
-    import torch
-    if len(t_call.args) != 1 or not isinstance(t_call.args[0], torch.Tensor):
-        return []
-    x = t_call.args[0].detach().cpu().double()
-    if x.numel() != ev.y_torch.size:
-        return []
-    cands = _activation_candidates(x)
-    t_name, _ = _best(cands, ev.y_torch.ravel())
-    p_name, _ = _best(cands, ev.y_local.ravel())
-    if t_name and p_name and t_name != p_name:
-        hint = {"GELU (tanh approximation)": "use paddle.nn.GELU(approximate=False) (the default) or F.gelu(x, approximate=False)",
-                "GELU (exact, erf)": "use paddle.nn.GELU(approximate=True) or F.gelu(x, approximate=True)"}.get(
-            p_name, f"compute {t_name} in paddle, as torch does")
-        return [Diagnosis(ctx.name, f"activation variant: paddle computes {p_name} where torch computes {t_name}", hint)]
-    return []
-
-
-def check_batch_statistics(ctx) -> list[Diagnosis]:
-    """What-if: does paddle's BatchNorm output match normalising with the batch's own statistics?"""
-    m, ev, t_call = ctx.torch_module, ctx.evidence, ctx.t_call
-    if "_BatchNorm" not in _names(m) or ev is None or ev.y_local is None or t_call is None:
-        return []
-    import torch.nn.functional as F
-    x = t_call.args[0].detach().cpu().double()
-    w = None if m.weight is None else m.weight.detach().cpu().double()
-    b = None if m.bias is None else m.bias.detach().cpu().double()
-    batch = F.batch_norm(x, None, None, w, b, True, 0.0, m.eps).numpy()
-    scale = float(np.abs(batch).max()) + 1e-30
-    if float(np.abs(batch.ravel() - ev.y_local.ravel()).max()) < 1e-4 * scale:
-        return [Diagnosis(ctx.name, "the paddle BatchNorm normalises with the batch's own statistics (training mode), "
-                          "torch with its running statistics",
-                          "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm")]
-    return []
-
-
-def check_avgpool(ctx) -> list[Diagnosis]:
-    out = []
-    for where, m, p in _walk_pairs(ctx):
-        if not any(n.startswith("AvgPool") for n in _names(m)) or not hasattr(p, "exclusive"):
-            continue
-        if bool(m.count_include_pad) == bool(p.exclusive):
-                out.append(Diagnosis(where, f"AvgPool padding: torch count_include_pad={m.count_include_pad}, paddle "
-                                 f"exclusive={p.exclusive} (paddle's default excludes padding, torch's includes it)",
-                                 f"construct the paddle pool with exclusive={not m.count_include_pad}"))
-    return out
-
-
-def check_interpolate(ctx) -> list[Diagnosis]:
-    out = []
-    for where, m, p in _walk_pairs(ctx):
-        if "Upsample" not in _names(m) or not hasattr(p, "align_corners"):
-            continue
-        t_ac = bool(m.align_corners)
-        if t_ac != bool(p.align_corners) or getattr(m, "mode", None) != getattr(p, "mode", None):
-            out.append(Diagnosis(where, f"interpolation differs: torch mode={m.mode} align_corners={t_ac}, paddle "
-                                 f"mode={p.mode} align_corners={p.align_corners}",
-                                 f"use mode='{m.mode}', align_corners={t_ac} in paddle"))
-        elif not t_ac and getattr(p, "align_mode", 0) != 0 and m.mode in ("linear", "bilinear", "trilinear"):
-            out.append(Diagnosis(where, f"interpolation align_mode={p.align_mode} in paddle; torch's half-pixel "
-                                 "sampling is align_mode=0", "use align_mode=0 in paddle"))
-    return out
-
-
-def check_padding_mode(ctx) -> list[Diagnosis]:
-    out = []
-    for where, m, p in _walk_pairs(ctx):
-        t_mode, p_mode = getattr(m, "padding_mode", None), getattr(p, "_padding_mode", None)
-        if t_mode and p_mode and t_mode != p_mode:
-                out.append(Diagnosis(where, f"padding mode differs: torch '{t_mode}', paddle '{p_mode}'",
-                                 f"construct the paddle layer with padding_mode='{t_mode}'"))
-    return out
+def check_recorded_activation(ctx) -> list[Diagnosis]:
+    """For a culprit no activation family covers (HF's activation classes, a function wrapped in
+    a module): which activation each side computes on its recorded input."""
+    from ..families.activation import recorded_variant
+    family = lookup(ctx.torch_module)
+    return [] if family is not None and family.name == "activation" else recorded_variant(ctx)
 
 
 def check_training(ctx) -> list[Diagnosis]:
@@ -294,34 +196,15 @@ def check_own_forward(ctx) -> list[Diagnosis]:
                       "residual connections, activations called as functions, reshapes and transposes, masks")]
 
 
-CHECKS = (check_norm_eps, check_bn_momentum, check_activation, check_batch_statistics, check_avgpool, check_interpolate,
-          check_padding_mode, check_training, check_precision)
-
-
-def check_untransposed(ctx) -> list[Diagnosis]:
-    """A paired Linear whose square paddle weight is torch's as is (paddle's Linear wants [in, out]),
-    found from the two layers themselves, whatever the mapping says."""
-    out = []
-    for where, m, p in _walk_pairs(ctx):
-        if "Linear" not in _names(m) or "Linear" not in _names(p) or getattr(m, "weight", None) is None:
-            continue
-        w, pw = m.weight.detach().cpu().numpy(), to_numpy(p.weight)
-        if w.ndim == 2 and w.shape[0] == w.shape[1] and pw.shape == w.shape and np.array_equal(pw, w) \
-                and not np.array_equal(w, w.T):
-            out.append(Diagnosis(where, f"paddle's {type(p).__name__} weight {list(pw.shape)} is square and holds "
-                                 f"torch's '{where}.weight' untransposed",
-                                 "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule "
-                                 "file needs a transpose rule for it)"))
-    return out
+CHECKS = (check_norm_eps, check_family_what_ifs, check_recorded_activation, check_training, check_precision)
 
 
 def diagnose(ctx) -> list[Diagnosis]:
     from .diagnose_model import CHECKS as MODEL_CHECKS
-    found = check_weights(ctx)  # under the mapping; then from the two layers themselves
-    if not any("untransposed" in d.cause for d in found):
-        found.extend(check_untransposed(ctx))
+    found = check_weights(ctx)  # under the mapping; the families' what-ifs look at the layers themselves
+    said = any("untransposed" in d.cause for d in found)
     for check in CHECKS + MODEL_CHECKS:
-        found.extend(check(ctx))
+        found.extend(d for d in check(ctx) if not (said and "untransposed" in d.cause))
     if not found:
         found = check_own_forward(ctx)
     if not found:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
+from ..families import paddle_rounds_inputs, rounds_inputs
 
 U32 = 2.0 ** -24
 UNIT_ROUNDOFF = {"fp32": 0.0, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -140,17 +141,6 @@ def parse_emulate(values) -> dict[str, str]:
     return out
 
 
-# which layers compute matmuls/convolutions whose inputs a format rounds
-TORCH_MATMUL_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-                      "ConvTranspose3d", "Conv1D", "Bilinear")
-PADDLE_MATMUL_TYPES = ("Linear", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
-                       "Conv3DTranspose")
-
-
-def _is(obj, names) -> bool:
-    return any(c.__name__ in names for c in type(obj).__mro__)
-
-
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX512-BF16; Linux only:
     elsewhere False, which only costs speed)."""
@@ -168,18 +158,13 @@ def cpu_has_native_bf16() -> bool:
 _NATIVE_BF16: bool | None = None
 
 
-def is_torch_matmul(module) -> bool:
-    """A torch layer whose matmul or convolution a lower-precision format rounds the inputs of."""
-    return _is(module, TORCH_MATMUL_TYPES) and getattr(module, "weight", None) is not None
-
-
 def round_torch_matmuls(model, fmt: str):
     """Round the inputs and weights of every torch matmul layer in `model` to `fmt`.
     Returns (the original weights, the hook handles), to undo it."""
     import torch
     saved, handles = [], []
     for m in model.modules():
-        if not is_torch_matmul(m):
+        if not rounds_inputs(m):
             continue
         saved.append((m, m.weight.detach().clone()))
         with torch.no_grad():
@@ -202,7 +187,7 @@ def emulate_paddle(model, fmt: str) -> set[str]:
     from ..frameworks import paddle_side
     handles, names = [], set()
     for path, layer in paddle_side.named_layers(model):
-        if not _is(layer, PADDLE_MATMUL_TYPES) or getattr(layer, "weight", None) is None:
+        if not paddle_rounds_inputs(layer):
             continue
         layer.weight.set_value(round_array(layer.weight.numpy(), fmt))
         names.add(f"{path}.weight" if path else "weight")

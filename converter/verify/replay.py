@@ -19,6 +19,7 @@ from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity
 from .matching import POSITION, VALUE, describe, fit, match_inputs
+from ..families import lookup
 from .precision import cpu_has_native_bf16, round_torch_matmuls
 
 
@@ -208,35 +209,29 @@ def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray
 
 
 def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
-    """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for torch matmul layers.
+    """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for the torch layers whose
+    family says a format rounds their inputs (see families/: each family computes its own);
+    None for any other layer, and for a call its family cannot take (the generic budget then).
 
     A budget needs S2's magnitude, not its last digits: by default the squares are rounded to
     bf16 (8 bits, float32's range) and summed in float32 by the bf16 kernels, which puts S2
     within 2%, where the CPU has bf16 matrix units (several times faster there); float32
     elsewhere (on a GPU, on the GPU). `s2_dtype` overrides the choice."""
     import torch
-    import torch.nn.functional as F
-    names = {c.__name__ for c in type(module).__mro__}
-    if not call.args or not isinstance(call.args[0], torch.Tensor) or getattr(module, "weight", None) is None:
+    family = lookup(module)
+    if family is None or family.products is None or getattr(module, "weight", None) is None \
+            or not call.args or not isinstance(call.args[0], torch.Tensor):
         return None
-    x, w = call.args[0].detach(), module.weight.detach()  # on the device they ran on
+    x = call.args[0].detach()  # on the device it ran on
     if s2_dtype is None:
         s2_dtype = torch.bfloat16 if x.device.type == "cpu" and cpu_has_native_bf16() else torch.float32
-    x2, w2 = _squared(x, s2_dtype), _squared(w.to(x.device), s2_dtype)
-    as_stats = lambda s2, k: MatmulStats(s2.float().cpu().numpy(), k)
+    square = lambda t: _squared(t.detach(), s2_dtype)
     with torch.no_grad():
-        if "Linear" in names:
-            return as_stats(F.linear(x2, w2), module.in_features)
-        if "Conv1D" in names and "Conv1d" not in names:  # HF GPT-2: weight [in, out]
-            return as_stats(x2 @ w2, w2.shape[0])
-        kernel = float(np.prod(module.kernel_size))
-        if names & {"Conv1d", "Conv2d", "Conv3d"}:
-            return as_stats(module._conv_forward(x2, w2, None), module.in_channels / module.groups * kernel)
-        if names & {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}:
-            fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[len(module.kernel_size)]
-            s2 = fn(x2, w2, None, module.stride, module.padding, module.output_padding, module.groups, module.dilation)
-            return as_stats(s2, max(module.in_channels / module.groups * kernel / float(np.prod(module.stride)), 1.0))
-    return None
+        try:
+            s2, k = family.products(module, call.args, _squared(module.weight.detach().to(x.device), s2_dtype), square)
+        except Exception:  # a call the family's formula does not fit: the generic budget serves
+            return None
+    return MatmulStats(s2.float().cpu().numpy(), float(k))
 
 
 def _squared(t, dtype):
