@@ -1,19 +1,30 @@
-"""CI runs exactly the README's test command; the README's main-job command is the bundled default."""
+"""CI runs exactly the README's test commands (the main suite, then the real-model suite in
+its side environment); the README's main-job command is the bundled default."""
 
 import os
 
 from conftest import ROOT
 
 
-def _readme_commands():
+def _readme_lines(prefix):
     with open(os.path.join(ROOT, "README.md")) as f:
-        return [line.strip() for line in f if line.startswith("    pip install -c constraints.txt")]
+        return [line.strip() for line in f if line.startswith("    " + prefix)]
+
+
+def _ci_lines():
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
 
 
 def test_ci_runs_the_readme_test_command():
-    main_job, tests = _readme_commands()
-    with open(os.path.join(ROOT, ".ci", "run")) as f:
-        ci = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    assert ci[-1] == tests
+    main_job, tests = _readme_lines("pip install -c constraints.txt")
+    ci = _ci_lines()
+    assert tests in ci
     assert tests.endswith("python -m pytest -q tests")
     assert main_job.endswith("verify-port --bisect")
+
+
+def test_ci_runs_the_real_model_suite_after_the_main_tests():
+    (side,) = {line for line in _readme_lines("PY=$(scripts/side_env.sh)") if "tests/real_models" in line}
+    ci = _ci_lines()
+    assert side in ci and ci.index(side) > ci.index(_readme_lines("pip install -c constraints.txt")[1])
