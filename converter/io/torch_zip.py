@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import mmap
+import os
 import struct
 import threading
 import zipfile
@@ -179,12 +180,15 @@ class _Reading:
         return known
 
 
-def _member_data_offset(raw, info: zipfile.ZipInfo) -> int:
-    header = raw[info.header_offset:info.header_offset + 30]
+def _member_data_offset(f, info: zipfile.ZipInfo, size: int) -> int | None:
+    """Where a stored member's bytes start in the file (after its local header), or None when
+    its local header is damaged or its bytes run past the end of the file."""
+    header = os.pread(f.fileno(), 30, info.header_offset)
     if len(header) < 30 or header[:4] != b"PK\x03\x04":
-        raise UserError("a damaged zip member header")
+        return None
     name_len, extra_len = struct.unpack("<HH", header[26:30])
-    return info.header_offset + 30 + name_len + extra_len
+    start = info.header_offset + 30 + name_len + extra_len
+    return start if start + info.file_size <= size else None
 
 
 def _read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> bytes:
@@ -227,9 +231,16 @@ class TorchZipSource(Source):
                                    reading.persistent, foreign)
         except unpickle.Refused as exc:
             raise _bad(path, f"its data.pkl is refused: {exc}") from None
-        self._members = {}
-        for key, storage in reading.storages.items():
-            self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
+        self._members, self._starts = {}, {}
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for key, storage in reading.storages.items():
+                info = self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
+                if info.compress_type == zipfile.ZIP_STORED:
+                    self._starts[key] = _member_data_offset(f, info, size)
+                    if self._starts[key] is None:
+                        raise _bad(path, f"storage {quoted(key)} has a damaged zip header or runs past the end "
+                                         "of the file (truncated)")
         for record in reading.tensors:
             problem = view_problem(record.shape, record.stride, record.offset, record.storage.numel,
                                    dtypes.itemsize(record.storage.dtype))
@@ -277,9 +288,9 @@ class TorchZipSource(Source):
                 if self._map is None:
                     with open(self.path, "rb") as f:
                         self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        start = _member_data_offset(self._map, info)
+        start = self._starts[key]
         if start + info.file_size > len(self._map):
-            raise _bad(self.path, f"storage {quoted(key)} runs past the end of the file (truncated)")
+            raise _bad(self.path, f"storage {quoted(key)} runs past the end of the file (truncated meanwhile?)")
         if key not in self._checked:
             if zlib.crc32(memoryview(self._map)[start:start + info.file_size]) != info.CRC:
                 raise _bad(self.path, f"storage {quoted(key)} fails its CRC check (the file is corrupt)")
@@ -305,10 +316,11 @@ class TorchZipSource(Source):
         return np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
 
     def release(self, name: str) -> None:
-        info = self._members[self._tensors[name].storage.key]
+        key = self._tensors[name].storage.key
+        info = self._members[key]
         if self._map is None or info.compress_type != zipfile.ZIP_STORED or not info.file_size:
             return
-        start = _member_data_offset(self._map, info)
+        start = self._starts[key]
         page = start - start % mmap.PAGESIZE
         self._map.madvise(mmap.MADV_DONTNEED, page, start + info.file_size - page)
 
