@@ -126,3 +126,12 @@ def test_files_that_are_not_a_dict_of_arrays(tmp, body):
     (tmp / "rules.json").write_text(json.dumps({"name": "keep", "rules": [{"kind": "drop", "match": ".*"}]}))
     r = run_convert(tmp / "x.pdparams", tmp / "o.pdparams", "--mapping", tmp / "rules.json")
     assert_one_line_error(r, "x.pdparams")
+
+
+@pytest.mark.parametrize("code,order,raw", [("O8", "|", b"\x41" * 16), ("U2", "<", b"a\0\0\0b\0\0\0"), ("V8", "|", b"x" * 16)])
+def test_verify_port_converted_with_an_object_string_or_structured_array(tmp, code, order, raw):
+    from conftest import run_verify, spec_path
+    path = tmp / "bad.pdparams"
+    path.write_bytes(_array_pickle(code, order, raw, (2,) if code != "U2" else (1,)))
+    r = run_verify("--spec", spec_path("cnn"), "--converted", path)
+    assert_one_line_error(r, "bad.pdparams", "refusing to read")
