@@ -135,3 +135,15 @@ def test_verify_port_converted_with_an_object_string_or_structured_array(tmp, co
     path.write_bytes(_array_pickle(code, order, raw, (2,) if code != "U2" else (1,)))
     r = run_verify("--spec", spec_path("cnn"), "--converted", path)
     assert_one_line_error(r, "bad.pdparams", "refusing to read")
+
+
+@pytest.mark.parametrize("info", [{"w": {"OriginShape": (3, 4), "slices": ["w@@.0", "w@@.0"]}},
+                                  {"w": {"OriginShape": (True, -1), "slices": ["w@@.0"]}},
+                                  {"w": {"OriginShape": (2, 2), "slices": ["w@@.0"]}}, {"w": "x"}, 3])
+def test_a_broken_split_array_table(tmp, info):
+    from converter.errors import UserError
+    from converter.io.pdparams import load_pdparams
+    obj = {"w@@.0": np.arange(6, dtype=np.float32), "UnpackBigParamInfor@@": info}
+    (tmp / "big.pdparams").write_bytes(pickle.dumps(obj, protocol=2))
+    with pytest.raises(UserError, match="refusing to read"):
+        load_pdparams(str(tmp / "big.pdparams"))

@@ -257,7 +257,8 @@ def _joined_big_arrays(path: str, out: dict, info) -> None:
         slices = entry.get("slices") if isinstance(entry, dict) else None
         shape = entry.get("OriginShape") if isinstance(entry, dict) else None
         if not (isinstance(slices, list) and slices and all(isinstance(s, str) and s in out for s in slices)
-                and isinstance(shape, (tuple, list)) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                and len(set(slices)) == len(slices) and isinstance(shape, (tuple, list))
+                and not shape_problem(tuple(shape), 1)):
             raise _refuse(path, f"its split array {quoted(key)} does not list its slices and shape")
         parts = [out.pop(s) for s in slices]
         if len({p.dtype for p in parts}) != 1 or any(p.ndim != 1 for p in parts):
