@@ -26,7 +26,7 @@ import_paddle()  # first, quietly: the example imports paddle at its top
 
 from converter.examples import bert_port as B  # noqa: E402
 from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.bisect import choose  # noqa: E402
+from converter.verify.strategies import choose  # noqa: E402
 from converter.verify.session import Options, PortSession  # noqa: E402
 
 MB = 1 << 20

@@ -81,6 +81,6 @@ def test_bilinear_products_match_float64():
     from converter.verify.replay import matmul_stats
     m = torch.nn.Bilinear(6, 5, 4)
     a, b = torch.randn(3, 6), torch.randn(3, 5)
-    stats = matmul_stats(m, Call("", "Bilinear", 0, args=(a, b)), s2_dtype=torch.float32)
+    stats = matmul_stats(m, Call("", "Bilinear", 0, args=(a, b)), square_dtype=torch.float32)
     want = torch.einsum("ni,oij,nj->no", a.double() ** 2, m.weight.detach().double() ** 2, b.double() ** 2)
-    assert stats.k == 30 and np.allclose(stats.s2, want.numpy(), rtol=1e-5)
+    assert stats.k == 30 and np.allclose(stats.sum_sq, want.numpy(), rtol=1e-5)

@@ -95,8 +95,8 @@ def test_s2_in_bf16_is_within_two_percent_of_float64(make):
     module.float()
     for dtype in (torch.bfloat16, None):  # bf16, then what this machine picks by default
         got = matmul_stats(module, Call("m", "T", 0, args=(x,)), dtype)
-        assert got.s2.dtype == np.float32 and got.s2.shape == exact.s2.shape and got.k == exact.k
-        assert np.abs(got.s2 / exact.s2 - 1).max() < 0.02
+        assert got.sum_sq.dtype == np.float32 and got.sum_sq.shape == exact.sum_sq.shape and got.k == exact.k
+        assert np.abs(got.sum_sq / exact.sum_sq - 1).max() < 0.02
 
 
 def test_float64_minus_float32_is_exact_before_its_rounding_to_float32():
@@ -126,10 +126,10 @@ def test_by_identity_made_keeps_one_copy_while_it_lives_and_is_usable():
     made = []
     make = lambda: made.append(t.double()) or made[-1]
     unchanged = lambda c: c._version == 0
-    first = table.made(t, make, t._version, usable=unchanged)
-    assert table.made(t, make, t._version, usable=unchanged) is first and len(made) == 1
+    first = table.weakly_kept(t, make, t._version, usable=unchanged)
+    assert table.weakly_kept(t, make, t._version, usable=unchanged) is first and len(made) == 1
     first.add_(1)  # changed in place by whoever holds it: not handed out again
-    second = table.made(t, make, t._version, usable=unchanged)
+    second = table.weakly_kept(t, make, t._version, usable=unchanged)
     assert second is not first and len(made) == 2
     alive = weakref.ref(second)
     made.clear()

@@ -60,13 +60,13 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     there are none or they do not fit."""
     if matmul is None:
         return None
-    if matmul.s2.shape == tuple(shape):
+    if matmul.sum_sq.shape == tuple(shape):
         return matmul
-    if common_shape(matmul.s2.shape, shape) == tuple(shape):
-        return MatmulStats(np.broadcast_to(matmul.s2, shape), matmul.k)
-    if matmul.s2.size != int(np.prod(shape)):
+    if common_shape(matmul.sum_sq.shape, shape) == tuple(shape):
+        return MatmulStats(np.broadcast_to(matmul.sum_sq, shape), matmul.k)
+    if matmul.sum_sq.size != int(np.prod(shape)):
         return None
-    return MatmulStats(matmul.s2.reshape(shape), matmul.k)
+    return MatmulStats(matmul.sum_sq.reshape(shape), matmul.k)
 
 
 def _matmul_stats(module, call: Call) -> MatmulStats | None:
@@ -196,7 +196,7 @@ def _children(pairs) -> dict[str, list]:
     return out
 
 
-def _boundary(session, child, differing: dict, forced_64: dict, rounded_64: dict):
+def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: dict):
     """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`, where
     they differ from torch's; None when none does."""
     ref = forced_64.get(child.torch)
@@ -233,7 +233,7 @@ class Passes:
     forced_p: dict = field(default_factory=dict)
     forced_64: dict = field(default_factory=dict)
     rounded_64: dict = field(default_factory=dict)
-    s2: dict = field(default_factory=dict)
+    matmul: dict = field(default_factory=dict)  # torch path -> MatmulStats (S2 and K), None if not a matmul
     e2e: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # end-to-end metrics by the outputs' identity
     local: dict = field(default_factory=dict)  # local figures by the identity of what they come from
@@ -302,14 +302,14 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
     y_local = laid_out(pairs.of_paddle(loc.outputs), pairs.shapes)
     # a wrapper that returns its child's output shares the child's arrays: judged once
     key = (_identity(y_t), tuple(map(id, pairs.of_paddle(loc.outputs))), tuple(map(id, pairs.of_torch(ref.output_err))),
-           id(passes.s2.get(pair.torch)), tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
+           id(passes.matmul.get(pair.torch)), tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
                                                       for f, r in passes.rounded_64.items() if pair.torch in r)))
     found = passes.local.get(key)
     if found is None:
         found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, pairs)
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
-        found = _boundary(session, child, differing, passes.forced_64, passes.rounded_64)
+        found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)
         if found is not None and found[0] > result.ratio:
             result.ratio, result.budget, result.local_max_abs = found
             add_note(result, f"worst at the input of {child.torch}, as this layer's own code computed it")
@@ -339,7 +339,7 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
 
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
-    matmul = _fitted(passes.s2.get(pair.torch), y_t.shape)
+    matmul = _fitted(passes.matmul.get(pair.torch), y_t.shape)
     rounding = {f: max(pairs.of_torch(r[pair.torch].output_rms), default=0.0)
                 for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding)

@@ -26,7 +26,7 @@ used, then the two sides are combined in quadrature:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def tail(n: int) -> float:
 class MatmulStats:
     """What the analytic model needs of a matmul layer: S2 per output element and K."""
 
-    s2: np.ndarray
+    sum_sq: np.ndarray  # S2: per output element, the sum over the reduction of (x_k w_k)^2
     k: float
 
 
@@ -54,15 +54,10 @@ class MatmulStats:
 class Budget:
     var: np.ndarray  # expected error variance per output element, both sides combined (float32)
     formats: dict  # side -> format used for it
-    detail: dict = field(default_factory=dict)
 
     @property
     def factor(self) -> float:
         return tail(self.var.size) * MARGIN
-
-    @property
-    def sigma(self) -> np.ndarray:
-        return np.sqrt(self.var)
 
     def ratio(self, diff: np.ndarray) -> tuple[float, float]:
         """(ratio, budget at the worst element) for an elementwise |difference|."""
@@ -100,44 +95,37 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
                       rounding_rms: dict | None = None) -> Budget:
     """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty)."""
     # means from float32 dot products and sums: a few units of u32, plenty for a budget
-    shape = np.shape(matmul.s2) if matmul is not None else np.shape(e_ref)
+    shape = np.shape(matmul.sum_sq) if matmul is not None else np.shape(e_ref)
     e_ref, y = e_ref.ravel(), y.ravel()
     n = max(e_ref.size, 1)
     e_ref_ms = float(np.dot(e_ref, e_ref)) / n
     y2 = np.square(y, dtype=np.float32)
-    out_ms = U32 * U32 * float(np.dot(y, y)) / n  # output rounding: (u32 |y|)^2, per side
     rounding_rms = rounding_rms or {}
     kappa = 1.0
-    per_side = {}
     if matmul is not None:
-        s2 = matmul.s2.astype(np.float32, copy=False).ravel()
+        s2 = matmul.sum_sq.astype(np.float32, copy=False).ravel()
         s2_mean = _mean(s2)
         acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
         model_ms = acc_unit ** 2 * s2_mean
         kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
         coef = 0.0
-        for side, fmt in formats.items():
-            c = (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
-            coef += c
-            per_side[side] = math.sqrt(c * s2_mean + out_ms)
+        for fmt in formats.values():
+            coef += (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
         var = np.multiply(s2, np.float32(coef), dtype=np.float32)
         const = 0.0
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
         const = 0.0
-        for side, fmt in formats.items():
+        for fmt in formats.values():
             inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
             const += e_ref_ms + (inp or 0.0) ** 2
-            per_side[side] = math.sqrt(e_ref_ms + (inp or 0.0) ** 2 + e_ref_ms + out_ms)
         var = np.square(e_ref, dtype=np.float32)
         var *= np.float32(len(formats))
     y2 *= np.float32(U32 * U32 * len(formats))
     var += y2
     var += np.float32(const + np.finfo(np.float32).tiny)  # never 0: no division by it
-    detail = {"kappa": kappa, "fp32_observed_rms": math.sqrt(e_ref_ms),
-              "model": "matmul" if matmul is not None else "observed", "sigma_rms": per_side}
-    return Budget(var.reshape(shape), dict(formats), detail)
+    return Budget(var.reshape(shape), dict(formats))
 
 
 def _mean(a: np.ndarray) -> float:

@@ -24,11 +24,11 @@ from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity, view_of
 from .matching import POSITION, VALUE, common_shape
-from .replay import Forcing, Handed, _to64, force_paddle_args, torch_inputs
+from .replay import Forcing, TorchCopies, _to64, force_paddle_args, torch_inputs
 
 
 @dataclass
-class HandedOn:
+class PassedOn:
     """An input that the enclosing code passed on unchanged: the paddle copy of torch's
     recorded `source`, so no numpy copy of it is made."""
 
@@ -56,7 +56,7 @@ class Reference:
 
 def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     runs: dict[str, ForcedCall] = {}
-    handed = Handed()
+    handed = TorchCopies()
     handles = []
 
     converted = ByIdentity()  # each tensor converted to numpy once
@@ -71,7 +71,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
 
     def as_computed(value):
         source = handed.source_of(value)
-        return as_numpy(value) if source is None else HandedOn(source, tuple(value.shape))
+        return as_numpy(value) if source is None else PassedOn(source, tuple(value.shape))
 
     for pair in pairs:
         t_call = t_calls[pair.torch]
@@ -161,7 +161,7 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
             if m.how not in (VALUE, POSITION):
                 continue
             got, r = loc.computed[m.index], recorded[m.source]
-            if isinstance(got, HandedOn):
+            if isinstance(got, PassedOn):
                 if got.source is r:
                     continue  # torch's own recorded tensor, handed on: equal
                 got = torch_side.to_numpy(got.source)
@@ -194,7 +194,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     def widen(r):
         """A recorded tensor's float64 copy: one per tensor (a parent hands its input on, siblings
         take the same tensor), for as long as the forward holds it unchanged."""
-        return widened.made(r, lambda: r.detach().cpu().double(), r._version, usable=lambda c: c._version == 0)
+        return widened.weakly_kept(r, lambda: r.detach().cpu().double(), r._version, usable=lambda c: c._version == 0)
 
     handles = []
     for path in paths:

@@ -26,7 +26,7 @@ class ByIdentity:
     def put(self, obj, value, stamp=None) -> None:
         self._items[id(obj)] = (weakref.ref(obj), stamp, value)
 
-    def made(self, obj, make, stamp=None, usable=None):
+    def weakly_kept(self, obj, make, stamp=None, usable=None):
         """A value made from `obj` by `make()` and kept only by weak reference: the one made
         before while something else holds it, the stamp agrees and `usable(value)` (when given)
         says yes; else a new one."""

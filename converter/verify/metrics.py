@@ -19,11 +19,6 @@ class Metrics:
     inf: int
     worst_index: tuple
 
-    def to_json(self) -> dict:
-        return {"shape": list(self.shape), "max_abs": self.max_abs, "mean_abs": self.mean_abs,
-                "max_rel": self.max_rel, "cosine": self.cosine, "nan": self.nan, "inf": self.inf,
-                "worst_index": list(self.worst_index)}
-
 
 def join(arrays: list[np.ndarray]) -> np.ndarray:
     """Several outputs of one layer as one array (one vector when there are several), in their

@@ -5,7 +5,7 @@ GIL while they compute, so torch work that needs no paddle result (its capture, 
 float64 references) runs on a worker thread meanwhile, on the other cores. OpenMP keeps
 the thread count per thread, so the worker sets its own: one core fewer than torch's usual
 while the main thread works, all of them once it only waits (at the worker's next
-`between()`). Torch work on the main thread meanwhile takes the core left (`beside_worker`).
+`between()`). Torch work on the main thread meanwhile takes the core left (`on_cores_left`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 
-class Beside:
+class TorchWorker:
     def __init__(self, session):
         import torch
         self.threads = torch.get_num_threads()
@@ -42,7 +42,7 @@ class Beside:
         return self._pool.submit(func, *args)
 
     @contextlib.contextmanager
-    def beside_worker(self):
+    def on_cores_left(self):
         """On the main thread: torch work here takes only the cores the worker leaves free."""
         import torch
         before = torch.get_num_threads()
@@ -56,7 +56,7 @@ class Beside:
         """From the main thread: it has nothing left to do but wait."""
         self._main_done = True
 
-    def between(self) -> None:
+    def widen_when_alone(self) -> None:
         """From the worker, between units of work: take every core once the main thread waits."""
         if self._main_done and not self._widened and self.share != self.threads:
             import torch

@@ -35,7 +35,7 @@ def forced_paddle_inputs(t_call: Call, p_call: Call):
     return args, kwargs
 
 
-class Handed:
+class TorchCopies:
     """Paddle copies of torch's recorded tensors handed to layers during one forced pass. A
     parent that passes its own input on to a child hands the child the same copy, so it is
     made once; and a copy's torch source can be looked up. A copy lives only as long as the
@@ -48,7 +48,7 @@ class Handed:
     def copy_of(self, tensor, like):
         """`tensor` (torch) as a paddle tensor of `like`'s shape (same values, broadcast), on its
         place, in its dtype."""
-        return self._copies.made(tensor, lambda: self._copy(tensor, like),
+        return self._copies.weakly_kept(tensor, lambda: self._copy(tensor, like),
                                  usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place)
                                  and tuple(c.shape) == tuple(like.shape))
 
@@ -96,13 +96,13 @@ def replace_tensors(value, is_tensor, new: dict, start: int = 0):
     return value, len(flatten(value, is_tensor))  # other containers: counted, left as they are
 
 
-def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | None = None,
+def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopies | None = None,
                       as_numpy=None):
     """(args, kwargs, Forcing): each paddle tensor that matches one of the torch call's tensors
     by value replaced by (a paddle copy of) that torch tensor; the rest left as they are.
     `as_numpy(paddle tensor)` converts (and may cache); `handed` knows which paddle tensors are
     copies of which torch tensors already."""
-    handed = handed or Handed()
+    handed = handed or TorchCopies()
     as_numpy = as_numpy or paddle_side.to_numpy
     pool = torch_inputs(t_call)
     values = call_tensors(args, kwargs, paddle_side.is_tensor)
@@ -121,7 +121,7 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: Handed | 
     return args, kwargs, Forcing(matches, [tuple(v.shape) for v in values])
 
 
-def _paddle_array(value, handed: Handed, as_numpy):
+def _paddle_array(value, handed: TorchCopies, as_numpy):
     """A paddle tensor's values as numpy: its torch source's where it is a copy of one."""
     source = handed.source_of(value)
     return fit(torch_side.to_numpy(source), tuple(value.shape)) if source is not None else as_numpy(value)
@@ -208,7 +208,7 @@ def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 
-def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
+def matmul_stats(module, call: Call, square_dtype=None) -> MatmulStats | None:
     """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for the torch layers whose
     family says a format rounds their inputs (see families/: each family computes its own);
     None for any other layer, and for a call its family cannot take (the generic budget then).
@@ -216,19 +216,19 @@ def matmul_stats(module, call: Call, s2_dtype=None) -> MatmulStats | None:
     A budget needs S2's magnitude, not its last digits: by default the squares are rounded to
     bf16 (8 bits, float32's range) and summed in float32 by the bf16 kernels, which puts S2
     within 2%, where the CPU has bf16 matrix units (several times faster there); float32
-    elsewhere (on a GPU, on the GPU). `s2_dtype` overrides the choice."""
+    elsewhere (on a GPU, on the GPU). `square_dtype` overrides the choice."""
     import torch
     family = lookup(module)
     if family is None or family.products is None or getattr(module, "weight", None) is None \
             or not call.args or not isinstance(call.args[0], torch.Tensor):
         return None
     x = call.args[0].detach()  # on the device it ran on
-    if s2_dtype is None:
-        s2_dtype = torch.bfloat16 if x.device.type == "cpu" and cpu_has_native_bf16() else torch.float32
-    square = lambda t: _squared(t.detach(), s2_dtype)
+    if square_dtype is None:
+        square_dtype = torch.bfloat16 if x.device.type == "cpu" and cpu_has_native_bf16() else torch.float32
+    square = lambda t: _squared(t.detach(), square_dtype)
     with torch.no_grad():
         try:
-            s2, k = family.products(module, call.args, _squared(module.weight.detach().to(x.device), s2_dtype), square)
+            s2, k = family.products(module, call.args, _squared(module.weight.detach().to(x.device), square_dtype), square)
         except Exception:  # a call the family's formula does not fit: the generic budget serves
             return None
     return MatmulStats(s2.float().cpu().numpy(), float(k))

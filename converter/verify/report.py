@@ -4,7 +4,6 @@ are renderings of the same Report."""
 from __future__ import annotations
 
 import html
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -168,10 +167,6 @@ def summary_lines(report: Report) -> list[str]:
             lines.append(f"  cause: {d.cause}")
             lines.append(f"  hint:  {d.hint}")
     return lines
-
-
-def render_json(report: Report) -> str:
-    return json.dumps(report.to_json(), indent=1, default=str) + "\n"
 
 
 def render_html(report: Report) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .analyze import analyze
-from .bisect import BinarySearch, FullCapture, choose, first_bad
+from .strategies import BinarySearch, FullCapture, choose, first_bad
 from .capture import CaptureTooLarge
 from .diagnose import Context, diagnose
 from .align import under

@@ -3,10 +3,10 @@
 * FullCapture: record every layer on both sides once, then one forced pass per side
   (see forced.py) gives every pair's local error and reference.
 * BinarySearch: for models whose activations do not fit. One outline pass finds the
-  sequence of top-level units (the spine: the repeated blocks and what sits around
+  sequence of top-level units (the top_level_units: the repeated blocks and what sits around
   them); then each probe records only one unit's boundary on both sides and tests it
   against the end-to-end budget (fp32 noise measured against a float64 run of the
-  torch model). Errors persist along the spine, so the first bad unit is found in
+  torch model). Errors persist along the top_level_units, so the first bad unit is found in
   ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
   smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; O(1)
   units held.
@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from .align import align, parent, under
 from .analyze import Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of
 from .forced import forced_paddle, torch_references
-from .overlap import Beside
+from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
@@ -82,26 +81,26 @@ class FullCapture:
         # the captures run at once (paddle computes on one core on CPU); then torch work that
         # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
         self.outputs = None
-        with Beside(session) as side:
+        with TorchWorker(session) as side:
             rt = side.submit(capture_torch, session, t_paths, True, allowance)
             paddle_captured = threading.Event()
-            s2 = {}  # S2 of the torch matmul modules: the worker's until paddle's capture ends
-            s2_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, s2, paddle_captured.is_set))
+            matmul = {}  # S2 and K of the torch matmul modules: the worker's until paddle's capture ends
+            matmul_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, matmul, paddle_captured.is_set))
             try:
                 rp = capture_paddle(session, p_paths, True, allowance)
             finally:
                 paddle_captured.set()
-            passes = Passes(rt.result().calls, rp.calls, [], s2=s2)
+            passes = Passes(rt.result().calls, rp.calls, [], matmul=matmul)
             if prefix is None:
                 same_outputs(passes.t_calls[""], passes.p_calls[""])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
-                                     side.between)
+                                     side.widen_when_alone)
             free = side.submit(free_references, session, "") if prefix is None else None
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
-            s2_first.result()
-            with side.beside_worker():
-                matmul_stats_all(session, passes.t_calls, s2)  # the rest
+            matmul_first.result()
+            with side.on_cores_left():
+                matmul_stats_all(session, passes.t_calls, matmul)  # the rest
             end_to_end_until(session, passes, references.done)
             side.main_done()
             passes.forced_64, passes.rounded_64 = references.result()
@@ -114,7 +113,7 @@ class FullCapture:
         return analyze_all(session, passes)
 
 
-def spine(pairs, t_calls) -> list:
+def top_level_units(pairs, t_calls) -> list:
     """Top-level units in execution order: the children of the longest module list, and the
     modules that sit beside it or beside its ancestors."""
     paths = [p.torch for p in pairs]
@@ -236,7 +235,7 @@ class BinarySearch:
         t_calls, p_calls = _capture(session, keep=False)
         same_outputs(t_calls[""], p_calls[""])
         pairs = align(t_calls, p_calls, session.plan)
-        units = spine(pairs, t_calls)
+        units = top_level_units(pairs, t_calls)
         self.units = units
         search = Bisector(len(units))
         probes = {}
@@ -267,6 +266,3 @@ def choose(strategy: str, limit_bytes: int):
         return BinarySearch()
     return FullCapture(limit_bytes if strategy == "auto" else None)
 
-
-def ceil_log2(n: int) -> int:
-    return max(math.ceil(math.log2(max(n, 1))), 0)
