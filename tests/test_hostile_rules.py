@@ -34,7 +34,7 @@ def test_patterns_re2_cannot_take_are_refused_in_one_line(tmp, pattern):
 
 
 BAD_RULES = {
-    "split sizes as a string": {"kind": "split", "key": "fc.weight", "to": ["a", "b"], "axis": 0, "sizes": "x"},
+    "split sizes as a string": {"kind": "split", "key": "fc.weight", "to": ["a", "b"], "axis": 0, "sizes": "xy"},
     "split sizes negative": {"kind": "split", "key": "fc.weight", "to": ["a", "b"], "axis": 1, "sizes": [13, -1]},
     "split sizes as floats": {"kind": "split", "key": "fc.weight", "to": ["a", "b"], "axis": 1, "sizes": [6.0, 6.0]},
     "split axis null": {"kind": "split", "key": "fc.weight", "to": ["a", "b"], "axis": None},
