@@ -190,3 +190,23 @@ def test_a_key_with_a_newline_cannot_forge_output_lines(tmp):
     assert not any(line.startswith("error: forged") for line in r.stderr.splitlines()), r.stderr
     assert "\x1b" not in r.stderr
     assert "\\n" in r.stderr
+
+
+def test_the_pre_1_6_format_is_read_and_checked_first(tmp):
+    """torch's format before the zip (pickles one after another) still converts; a hash bomb in
+    it is refused by our scan before torch.load would hash it."""
+    import pickle
+    state = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2, dtype=torch.bfloat16)}
+    torch.save(state, tmp / "legacy.pt", _use_new_zipfile_serialization=False)
+    r = run_convert(tmp / "legacy.pt", tmp / "o.safetensors", "--mapping", _rules(tmp))
+    assert r.code == 0, r
+    from safetensors.torch import load_file
+    back = load_file(str(tmp / "o.safetensors"))
+    assert all(torch.equal(back[k], v) for k, v in state.items())
+    from converter.io.torch_io import LEGACY_MAGIC
+    key = b")q\x000" + b"h\x00h\x00\x86q\x000" * 120 + b"h\x00"
+    bomb = b"\x80\x02}" + key + b"Ns."
+    (tmp / "bomb.pt").write_bytes(pickle.dumps(LEGACY_MAGIC, protocol=2) + pickle.dumps(1001, protocol=2)
+                                  + pickle.dumps({"little_endian": True}, protocol=2) + bomb)
+    r = run_bounded(tmp / "bomb.pt", tmp / "o.pdparams", "--mapping", _rules(tmp), timeout=60)
+    assert_one_line_error(r, "bomb.pt", "tuple")
