@@ -279,6 +279,8 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
     # keeps the count per thread)
     import torch
     from concurrent.futures import ThreadPoolExecutor
+    if session.options.serial:
+        return [one(pair) for pair in passes.pairs]
     workers = max(1, min(torch.get_num_threads(), ANALYSIS_THREADS))
     with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         return list(pool.map(one, passes.pairs))

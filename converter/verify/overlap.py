@@ -15,15 +15,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class TorchWorker:
+    """The worker thread, and the one seam for the speed machinery: with the session's
+    `serial` option, work submitted runs at once on the calling thread, with the thread count
+    the worker would use, so that the numbers are the same."""
+
     def __init__(self, session):
         import torch
         self.threads = torch.get_num_threads()
         self.share = max(self.threads - 1, 1) if session.device == "cpu" else self.threads
+        self.serial = session.options.serial
         self._main_done = False
         self._widened = False
         self._pool = None
 
     def __enter__(self):
+        if self.serial:
+            return self
         import torch
         device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
 
@@ -35,15 +42,29 @@ class TorchWorker:
         return self
 
     def __exit__(self, *exc):
-        self._pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         return False
 
     def submit(self, func, *args) -> Future:
-        return self._pool.submit(func, *args)
+        if not self.serial:
+            return self._pool.submit(func, *args)
+        import torch
+        done: Future = Future()
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.share)
+        try:
+            done.set_result(func(*args))
+        except BaseException as exc:  # handed over as the pool would: at result()
+            done.set_exception(exc)
+        finally:
+            torch.set_num_threads(before)
+        return done
 
     @contextlib.contextmanager
     def on_cores_left(self):
-        """On the main thread: torch work here takes only the cores the worker leaves free."""
+        """On the main thread: torch work here takes only the cores the worker leaves free (serial
+        too: the same thread counts give the same sums)."""
         import torch
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads - self.share or before)  # none left (a GPU run, one core): as it was
@@ -58,7 +79,7 @@ class TorchWorker:
 
     def widen_when_alone(self) -> None:
         """From the worker, between units of work: take every core once the main thread waits."""
-        if self._main_done and not self._widened and self.share != self.threads:
+        if self._main_done and not self._widened and self.share != self.threads and not self.serial:
             import torch
             torch.set_num_threads(self.threads)
             self._widened = True

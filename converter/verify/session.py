@@ -22,6 +22,9 @@ class Options:
     precision: str = "as-is"  # or "strict"
     emulate: dict = field(default_factory=dict)  # side -> tf32 | bf16 | fp16
     strategy: str = "auto"  # full | binary | auto
+    # one thread for everything: no torch work beside the paddle passes, no analysis threads
+    # (the same report, slower; for debugging the speed machinery). T2P_SERIAL=1 sets it.
+    serial: bool = field(default_factory=lambda: os.environ.get("T2P_SERIAL", "") == "1")
 
 
 @contextlib.contextmanager
