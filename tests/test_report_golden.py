@@ -1,0 +1,46 @@
+"""Golden files for the text and HTML reports of the bundled example (tests/golden/). Numbers
+are masked: the figures are tested elsewhere, against float64; these guard what a report
+says and how it is laid out. After an intended change: T2P_UPDATE_GOLDEN=1 pytest tests/test_report_golden.py."""
+
+import os
+import re
+
+import pytest
+
+from conftest import ROOT
+from converter.examples import bert_port
+
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+NUMBER = re.compile(r"(?<![\w.])[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?(?![\w.])")
+
+
+def mask(text: str) -> str:
+    """Numbers as #, and the padding and rules that depend on their widths folded."""
+    text = NUMBER.sub("#", text)
+    text = re.sub(r"-{3,}", "---", text)
+    return "\n".join(re.sub(r"[ \t]+", " ", line).rstrip() for line in text.splitlines()) + "\n"
+
+
+@pytest.fixture(scope="module")
+def report():
+    from converter.spec import load_spec
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    return verify(load_spec(bert_port.__file__), Options(device="cpu"), bisect=True)
+
+
+@pytest.mark.parametrize("name", ["bert_port.txt", "bert_port.html"])
+def test_report_matches_its_golden_file(report, name):
+    from converter.verify.report import render_html, render_text
+    got = mask(render_text(report, max_rows=1000) if name.endswith(".txt") else render_html(report))
+    path = os.path.join(GOLDEN, name)
+    if os.environ.get("T2P_UPDATE_GOLDEN") == "1":
+        with open(path, "w") as f:
+            f.write(got)
+    with open(path) as f:
+        assert got == f.read()
+
+
+def test_masking_keeps_words_and_paths():
+    assert mask("encoder.layer.0.output  Linear  2x16x64  1.20e-04  ratio 0.356 (full, 2 paired)\n-----") == \
+        "encoder.layer.0.output Linear 2x16x64 # ratio # (full, # paired)\n---\n"
