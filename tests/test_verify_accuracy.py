@@ -13,7 +13,7 @@ from converter.verify.run import verify
 from converter.verify.session import Options
 
 sys.path.insert(0, SPECS)
-from planted import ALL_BUGS, BERT_BUGS, CNN_BUGS, clean_bert  # noqa: E402
+from planted import ALL_BUGS, clean_bert  # noqa: E402
 
 
 def _spec_for(bug):
@@ -44,12 +44,6 @@ def _converted(tmp_path, spec, bug):
     with open(path, "wb") as f:
         write_pdparams(f, infos, lambda info: state[info.name])
     return str(path)
-
-
-def test_catalogue_covers_two_architectures_and_twelve_bugs():
-    assert len(ALL_BUGS) >= 12
-    assert len({b.name for b in ALL_BUGS}) == len(ALL_BUGS)
-    assert len(BERT_BUGS) >= 5 and len(CNN_BUGS) >= 5
 
 
 @pytest.mark.parametrize("bug", ALL_BUGS, ids=lambda b: b.name)
@@ -129,7 +123,7 @@ CLEAN = {
     "bert_paddlenlp_names": (lambda: load_spec(spec_path("bert_paddlenlp_names")), {}),
     "residual_mlp_24_tf32": (_residual_mlp_spec, {"paddle": "tf32"}),
 }
-TIGHTNESS = {}
+RATIOS = {}  # clean pair -> the local ratios of its clean layers, kept by the clean-pair test
 
 
 @pytest.mark.parametrize("name", list(CLEAN))
@@ -140,16 +134,18 @@ def test_clean_pair_passes_with_no_false_alarm(name):
     assert report.verdict == "pass" and not over, over
     compared = [r for r in report.layers if r.ratio is not None]
     assert any(r.torch == "" for r in compared)  # the whole model at least was compared locally
-    TIGHTNESS[name] = report.tightness()
+    RATIOS[name] = [r.ratio for r in report.layers if r.ratio is not None and 0 < r.ratio <= 1]
     print(f"\n{name}: {len(compared)} layers, tightness (median local ratio) {report.tightness():.3f}")
 
 
 def test_budget_tightness_over_clean_pairs():
     """The median local ratio over the clean layers of all pairs, printed; aim >= 0.05."""
     ratios = []
-    for make, emulate in CLEAN.values():
-        report = verify(make(), Options(device="cpu", emulate=emulate))
-        ratios += [r.ratio for r in report.layers if r.ratio is not None and 0 < r.ratio <= 1]
+    for name, (make, emulate) in CLEAN.items():
+        if name not in RATIOS:  # that pair's own test did not run in this session
+            report = verify(make(), Options(device="cpu", emulate=emulate))
+            RATIOS[name] = [r.ratio for r in report.layers if r.ratio is not None and 0 < r.ratio <= 1]
+        ratios += RATIOS[name]
     median = float(np.median(ratios))
     print(f"\nbudget tightness over {len(ratios)} clean layers with nonzero error: median local ratio {median:.3f}")
     assert median >= 0.05

@@ -42,6 +42,7 @@ def test_clean_port_with_other_signatures_passes(strategy):
     ("unscaled", "attn", "scale"),
     ("qk_exchanged", "attn", "exchanged"),
     ("positions_from_one", "emb", "own forward"),
+    ("last_token_masked", "attn", "mask"),
 ])
 @pytest.mark.parametrize("strategy", ["full", "binary"])
 def test_bug_inside_a_layer_with_another_signature_is_named(bug, culprit, word, strategy):

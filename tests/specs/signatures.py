@@ -14,7 +14,7 @@ import torch
 
 VOCAB, T, B, H, HEADS = 50, 10, 2, 16, 2
 mapping = None  # the same layer names on both sides: the rules are inferred
-BUGS = ("no_causal_mask", "unscaled", "qk_exchanged", "positions_from_one")
+BUGS = ("no_causal_mask", "unscaled", "qk_exchanged", "positions_from_one", "last_token_masked")
 
 
 class TorchEmbeddings(torch.nn.Module):
@@ -94,11 +94,15 @@ class PaddleModel(paddle.nn.Layer):
         super().__init__()
         self.emb = PaddleEmbeddings(1 if bug == "positions_from_one" else 0)
         self.attn, self.norm, self.head = PaddleAttention(bug), paddle.nn.LayerNorm(H), paddle.nn.Linear(H, VOCAB)
+        self.bug = bug
 
     def forward(self, input_ids):
         h = self.emb(input_ids)
         t = input_ids.shape[1]
         mask = paddle.triu(paddle.full([t, t], -1e4, dtype="float32"), diagonal=1).reshape([1, 1, t, t])
+        if self.bug == "last_token_masked":  # as PaddleNLP masks tokens equal to pad_token_id
+            pad = (input_ids == input_ids[0, t - 1]).astype("float32") * -1e4
+            mask = mask + pad.reshape([input_ids.shape[0], 1, 1, t])
         return self.head(self.norm(h + self.attn(h, h, h, mask)))
 
 
