@@ -1,0 +1,41 @@
+"""Checks that need a CUDA GPU; skipped where torch sees none (this project's CI machines).
+
+Real TF32 on tensor cores against the TF32 budget: a 1536x1536 Linear (the seed report's
+query_proj) run with TF32 on must stay within the budget the model gives for a TF32 side,
+and exceed the fp32 one; the recorded precision must say TF32."""
+
+import numpy as np
+import pytest
+import torch
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_real_tf32_stays_within_the_tf32_budget_and_exceeds_fp32():
+    from converter.verify.budget import MatmulStats, make_budget
+    from converter.verify.precision import torch_precision
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("TF32 needs compute capability 8.0")
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(1536, 1536).cuda()
+    x = torch.randn(4, 32, 1536, device="cuda")
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert torch_precision("cuda").format == "tf32"
+        with torch.no_grad():
+            y_tf32 = layer(x).cpu().numpy()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.no_grad():
+            y32 = layer(x).cpu().numpy()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    y64 = torch.nn.functional.linear(x.double(), layer.weight.double(), layer.bias.double()).cpu().numpy()
+    s2 = torch.nn.functional.linear(x.double() ** 2, layer.weight.double() ** 2).cpu().numpy()
+    stats = MatmulStats(s2, 1536)
+    diff = np.abs(y_tf32 - y32)
+    tf32_ratio, _ = make_budget({"torch": "fp32", "paddle": "tf32"}, y32, y64, stats).ratio(diff)
+    fp32_ratio, _ = make_budget({"torch": "fp32", "paddle": "fp32"}, y32, y64, stats).ratio(diff)
+    print(f"\nreal TF32 against fp32: max {diff.max():.3g}, TF32 budget ratio {tf32_ratio:.3g}, fp32 ratio {fp32_ratio:.3g}")
+    assert tf32_ratio <= 1.0 < fp32_ratio
