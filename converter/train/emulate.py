@@ -4,8 +4,6 @@ and gradients flow through the rounding unchanged (straight through)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._verify import round_array, round_torch
 
 TORCH_MATMULS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
@@ -45,7 +43,6 @@ class Emulation:
 
 def _torch_hooks(module, fmt: str) -> list:
     import torch
-    saved = {}
 
     def straight(a):
         if not isinstance(a, torch.Tensor) or not a.is_floating_point():
@@ -53,19 +50,21 @@ def _torch_hooks(module, fmt: str) -> list:
         return a + (round_torch(a.detach(), fmt) - a.detach())
 
     def pre(mod, args):
-        saved["w"] = mod.weight.data.clone()
-        mod.weight.data.copy_(round_torch(mod.weight.data, fmt))
+        # the forward (and its backward) sees the rounded weight; the gradient reaches the parameter
+        weight = mod._parameters.pop("weight")
+        object.__setattr__(mod, "_port_weight", weight)
+        object.__setattr__(mod, "weight", straight(weight))
         return tuple(straight(a) for a in args)
 
     def post(mod, args, out):
-        mod.weight.data.copy_(saved.pop("w"))
+        object.__delattr__(mod, "weight")
+        mod._parameters["weight"] = mod.__dict__.pop("_port_weight")
 
     return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
 
 
 def _paddle_hooks(layer, fmt: str) -> list:
     import paddle
-    saved = {}
 
     def straight(a):
         if not isinstance(a, paddle.Tensor) or a.dtype not in (paddle.float32, paddle.float64):
@@ -73,12 +72,14 @@ def _paddle_hooks(layer, fmt: str) -> list:
         return a + (paddle.to_tensor(round_array(a.numpy(), fmt)) - a).detach()
 
     def pre(lay, args):
-        saved["w"] = np.array(lay.weight.numpy())
-        lay.weight.set_value(round_array(saved["w"], fmt))
+        weight = lay._parameters.pop("weight")
+        object.__setattr__(lay, "_port_weight", weight)
+        object.__setattr__(lay, "weight", straight(weight))
         return tuple(straight(a) for a in args)
 
     def post(lay, args, out):
-        lay.weight.set_value(saved.pop("w"))
+        object.__delattr__(lay, "weight")
+        lay._parameters["weight"] = lay.__dict__.pop("_port_weight")
 
     return [layer.register_forward_pre_hook(pre), layer.register_forward_post_hook(post)]
 

@@ -13,9 +13,11 @@ FP32 = {"torch": "fp32", "paddle": "fp32"}
 
 
 def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref, extra=0.0,
-          formats: dict | None = None, rounding: dict | None = None, note: str = "") -> Row:
+          formats: dict | None = None, fmt_err=None, note: str = "") -> Row:
     """want: torch's value; got: paddle's; e_ref: torch's fp32 value minus its float64 value; extra:
-    a further sigma per element (conventions that differ by design)."""
+    a further sigma per element (conventions that differ by design); fmt_err: torch's value computed
+    in paddle's format (TF32, bf16) minus its float64 value, when paddle uses another format than fp32:
+    its rms and each element's own join the budget."""
     want = np.asarray(want, dtype=np.float32)
     got = np.asarray(got)
     if got.shape != want.shape:
@@ -24,9 +26,16 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
                        f"shapes differ: torch {list(want.shape)}, paddle {list(got.shape)}")
         got = got.reshape(want.shape)
     e_ref = np.asarray(e_ref, dtype=np.float32).reshape(want.shape)
-    budget = budget_from_error(formats or FP32, want, e_ref, None, rounding)
+    formats = formats or FP32
+    rounding = None
+    if fmt_err is not None:
+        fmt_err = np.asarray(fmt_err, dtype=np.float64).reshape(want.shape)
+        rounding = {formats["paddle"]: float(np.sqrt(np.mean(np.square(fmt_err)))) if fmt_err.size else 0.0}
+    budget = budget_from_error(formats, want, e_ref, None, rounding)
     extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
     budget.var += np.square(extra, dtype=np.float32)
+    if fmt_err is not None:
+        budget.var += np.square(fmt_err).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(np.subtract(got, want, dtype=np.float64)).astype(np.float32)
     ratio, tol = budget.ratio(diff)

@@ -67,6 +67,8 @@ class OptimizerCheck:
         self.ref = session.torch_copy(torch.float64)
         self.ref_opt, _ = tspec.torch_optimizer(self.ref)
         self.rows: list = []
+        self.failed = None  # what the first step over budget started from, for the what-ifs
+        self.drift: dict = {}  # paddle name -> the conventions' accumulated effect on the weights
         self._prime()
 
     def _prime(self):
@@ -102,7 +104,11 @@ class OptimizerCheck:
         if self.sched is not None:
             self.sched.step()
         ref_params, ref_state = self._reference(before, index)
+        start = len(self.rows)
         self._compare(k, model, opt, params, ref_params, ref_state, grads)
+        if self.failed is None and any(r.bad for r in self.rows[start:]):
+            self.failed = {"step": k, "before": before, "index": index,
+                           "paddle": {pair.paddle: self.params[pair.paddle].numpy() for pair in self.by_torch.values()}}
 
     def _load_state(self, pair, torch_state: dict, lr: float):
         pname = self.params[pair.paddle].name
@@ -168,6 +174,7 @@ class OptimizerCheck:
             delta = np.abs(want - pair.to_paddle(params_before))
             rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(name, pair, opt, torch_state)))
             self._row(k, name, pair, "", want, got, e_ref, rel * delta)
+            self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
             for acc, key in TORCH_STATE_OF.items():
                 holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
                 tstate = torch_state.get(name, {})

@@ -15,10 +15,11 @@ DEFAULT_STEPS = 10
 
 
 def first_bad(rows: list):
+    from .backward import culprit
     for phase in PHASES:
-        bad = [r for r in rows if r.phase == phase and r.bad]
-        if bad:
-            return bad[0]
+        bad = culprit(rows) if phase == "backward" else next((r for r in rows if r.phase == phase and r.bad), None)
+        if bad is not None:
+            return bad
     return None
 
 
@@ -79,13 +80,13 @@ def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-i
         p = paddle_run(session, tspec, batches, fmt_p)
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p)
         rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
-        rows += final_rows(session, t32, t64, tfmt, p)
+        rows += final_rows(session, t32, t64, tfmt, p, check.drift)
         bad = first_bad(rows)
         notes = _notes(session, tspec)
         report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
         report.optimizer_code = session.translation.code() if session.translation is not None else None
         report.diagnosis = diagnose(session, tspec, report, batches, {"t32": t32, "t64": t64, "tfmt": tfmt, "paddle": p,
-                                                                     "loss": loss_probe})
+                                                                     "loss": loss_probe, "optimizer_check": check})
         return report
     finally:
         session.restore()

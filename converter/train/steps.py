@@ -71,8 +71,10 @@ def running_stats(session, record) -> dict:
     return out
 
 
-def final_rows(session, t32, t64, tfmt, paddle) -> list:
-    """The final weights and buffers, per tensor, in paddle's layout."""
+def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None) -> list:
+    """The final weights and buffers, per tensor, in paddle's layout; `drift` is what the optimizer's
+    conventions (float32 betas, clipping's + 1e-6) moved each weight by over the steps, added to its
+    budget."""
     fmt = session.formats.get("paddle")
     replay = {tag: running_stats(session, r) for tag, r in (("32", t32), ("64", t64), ("fmt", tfmt)) if r is not None}
     rows = []
@@ -84,17 +86,15 @@ def final_rows(session, t32, t64, tfmt, paddle) -> list:
         if any(s is None for s in sources):
             continue
         want, ref = sources[0].astype(np.float32), sources[1]
-        rounding = None
-        if tfmt is not None and fmt not in (None, "fp32"):
-            rounding = {fmt: float(np.sqrt(np.mean(np.square(sources[2] - ref))))}
+        fmt_err = sources[2] - ref if tfmt is not None and fmt not in (None, "fp32") else None
         e_ref = (sources[0] - ref).astype(np.float32)
         replayed = any(t in replay["32"] for t in pair.torch)
         note = "replayed under paddle's rule (biased batch variance)" if replayed else ""
         # one drift sample per element is a weak estimate after many chaotic steps: the tensor's
         # largest drift is every element's floor (a band per tensor)
-        floor = float(np.max(np.abs(e_ref), initial=0.0))
+        floor = np.sqrt(float(np.max(np.abs(e_ref), initial=0.0)) ** 2 + np.square((drift or {}).get(pair.paddle, 0.0)))
         rows.append(judge("steps", len(t32.losses), pair.torch_name, pair.paddle, want, paddle.final[pair.paddle],
-                          e_ref, floor, formats=session.formats, rounding=rounding, note=note))
+                          e_ref, floor, formats=session.formats, fmt_err=fmt_err, note=note))
     return rows
 
 
@@ -121,10 +121,8 @@ def grad_rows(session, t32, t64, tfmt, paddle) -> list:
             continue
         want = pair.to_paddle(t32.grads0)
         ref = pair.to_paddle({t: t64.grads0[t] for t in pair.torch})
-        rounding = None
-        if tfmt is not None and fmt not in (None, "fp32"):
-            rounding = {fmt: float(np.sqrt(np.mean(np.square(pair.to_paddle(tfmt.grads0) - ref))))}
+        fmt_err = pair.to_paddle(tfmt.grads0) - ref if tfmt is not None and fmt not in (None, "fp32") else None
         rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, paddle.grads0[pair.paddle],
-                          (want - ref).astype(np.float32), formats=session.formats, rounding=rounding,
+                          (want - ref).astype(np.float32), formats=session.formats, fmt_err=fmt_err,
                           note="end-to-end gradient"))
     return rows

@@ -1,0 +1,186 @@
+"""Planted training bugs on real torch/paddle pairs: each is named by verify-port --train in the
+right phase, at the right parameter or layer, with the right diagnosis."""
+
+import numpy as np
+import paddle
+import pytest
+import torch
+
+from conftest import spec_path
+from converter.spec import PortSpec
+from converter.train.run import train_check
+
+STEPS = 6
+F = paddle.nn.functional
+
+
+def _mlp(**overrides):
+    spec = PortSpec.from_file(spec_path("train_mlp"))
+    for name, value in overrides.items():
+        setattr(spec.module, name, value)
+    return spec
+
+
+def _adamw(model, **kw):
+    args = dict(learning_rate=3e-3, weight_decay=0.05, parameters=model.parameters())
+    args.update(kw)
+    return paddle.optimizer.AdamW(**args)
+
+
+def _stop_fc1(spec):
+    build = spec.module.paddle_model
+
+    def paddle_model():
+        model = build()
+        model.fc1.weight.stop_gradient = True
+        return model
+    spec.module.paddle_model = paddle_model
+    return spec
+
+
+def _detached_hidden(spec):
+    module = spec.module
+
+    class Detached(module.PaddleMLP):
+        def forward(self, x):
+            h = F.gelu(self.norm(self.fc1(x))).detach()
+            return self.fc2(self.drop(h))
+    module.paddle_model = Detached
+    return spec
+
+
+class _HalfGradGelu(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensor()
+        slope = 0.5 * (1 + paddle.erf(x / np.sqrt(2.0))) + x * paddle.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+        return 0.5 * dy * slope  # the planted bug: half the true gradient
+
+
+def _custom_backward(spec):
+    module = spec.module
+
+    class Act(paddle.nn.Layer):
+        def forward(self, x):
+            return _HalfGradGelu.apply(x)
+
+    class TorchAct(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.gelu(x)
+
+    class TorchWithAct(module.TorchMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = TorchAct()
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+
+    class PaddleWithAct(module.PaddleMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = Act()
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchWithAct()
+    module.torch_model, module.paddle_model = torch_model, PaddleWithAct
+    return spec
+
+
+def _bn_momentum(spec):
+    spec.module.paddle_model = lambda: spec.module.PaddleCNN(momentum=0.1)
+    return spec
+
+
+def _cnn(**overrides):
+    spec = PortSpec.from_file(spec_path("train_cnn"))
+    for name, value in overrides.items():
+        setattr(spec.module, name, value)
+    return spec
+
+
+def _sched(model, warmup=4, t_max=16, **kw):
+    cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=t_max)
+    sched = paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=warmup, start_lr=3e-4, end_lr=3e-3)
+    return _adamw(model, learning_rate=sched, **kw), sched
+
+
+CASES = {
+    # name: (spec factory, phase, torch name (prefix), diagnosis words)
+    "loss-reduction-sum": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t, reduction="sum")),
+                           "loss", "loss", ["reduction", "sum"]),
+    "loss-ignore-index": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t, ignore_index=0)),
+                          "loss", "loss", ["ignore_index=0"]),
+    "loss-label-smoothing": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t, label_smoothing=0.1)),
+                             "loss", "loss", ["label smoothing 0.1"]),
+    "adam-epsilon": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, epsilon=1e-6)), "optimizer", "fc",
+                     ["epsilon", "1e-06"]),
+    "adam-beta2": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, beta2=0.99)), "optimizer", "",
+                   ["beta1/beta2", "0.99"]),
+    "l2-not-decoupled": (lambda: _mlp(paddle_optimizer=lambda m: _l2_adam(m)), "optimizer", "",
+                         ["weight decay", "L2"]),
+    "warmup-length": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, warmup=2)), "lr", "lr", ["warmup"]),
+    "schedule-per-epoch": (lambda: _mlp(paddle_optimizer=lambda m: _per_epoch(m)), "lr", "lr", ["per epoch"]),
+    "no-clipping": (lambda: _mlp(clip_grad_norm=0.05, paddle_optimizer=lambda m: _sched(m)), "optimizer", "",
+                    ["clipping", "none"]),
+    "nesterov-dropped": (lambda: _cnn(torch_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.05,
+                                                                                momentum=0.9, nesterov=True),
+                                      paddle_optimizer=lambda m: paddle.optimizer.Momentum(
+                                          0.05, 0.9, parameters=m.parameters())), "optimizer", "", ["nesterov"]),
+    "bn-momentum-convention": (lambda: _bn_momentum(_cnn()), "steps", "bn.running", ["momentum convention"]),
+    "trainable-one-side": (lambda: _stop_fc1(_mlp()), "structure", "fc1.weight", ["trainable in torch only"]),
+    "missing-from-optimizer": (lambda: _mlp(paddle_optimizer=lambda m: _adamw(m, parameters=m.fc2.parameters())),
+                               "structure", "fc1", ["missing from paddle's optimizer"]),
+    "stopped-gradient": (lambda: _detached_hidden(_mlp()), "backward", "", ["stopped on paddle's side"]),
+    "custom-backward": (lambda: _custom_backward(_mlp()), "backward", "act", ["custom backward"]),
+}
+
+
+def _l2_adam(model):
+    cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
+    sched = paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3)
+    return paddle.optimizer.Adam(learning_rate=sched, weight_decay=0.05, parameters=model.parameters()), sched
+
+
+def _per_epoch(model):
+    # warmup and cosine counted in epochs of 2 steps: the scheduler is stepped every other step
+    class EveryOther(paddle.optimizer.lr.LRScheduler):
+        def __init__(self, inner):
+            self.inner = inner
+            super().__init__(inner.last_lr)
+            self.calls = 0
+
+        def get_lr(self):
+            return self.inner.last_lr if hasattr(self, "inner") else self.base_lr
+
+        def step(self, epoch=None):
+            self.calls = getattr(self, "calls", 0) + 1
+            if self.calls % 2 == 0:
+                self.inner.step()
+            super().step()
+    cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
+    sched = EveryOther(paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3))
+    return _adamw(model, learning_rate=sched), sched
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_planted_training_bug_is_named_with_its_cause(case):
+    make, phase, where, words = CASES[case]
+    report = train_check(make(), steps=STEPS, device="cpu")
+    fb = report.first_bad
+    assert fb is not None, f"{case}: passed"
+    assert fb.phase == phase, f"{case}: {fb}"
+    assert fb.torch.startswith(where) or where in fb.torch, f"{case}: {fb}"
+    text = " ".join(d.cause for d in report.diagnosis)
+    for w in words:
+        assert w in text, f"{case}: '{w}' not in {text!r}"
+    assert report.exit_code == 1
