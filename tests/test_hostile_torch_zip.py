@@ -210,3 +210,19 @@ def test_the_pre_1_6_format_is_read_and_checked_first(tmp):
                                   + pickle.dumps({"little_endian": True}, protocol=2) + bomb)
     r = run_bounded(tmp / "bomb.pt", tmp / "o.pdparams", "--mapping", _rules(tmp), timeout=60)
     assert_one_line_error(r, "bomb.pt", "tuple")
+
+
+@pytest.mark.parametrize("fmt", ["zip", "safetensors"])
+def test_a_bool_tensor_holding_other_bytes_is_refused(tmp, fmt):
+    """A bool byte of 0x14 reads as True but is copied on as 0x14: found by the fuzz tests, where
+    torch's own copy of an expanded view normalised it and ours did not."""
+    if fmt == "zip":
+        torch_zip(tmp / "m.bin", pickle_of(p_dict([(p_str("w"), p_tensor(numel=2, shape=(2,), stride=(1,),
+                                                                        storage_type="BoolStorage"))])), {"0": b"\x14\x01"})
+    else:
+        from hostile_forge import safetensors_raw
+        safetensors_raw(tmp / "m.bin", {"w": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x01\x14")
+        (tmp / "m.bin").rename(tmp / "m.safetensors")
+    src = tmp / ("m.bin" if fmt == "zip" else "m.safetensors")
+    r = run_convert(src, tmp / "o.pdparams", "--mapping", _rules(tmp))
+    assert_one_line_error(r, "bool tensor 'w'", "other than 0 and 1")

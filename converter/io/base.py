@@ -42,6 +42,16 @@ def looks_like_text(head: bytes) -> str | None:
     return None
 
 
+def valid_bools(path: str, name: str, array: np.ndarray) -> np.ndarray:
+    """A bool tensor's bytes must be 0 or 1: any other byte is no value at all (torch and numpy
+    read it as True but copy it on as it is), so it is an error rather than a guess."""
+    if array.dtype == np.bool_ and array.size and int(array.view(np.uint8).max()) > 1:
+        from ..errors import UserError, quoted
+        raise UserError(f"{quoted(path)}: bool tensor {quoted(name)} holds bytes other than 0 and 1; "
+                        "the file is corrupt: re-save or re-download it")
+    return array
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str

@@ -24,7 +24,7 @@ from ..errors import UserError, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
 from . import unpickle
-from .base import Source, TensorInfo, looks_like_text, shape_problem
+from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
@@ -293,7 +293,7 @@ def load_pdparams(path: str) -> dict[str, np.ndarray]:
             continue
         if not isinstance(name, str) or not isinstance(value, _Array) or value.array is None:
             raise UserError(f"{quoted(path)} entry {quoted(name)} is not a numpy array; it is not a .pdparams state dict")
-        out[name] = value.array
+        out[name] = valid_bools(path, name, value.array)
     if "UnpackBigParamInfor@@" in obj:
         _joined_big_arrays(path, out, obj["UnpackBigParamInfor@@"])
     return out

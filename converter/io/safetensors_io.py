@@ -15,7 +15,7 @@ from .. import dtypes
 from ..errors import UserError, one_line, quoted
 from ..layout import contiguous
 from ..pipeline import ahead
-from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools
 
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -129,7 +129,7 @@ class SafetensorsSource(Source):
         if self._map is None:
             self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
         flat = np.frombuffer(self._map, dtype=dtypes.storage(info.dtype), count=info.numel, offset=offset)
-        return flat.reshape(info.shape)
+        return valid_bools(self.path, name, flat.reshape(info.shape))
 
     def release(self, name: str) -> None:
         """Drop the tensor's pages from this process's memory; they stay in the page cache."""

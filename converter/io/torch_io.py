@@ -15,7 +15,7 @@ from .. import dtypes
 from ..errors import UserError, quoted
 from ..lazy import import_torch
 from . import unpickle
-from .base import MAX_DIMS, Source, TensorInfo, looks_like_text
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, valid_bools
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's format before 1.6
@@ -166,7 +166,7 @@ class TorchSource(Source):
             self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
 
     def read(self, name: str) -> np.ndarray:
-        return tensor_to_numpy(self._tensors[name])
+        return valid_bools(self.path, name, tensor_to_numpy(self._tensors[name]))
 
     def release(self, name: str) -> None:
         """Drop the tensor's file pages from this process's memory (they stay in the page cache)."""

@@ -33,7 +33,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from . import unpickle
-from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, shape_problem
+from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, shape_problem, valid_bools
 
 STORAGE_DTYPES = {
     "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
@@ -313,7 +313,8 @@ class TorchZipSource(Source):
         dtype = dtypes.storage(t.storage.dtype)
         flat = np.frombuffer(buffer, dtype=dtype, count=t.storage.numel, offset=start)
         strides = tuple(s * dtype.itemsize if d > 1 else 0 for d, s in zip(t.shape, t.stride))
-        return np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
+        view = np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
+        return valid_bools(self.path, name, view)
 
     def release(self, name: str) -> None:
         key = self._tensors[name].storage.key
