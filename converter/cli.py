@@ -2,61 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import sys
 
 import click
 
-from .errors import CheckFailed, PortError, UserError, one_line
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
-
-
-def _boundary(func):
-    """Bad input becomes one line and exit 2; a failed check exit 1; never a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except PortError as exc:
-            _say(f"error: {exc.render()}")
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            _say("interrupted; nothing was written")
-            sys.exit(130)
-        except MemoryError:
-            _say("error: out of memory; close other programs or convert on a larger machine")
-            sys.exit(2)
-        except OSError as exc:
-            _say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
-                 "check the paths and free disk space")
-            sys.exit(2)
-        except Exception as exc:  # an internal bug: one line, the traceback only on request
-            if os.environ.get("CONVERTER_DEBUG"):
-                raise
-            _say(f"internal error: {type(exc).__name__}: {one_line(exc)} (set CONVERTER_DEBUG=1 for the traceback "
-                 "and report it)")
-            sys.exit(3)
-
-    return wrapper
-
-
-def write_output(path: str | None, text: str, force: bool) -> None:
-    """A report file, through the same atomic, no-clobber commit as converted weights (the
-    caller has checked it with every other output before anything was written)."""
-    if path:
-        from .io.atomic import AtomicOutput
-        with AtomicOutput(path, force=force) as f:
-            f.write(text.encode("utf-8"))
-
-
-def _write_json(path: str | None, body: dict, force: bool = False) -> None:
-    write_output(path, json.dumps(body, indent=1, default=str) + "\n", force)
+from .cli_common import one_line_errors, say, write_json
+from .errors import CheckFailed, UserError
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,7 +25,7 @@ def _write_json(path: str | None, body: dict, force: bool = False) -> None:
               "(5GB, 500MB, 2GiB) with an index; without it, shards as the source was.")
 @click.option("--allow-outside-shards", is_flag=True,
               help="Read shards an index names outside its own directory (refused by default).")
-@_boundary
+@one_line_errors
 def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet, max_shard_size,
                     allow_outside_shards):
     """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors), or the HF model
@@ -89,9 +40,9 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
             raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")
         from .io.atomic import check_outputs
         check_outputs({"--json": json_path}, [src, dst, mapping], force)  # before the directory is written
-        done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), _say)
-        _write_json(json_path, done, force)
-        _say(f"converted {done['tensors']} tensors ({done['bytes'] / 2**20:.1f} MiB) with mapping '{done['mapping']}' "
+        done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), say)
+        write_json(json_path, done, force)
+        say(f"converted {done['tensors']} tensors ({done['bytes'] / 2**20:.1f} MiB) with mapping '{done['mapping']}' "
              f"into {dst}: {', '.join(done['files'])}; every tensor checked bit for bit")
         return
     if max_shard_size:
@@ -99,18 +50,18 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
 
     spec = PortSpec.from_file(spec_path) if spec_path else None
     result = run_conversion(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
-                            emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=_say,
+                            emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=say,
                             also_written={"--json": json_path}, allow_outside_shards=allow_outside_shards)
-    _write_json(json_path, result.to_json(), force)
-    _say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
+    write_json(json_path, result.to_json(), force)
+    say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
          f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")
-    _say("check passed: every written tensor matches its source bit for bit")
+    say("check passed: every written tensor matches its source bit for bit")
     if result.missing_keys is not None:
         if result.missing_keys or result.unexpected_keys:
             raise CheckFailed("the paddle model does not take the converted file cleanly",
                               [f"missing: {k}" for k in result.missing_keys]
                               + [f"unexpected: {k}" for k in result.unexpected_keys])
-        _say("loaded into the paddle model: no missing or unexpected keys")
+        say("loaded into the paddle model: no missing or unexpected keys")
 
 
 def main_convert():

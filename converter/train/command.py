@@ -23,7 +23,7 @@ def run_train(spec, options, steps: int, weights, converted, mapping, emit_optim
 def write_optimizer(report, path: str | None, force: bool) -> None:
     """--emit-optimizer: paddle's translated optimizer as a spec's paddle_optimizer(model)."""
     if path:
-        from ..cli import write_output
+        from ..cli_common import write_output
         write_output(path, report.optimizer_code, force)
         click.echo(f"paddle's optimizer written to {path}", err=True)
 

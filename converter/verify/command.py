@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..cli import _boundary, _say
+from ..cli_common import one_line_errors, say
 from ..errors import UserError
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "bert_port.py")
@@ -32,14 +32,14 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--train", is_flag=True, help="Also check training: loss, backward, optimizer and N steps.")
 @click.option("--steps", default=10, show_default=True, help="Training steps for --train.")
 @click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
-@_boundary
+@one_line_errors
 def verify_port(spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect, strategy,
                 json_path, html_path, rows, force, train, steps, emit_optimizer):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
     from ..api import PortSpec, VerifyOptions
     from ..api import verify_port as run_verification
-    from ..cli import _write_json, write_output
+    from ..cli_common import write_json, write_output
     from ..io.atomic import check_outputs
     from .precision import parse_emulate
     from .report import render_html, render_text
@@ -50,7 +50,7 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
         raise UserError(f"--converted '{converted}' does not exist")
     if spec_path is None:
         spec_path = BUNDLED
-        _say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
+        say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
     if emit_optimizer and not train:
         raise UserError("--emit-optimizer writes the optimizer --train translates; add --train")
     check_outputs({"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer},
@@ -70,7 +70,7 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
         body, page = add_train(trained, body, page)
         write_optimizer(trained, emit_optimizer, force)
     if json_path:
-        _write_json(json_path, body, force)
+        write_json(json_path, body, force)
     if html_path:
         write_output(html_path, page, force)
     sys.exit(max(report.exit_code, trained.exit_code if trained is not None else 0))

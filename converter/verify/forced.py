@@ -24,7 +24,7 @@ from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity, view_of
 from .matching import POSITION, VALUE, common_shape
-from .replay import Forcing, TorchCopies, _to64, force_paddle_args, torch_inputs
+from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
 
 
 @dataclass
@@ -209,7 +209,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             recorded = torch_inputs(_c)
             errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, keep, known)))
             refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
-            args64, kwargs64 = _to64(_c.args, widen), _to64(_c.kwargs, widen)
+            args64, kwargs64 = to_float64(_c.args, widen), to_float64(_c.kwargs, widen)
             for wide, r in zip(call_tensors(args64, kwargs64, torch_side.is_tensor), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
                     known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0,

@@ -140,7 +140,7 @@ def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     return to_numpy_list(flatten(out, paddle_side.is_float_tensor), "paddle")
 
 
-def _to64(value, widen=None):
+def to_float64(value, widen=None):
     """`value` with its floating tensors widened to float64 (by `widen` when given) and moved to
     the CPU."""
     import torch
@@ -149,9 +149,9 @@ def _to64(value, widen=None):
             return value.cpu()
         return widen(value) if widen is not None else value.detach().cpu().double()
     if isinstance(value, (list, tuple)):
-        return type(value)(_to64(v, widen) for v in value)
+        return type(value)(to_float64(v, widen) for v in value)
     if isinstance(value, dict):
-        return {k: _to64(v, widen) for k, v in value.items()}
+        return {k: to_float64(v, widen) for k, v in value.items()}
     return value
 
 
@@ -198,13 +198,13 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
     args, n = replace_tensors(tuple(t_call.args), torch_side.is_tensor, new)
     kwargs, _ = replace_tensors(dict(t_call.kwargs), torch_side.is_tensor, new, n)
     call = Call(t_call.path, t_call.type, t_call.start, t_call.end, args, kwargs)
-    return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, _to64(args), _to64(kwargs))
+    return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, to_float64(args), to_float64(kwargs))
 
 
 def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray]:
     import torch
     with torch.no_grad(), rounded(module64, fmt):
-        out = module64(*_to64(call.args), **_to64(call.kwargs))
+        out = module64(*to_float64(call.args), **to_float64(call.kwargs))
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 

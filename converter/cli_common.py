@@ -1,0 +1,60 @@
+"""What both commands share at the command line: one line per error and an exit code, and
+report files written like converted weights (atomic, never clobbering without --force)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+from .errors import PortError, one_line
+
+
+def say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def one_line_errors(func):
+    """Bad input becomes one line and exit 2; a failed check exit 1; never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except PortError as exc:
+            say(f"error: {exc.render()}")
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            say("interrupted; nothing was written")
+            sys.exit(130)
+        except MemoryError:
+            say("error: out of memory; close other programs or convert on a larger machine")
+            sys.exit(2)
+        except OSError as exc:
+            say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
+                "check the paths and free disk space")
+            sys.exit(2)
+        except Exception as exc:  # an internal bug: one line, the traceback only on request
+            if os.environ.get("CONVERTER_DEBUG"):
+                raise
+            say(f"internal error: {type(exc).__name__}: {one_line(exc)} (set CONVERTER_DEBUG=1 for the traceback "
+                "and report it)")
+            sys.exit(3)
+
+    return wrapper
+
+
+def write_output(path: str | None, text: str, force: bool) -> None:
+    """A report file, through the same atomic, no-clobber commit as converted weights (the
+    caller has checked it with every other output before anything was written)."""
+    if path:
+        from .io.atomic import AtomicOutput
+        with AtomicOutput(path, force=force) as f:
+            f.write(text.encode("utf-8"))
+
+
+def write_json(path: str | None, body: dict, force: bool = False) -> None:
+    write_output(path, json.dumps(body, indent=1, default=str) + "\n", force)
