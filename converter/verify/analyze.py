@@ -130,7 +130,10 @@ def add_note(result: LayerResult, note: str) -> None:
 
 
 def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[LayerResult, Evidence]:
-    """One pair, its paddle layer re-run on its own: (its result, the evidence for a diagnosis)."""
+    """One pair, its paddle layer re-run whole on torch's inputs (its children not forced): (its
+    result, the evidence for a diagnosis). The forced pass cannot give this: there every child
+    takes torch's inputs, so a parent's own error shows at its children's inputs, not in its
+    output, and a what-if on the parent needs the output its own code gives."""
     result, y_t, pairs = end_to_end(session, pair, t_call, p_call)
     ev = Evidence()
     if y_t is None:
@@ -314,6 +317,7 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
         found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)
         if found is not None and found[0] > result.ratio:
             result.ratio, result.budget, result.local_max_abs = found
+            result.worst_input = child.torch
             add_note(result, f"worst at the input of {child.torch}, as this layer's own code computed it")
     return result
 

@@ -163,8 +163,8 @@ def check_training(ctx) -> list[Diagnosis]:
 def check_precision(ctx) -> list[Diagnosis]:
     """Over the budget of the recorded formats, but within the budget if one side used a lower precision."""
     ev = ctx.evidence
-    if ev is None or ev.y_local is None or ev.budget is None:
-        return []
+    if ev is None or ev.y_local is None or ev.budget is None or ctx.result.worst_input:
+        return []  # (an input its own code computed for a child is over budget, not its output)
     from .analyze import layer_budget
     t_call = ctx.t_call
     if t_call is None:

@@ -38,6 +38,7 @@ class LayerResult:
     formats: dict = field(default_factory=dict)
     note: str = ""
     worst_index: tuple = ()
+    worst_input: str = ""  # set when the ratio is that of an input this layer's own code computed for a child
 
     @property
     def within_budget(self) -> bool | None:
