@@ -28,3 +28,8 @@ def test_ci_runs_the_real_model_suite_after_the_main_tests():
     (side,) = {line for line in _readme_lines("PY=$(scripts/side_env.sh)") if "tests/real_models" in line}
     ci = _ci_lines()
     assert side in ci and ci.index(side) > ci.index(_readme_lines("pip install -c constraints.txt")[1])
+
+
+def test_ci_checks_the_shipped_rule_sets_against_paddlenlp():
+    (check,) = {line for line in _readme_lines("PY=$(scripts/side_env.sh)") if "check_mappings_paddlenlp" in line}
+    assert check in _ci_lines()
