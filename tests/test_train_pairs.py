@@ -16,7 +16,7 @@ def _train(tmp, name, *extra):
     return r, json.loads(out.read_text())["train"] if out.exists() else None
 
 
-@pytest.mark.parametrize("name", ["train_mlp", "train_cnn"])
+@pytest.mark.parametrize("name", ["train_mlp", "train_cnn", "train_transformer", "train_lstm"])
 def test_clean_pair_passes_every_phase(tmp, name):
     r, train = _train(tmp, name)
     assert r.code == 0, r

@@ -45,7 +45,11 @@ def layer_pairs(session) -> dict:
             continue
         p_layer, t_module = pair.paddle.rpartition(".")[0], pair.torch[0].rpartition(".")[0]
         owners.setdefault(p_layer, set()).add(t_module)
-    pairs = {next(iter(t)): p for p, t in owners.items() if len(t) == 1}
+    claims = {}  # torch module -> the paddle layers whose weights come from it
+    for p, t in owners.items():
+        for module in t:
+            claims.setdefault(module, set()).add(p)
+    pairs = {next(iter(t)): p for p, t in owners.items() if len(t) == 1 and len(claims[next(iter(t))]) == 1}
     torch_paths = dict(session.torch_model.named_modules())
     paddle_paths = {p for p, _ in session.paddle_model.named_sublayers(include_self=True)}
     for path, module in torch_paths.items():

@@ -59,23 +59,24 @@ class OptimizerCheck:
         self.model = session.paddle_copy()
         self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
         self.params = dict(self.model.named_parameters())
-        self.by_torch = {}
+        self.by_paddle = {}  # paddle name -> its pair (a torch tensor split in pieces gives several)
         for pair in session.pairs:
             p = self.params.get(pair.paddle)
             if p is not None and not p.stop_gradient and len(pair.torch) == 1:
-                self.by_torch[pair.torch[0]] = pair
+                self.by_paddle[pair.paddle] = pair
         self.ref = session.torch_copy(torch.float64)
         self.ref_opt, _ = tspec.torch_optimizer(self.ref)
         self.rows: list = []
         self.failed = None  # what the first step over budget started from, for the what-ifs
         self.drift: dict = {}  # paddle name -> the conventions' accumulated effect on the weights
+        self.loss_drift: list = []  # per step: that drift's first-order effect on the loss
         self._prime()
 
     def _prime(self):
         """Paddle creates its accumulators on the first step: take one on zero gradients (every
         value it touches is overwritten before each checked step)."""
         import paddle
-        for pair in self.by_torch.values():
+        for pair in self.by_paddle.values():
             p = self.params[pair.paddle]
             p.grad = paddle.zeros(p.shape, dtype=p.dtype)
         self.opt.step()
@@ -94,7 +95,14 @@ class OptimizerCheck:
         lr = float(opt.param_groups[0]["lr"])
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
         grads = {n: t.cpu().numpy() for n, t in before["grads"].items()}
-        for name, pair in self.by_torch.items():
+        # each element's drift moves the loss by g * drift, with signs we do not know: combined as
+        # independent terms
+        self.loss_drift.append(float(np.sqrt(sum(float(np.sum(np.square(pair.to_paddle(grads) * self.drift[pair.paddle],
+                                                                         dtype=np.float64)))
+                                                 for pair in self.by_paddle.values()
+                                                 if pair.torch[0] in grads and pair.paddle in self.drift))))
+        for pair in self.by_paddle.values():
+            name = pair.torch[0]
             if name not in grads:
                 continue
             self._set(pair, pair.to_paddle(params), pair.to_paddle(grads))
@@ -105,10 +113,10 @@ class OptimizerCheck:
             self.sched.step()
         ref_params, ref_state = self._reference(before, index)
         start = len(self.rows)
-        self._compare(k, model, opt, params, ref_params, ref_state, grads)
+        self._compare(k, model, opt, params, ref_params, ref_state, grads, state_before)
         if self.failed is None and any(r.bad for r in self.rows[start:]):
             self.failed = {"step": k, "before": before, "index": index,
-                           "paddle": {pair.paddle: self.params[pair.paddle].numpy() for pair in self.by_torch.values()}}
+                           "paddle": {pair.paddle: self.params[pair.paddle].numpy() for pair in self.by_paddle.values()}}
 
     def _load_state(self, pair, torch_state: dict, lr: float):
         pname = self.params[pair.paddle].name
@@ -148,7 +156,9 @@ class OptimizerCheck:
         if self.tspec.clip_grad_norm is not None:
             norm = float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads.values())))
             if norm > self.tspec.clip_grad_norm:
-                rel += (CLIP_EPS / norm) ** 2
+                # torch divides by norm + 1e-6; each side sums the squares of every gradient in its own order
+                count = sum(g.size for g in grads.values())
+                rel += (CLIP_EPS / norm) ** 2 + (U32 * np.sqrt(count)) ** 2
         return float(np.sqrt(rel))
 
     def _rmsprop_rel(self, name: str, pair, opt, torch_state: dict):
@@ -160,12 +170,14 @@ class OptimizerCheck:
         torch_denom = np.sqrt(v) + eps
         return np.abs(np.sqrt(v + eps) - torch_denom) / torch_denom
 
-    def _compare(self, k: int, model, opt, params_before: dict, ref_params: dict, ref_state: dict, grads: dict):
+    def _compare(self, k: int, model, opt, params_before: dict, ref_params: dict, ref_state: dict, grads: dict,
+                 state_before: dict):
         conv = self._conventions(grads)
         torch_params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
         torch_names = {id(p): n for n, p in model.named_parameters()}
         torch_state = {torch_names[id(p)]: s for p, s in opt.state.items()}
-        for name, pair in self.by_torch.items():
+        for pair in self.by_paddle.values():
+            name = pair.torch[0]
             if name not in grads:
                 continue
             got = self.params[pair.paddle].numpy()
@@ -183,7 +195,11 @@ class OptimizerCheck:
                 scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
                 want_s = pair.to_paddle({name: tstate[key].detach().cpu().numpy() * scale})
                 ref_s = pair.to_paddle({name: ref_state[name][key].numpy() * scale}).astype(np.float32)
-                self._row(k, name, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s, conv * np.abs(want_s))
+                old = state_before.get(name, {}).get(key)
+                old = 0.0 if old is None else np.abs(pair.to_paddle({name: old.detach().cpu().numpy() * scale}))
+                # the conventions scale the terms the new state is summed from, whose size |new| + |old| bounds
+                self._row(k, name, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s,
+                          conv * (np.abs(want_s) + old))
 
     def _row(self, k, name, pair, what, want, got, e_ref, extra):
         self.rows.append(judge("optimizer", k, name + what, pair.paddle + what, want, got, e_ref, extra))

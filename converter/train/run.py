@@ -78,7 +78,7 @@ def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-i
         t64 = torch_run(session, tspec, batches, _float64())
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
         p = paddle_run(session, tspec, batches, fmt_p)
-        step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p)
+        step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
         rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
         rows += final_rows(session, t32, t64, tfmt, p, check.drift)
         bad = first_bad(rows)

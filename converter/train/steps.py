@@ -22,19 +22,22 @@ BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a 
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
 
 
-def loss_band(t32, t64, tfmt) -> list:
+def loss_band(t32, t64, tfmt, conventions: list | None = None) -> list:
+    """Per step: MARGIN x the largest drift so far of torch in fp32 (and in paddle's format) from
+    float64, plus what the optimizer's conventions moved the loss by (first order)."""
     band, d32, dfmt = [], 0.0, 0.0
     for k, (a, b) in enumerate(zip(t32.losses, t64.losses)):
         d32 = max(d32, abs(a - b))
         dfmt = max(dfmt, abs(tfmt.losses[k] - b)) if tfmt is not None else d32
+        conv = conventions[k] if conventions and k < len(conventions) else 0.0
         floor = 4 * U32 * abs(b)
-        band.append(BAND_MARGIN * math.sqrt(d32 * d32 + dfmt * dfmt) + floor)
+        band.append(BAND_MARGIN * (math.sqrt(d32 * d32 + dfmt * dfmt) + conv) + floor)
     return band
 
 
-def step_rows(t32, t64, tfmt, paddle) -> tuple[list, list, list]:
+def step_rows(t32, t64, tfmt, paddle, conventions: list | None = None) -> tuple[list, list, list]:
     """(StepRow per step, loss rows of phase steps, lr rows)."""
-    band = loss_band(t32, t64, tfmt)
+    band = loss_band(t32, t64, tfmt, conventions)
     steps, loss, lrs = [], [], []
     for k, b in enumerate(band):
         s = StepRow(k, t32.losses[k], paddle.losses[k], t32.lrs[k], paddle.lrs[k], b)
