@@ -15,7 +15,7 @@ from .io import open_sink_format, open_source
 from .io.atomic import AtomicOutput, check_outputs
 from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits
-from .pipeline import Behind
+from .pipeline import BoundedWorkers
 from .rules import MappingPlan, build_plan, resolve_mapping
 from .rules.plan import TargetEntry
 from .rules.ruleset import RuleSet
@@ -121,7 +121,7 @@ class ReadBack:
         self.fd = os.open(path, os.O_RDONLY)
         self.table = plan.by_output_name()
         self.source = source
-        self.checker = Behind(self._check, workers=2)
+        self.checker = BoundedWorkers(self._check, workers=2)
 
     def written(self, info: TensorInfo, offset: int) -> None:
         self.checker.submit(info.nbytes, info, offset)
@@ -158,7 +158,7 @@ def check_layout(path: str, fmt: str, plan: MappingPlan) -> list[str]:
     if fmt == "pdparams":
         from .io.pdparams import scan_written
         try:
-            scan_written(path, expected, None)
+            scan_written(path, expected)
         except UserError as exc:  # a byte that is not as planned: the check fails (exit 1)
             return [exc.message]
         return []

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 SLACK = 64 << 20  # bytes a worker may hold beyond the item in hand
 
 
-def ahead(func, items, size, slack: int = SLACK):
+def prefetch(func, items, size, slack: int = SLACK):
     """Yield func(item) for each item, in order, computing ahead while the items not yet
     yielded come to at most `slack` bytes (`size(item)` each; always at least one)."""
     items = iter(items)
@@ -33,7 +33,7 @@ def ahead(func, items, size, slack: int = SLACK):
             yield pending.popleft()[0].result()
 
 
-class Behind:
+class BoundedWorkers:
     """Run `func(*args)` calls on `workers` threads, started in order, while the calls not yet
     finished come to at most `slack` bytes (`submit(nbytes, *args)`); `close()` waits for the
     rest and returns every result, in the order submitted."""

@@ -240,7 +240,7 @@ def test_bit_equal_is_bit_equality_in_either_layout():
 
 def test_pipeline_keeps_order_and_bounds_the_bytes_in_flight():
     import threading
-    from converter.pipeline import Behind, ahead
+    from converter.pipeline import BoundedWorkers, prefetch
     sizes = [1, 50, 2, 90, 3, 3, 200, 1]
     live, peak, lock = [0], [0], threading.Lock()
 
@@ -250,14 +250,14 @@ def test_pipeline_keeps_order_and_bounds_the_bytes_in_flight():
             peak[0] = max(peak[0], live[0])
         return n
     got = []
-    for n in ahead(make, sizes, lambda n: n, slack=100):
+    for n in prefetch(make, sizes, lambda n: n, slack=100):
         got.append(n)
         with lock:
             live[0] -= n
     assert got == sizes
     assert peak[0] <= 200 + 100  # the item in hand plus at most the slack
     for workers in (1, 2):
-        checker = Behind(lambda n: n * 2, slack=100, workers=workers)
+        checker = BoundedWorkers(lambda n: n * 2, slack=100, workers=workers)
         for n in sizes:
             checker.submit(n, n)
             assert checker.held <= max(100, n)

@@ -22,7 +22,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from ..layout import contiguous
-from ..pipeline import ahead
+from ..pipeline import prefetch
 from . import unpickle
 from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools
 
@@ -98,7 +98,7 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     pickle.load read it as a plain dict of numpy arrays."""
     check_names(infos)
     file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
-    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
+    for info, array in zip(infos, prefetch(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
         file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))
         offset = file.tell()
         if array.nbytes:
@@ -111,23 +111,11 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     file.write(b".")  # STOP
 
 
-def _releaser(mm, offset: int, length: int):
-    """Drop a range's pages from this process (they stay in the page cache; a later touch refaults)."""
-    def release():
-        start = offset - offset % mmap.PAGESIZE
-        if length and hasattr(mm, "madvise"):
-            mm.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
-    return release
-
-
-def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
-    """Read back a file written by write_pdparams for `infos`, memory-mapped: every opcode must
-    be the one written for that tensor, and `on_array(index, array, release)` (when given) sees
-    each tensor's data in place (no copy; `release()` lets its pages go). Returns the keys
-    found; raises UserError where the bytes differ."""
-    with open(path, "rb") as f:
-        # not closed here: arrays handed to on_array may outlive this call; they keep it alive
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+def scan_written(path: str, infos: list[TensorInfo]) -> list[str]:
+    """Read back the structure of a file written by write_pdparams for `infos`, memory-mapped:
+    every opcode must be the one written for that tensor (the tensors' bytes are checked as
+    they are written). Returns the keys found; raises UserError where the bytes differ."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
 
         def expect(pos: int, raw: bytes, what: str) -> int:
             if mm[pos:pos + len(raw)] != raw:
@@ -136,12 +124,9 @@ def scan_written(path: str, infos: list[TensorInfo], on_array) -> list[str]:
 
         pos = expect(0, b"\x80\x04}", "pickle header")
         names = []
-        for index, info in enumerate(infos):
+        for info in infos:
             dtype = dtypes.storage(info.dtype)
             pos = expect(pos, _unicode(info.name) + _array_header(info.shape, dtype, info.nbytes), f"'{info.name}'")
-            if on_array is not None:
-                on_array(index, np.frombuffer(mm, dtype=dtype, count=info.numel, offset=pos).reshape(info.shape),
-                         _releaser(mm, pos, info.nbytes))
             pos = expect(pos + info.nbytes, b"tbs", f"end of '{info.name}'")
             names.append(info.name)
         expect(pos, b".", "end of file")

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, one_line, quoted
 from ..layout import contiguous
-from ..pipeline import ahead
+from ..pipeline import prefetch
 from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools
 
 _MAX_HEADER = 100 * 1024 * 1024
@@ -159,7 +159,7 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    for info, array in zip(infos, ahead(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
+    for info, array in zip(infos, prefetch(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
         offset = file.tell()
         file.write(memoryview(array.reshape(-1)).cast("B"))
         if on_data is not None:
