@@ -166,8 +166,9 @@ class _Reading:
     def persistent(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise unpickle.Refused("a persistent id that is not a storage")
-        kind, key, numel = pid[1], pid[2], pid[4]
-        if not isinstance(kind, (StorageType, unpickle.Opaque)) or not isinstance(key, str):
+        kind, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+        if not isinstance(kind, (StorageType, unpickle.Opaque)) or not isinstance(key, str) \
+                or not isinstance(location, str):
             raise unpickle.Refused("a storage with an unknown type or key")
         numel = _int(numel, "storage size")
         if isinstance(kind, unpickle.Opaque):
