@@ -11,7 +11,7 @@ from .align import LayerPair, nearest_in
 from .matching import OutputPairs, common_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
-from .metrics import compare, join
+from .metrics import compare, join, rms
 from .identity import view_of
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
@@ -83,7 +83,7 @@ def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> f
     """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
     y_f = join(run_torch64(session.torch64_module(path), call, fmt)).ravel()
     n = min(y_f.size, y64.size)  # y64 may be laid out broadcast: its first elements are torch's
-    return float(np.sqrt(np.mean((y_f[:n] - y64.ravel()[:n]) ** 2))) if n else 0.0
+    return rms(y_f[:n], y64.ravel()[:n])
 
 
 def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:

@@ -20,6 +20,12 @@ class Metrics:
     worst_index: tuple
 
 
+def rms(a: np.ndarray, b: np.ndarray | None = None) -> float:
+    """Root mean square of a (of a - b when b is given), in float64; 0 for no elements."""
+    d = np.asarray(a, dtype=np.float64) if b is None else np.subtract(a, b, dtype=np.float64)
+    return float(np.sqrt(np.mean(np.square(d)))) if d.size else 0.0
+
+
 def join(arrays: list[np.ndarray]) -> np.ndarray:
     """Several outputs of one layer as one array (one vector when there are several), in their
     own precision: the difference of two close float32 values is exact in float32."""

@@ -25,7 +25,7 @@ from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
-from .metrics import compare
+from .metrics import compare, rms
 from .replay import to_numpy_list
 from ..errors import UserError
 from .matching import common_shape
@@ -171,8 +171,7 @@ DRIFT_SUSPECT = 1e-3  # rms fp32 drift from float64, relative to the output's rm
 
 
 def _implausible_drift(y32: np.ndarray, y64: np.ndarray) -> bool:
-    scale = float(np.sqrt(np.mean(np.square(y64)))) if y64.size else 0.0
-    drift = float(np.sqrt(np.mean(np.square(y32 - y64)))) if y64.size else 0.0
+    scale, drift = rms(y64), rms(y32, y64)
     return not np.isfinite(drift) or drift > DRIFT_SUSPECT * scale
 
 
@@ -208,8 +207,7 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     m = compare(y_t, y_p)
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    rounding = {f: float(np.sqrt(np.mean((laid_out(pairs.of_torch(r), shapes) - y64) ** 2))) if y64.size else 0.0
-                for f, r in references.items() if f is not None}
+    rounding = {f: rms(laid_out(pairs.of_torch(r), shapes), y64) for f, r in references.items() if f is not None}
     budget = make_budget(session.formats, y_t, y64, None, rounding)
     result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
     return result
