@@ -133,8 +133,9 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
                 record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
             before = None
             if on_step is not None:
+                wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
                 before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
-                          "state": copy.deepcopy(opt.state_dict())}
+                          "state": copy.deepcopy(opt.state_dict()) if wanted else None}
             if tspec.clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.clip_grad_norm)
             opt.step()

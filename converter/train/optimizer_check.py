@@ -12,6 +12,7 @@ from .judge import judge
 from .loop import paddle_optimizer
 
 CLIP_EPS = 1e-6
+FORCED_FIRST = 3
 
 
 def _betas(popt):
@@ -53,9 +54,9 @@ TORCH_STATE_OF = {"moment1": "exp_avg", "moment2": "exp_avg_sq", "velocity": "mo
 class OptimizerCheck:
     """Teacher-forces paddle's optimizer on torch's steps (called from torch's fp32 run)."""
 
-    def __init__(self, session, tspec):
+    def __init__(self, session, tspec, steps: int):
         import torch
-        self.session, self.tspec = session, tspec
+        self.session, self.tspec, self.steps = session, tspec, steps
         self.model = session.paddle_copy()
         self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
         self.params = dict(self.model.named_parameters())
@@ -88,11 +89,12 @@ class OptimizerCheck:
         p.set_value(array.astype(np.float32))
         p.grad = paddle.to_tensor(grad.astype(np.float32))
 
+    def checks(self, k: int) -> bool:
+        """Whether step k is teacher-forced: the first steps (fresh and filled state) and the last;
+        the learning rate of every step is compared on its own."""
+        return k < FORCED_FIRST or k == self.steps - 1
+
     def __call__(self, k: int, opt, model, before: dict):
-        torch_names = {id(p): n for n, p in model.named_parameters()}
-        index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
-        state_before = {index[i]: s for i, s in before["state"]["state"].items()}
-        lr = float(opt.param_groups[0]["lr"])
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
         grads = {n: t.cpu().numpy() for n, t in before["grads"].items()}
         # each element's drift moves the loss by g * drift, with signs we do not know: combined as
@@ -101,6 +103,15 @@ class OptimizerCheck:
                                                                          dtype=np.float64)))
                                                  for pair in self.by_paddle.values()
                                                  if pair.torch[0] in grads and pair.paddle in self.drift))))
+        if not self.checks(k):
+            self._drift_only(model, opt, params, grads)
+            if self.sched is not None:
+                self.sched.step()
+            return
+        torch_names = {id(p): n for n, p in model.named_parameters()}
+        index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
+        state_before = {index[i]: s for i, s in before["state"]["state"].items()}
+        lr = float(opt.param_groups[0]["lr"])
         for pair in self.by_paddle.values():
             name = pair.torch[0]
             if name not in grads:
@@ -160,6 +171,19 @@ class OptimizerCheck:
                 count = sum(g.size for g in grads.values())
                 rel += (CLIP_EPS / norm) ** 2 + (U32 * np.sqrt(count)) ** 2
         return float(np.sqrt(rel))
+
+    def _drift_only(self, model, opt, params_before: dict, grads: dict):
+        """What the conventions add to the weights on a step that is not teacher-forced."""
+        conv = self._conventions(grads)
+        torch_params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
+        torch_names = {id(p): n for n, p in model.named_parameters()}
+        torch_state = {torch_names[id(p)]: s for p, s in opt.state.items()}
+        for pair in self.by_paddle.values():
+            name = pair.torch[0]
+            if name in grads:
+                delta = np.abs(pair.to_paddle(torch_params) - pair.to_paddle(params_before))
+                rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(name, pair, opt, torch_state)))
+                self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
 
     def _rmsprop_rel(self, name: str, pair, opt, torch_state: dict):
         """paddle's sqrt(v + eps) against torch's sqrt(v) + eps: the relative change of the step, per element."""

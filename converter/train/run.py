@@ -72,7 +72,7 @@ def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-i
         rows += loss_rows(loss_probe)
         local = bwd.local_rows(session, tspec, batches[0]) if backward else []
         rows += local
-        check = OptimizerCheck(session, tspec)
+        check = OptimizerCheck(session, tspec, steps)
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
         t64 = torch_run(session, tspec, batches, _float64())

@@ -1,0 +1,93 @@
+"""Benchmark verify-port --train against plain training, measured in the same run.
+
+The baseline is N plain training steps on both sides (forward, loss, backward, optimizer step and
+scheduler step, on torch's model and on paddle's, with the spec's batches, losses and optimizers);
+--train's cost is the training checks alone (the forward check of verify-port is not counted).
+Printed as a ratio (target <= 4). Each figure is the best of --repeat runs (these machines are noisy).
+
+    python scripts/bench_train.py [--spec FILE] [--steps N] [--repeat R]
+
+The default spec is tests/specs/train_bench.py: a 4-block residual MLP of width 256, batches of 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+DEFAULT_SPEC = os.path.join(ROOT, "tests", "specs", "train_bench.py")
+
+
+def plain_steps(spec, steps: int) -> float:
+    """Seconds for N plain training steps on each side."""
+    import torch
+
+    from converter.train.loop import call_model, paddle_loss, to_paddle, to_torch, torch_loss
+    from converter.train.optimizer import translate
+    from converter.train.spec import TrainSpec
+    tspec = TrainSpec(spec)
+    batches = tspec.batches(steps)
+    tmodel, pmodel = spec.torch_model(), spec.paddle_model()
+    tmodel.train()
+    pmodel.train()
+    topt, tsched = tspec.torch_optimizer(tmodel)
+    given = tspec.paddle_optimizer(pmodel)
+    popt, psched = given if given is not None else translate(
+        *tspec.torch_optimizer(tmodel), tspec.clip_grad_norm).build(pmodel)
+    start = time.perf_counter()
+    for inputs, target in batches:
+        topt.zero_grad()
+        loss = torch_loss(tspec, call_model(tmodel, to_torch(inputs, torch.float32, "cpu")),
+                          to_torch(target, torch.float32, "cpu"), torch.float32)
+        loss.backward()
+        if tspec.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(tmodel.parameters(), tspec.clip_grad_norm)
+        topt.step()
+        if tsched is not None:
+            tsched.step()
+        ploss = paddle_loss(tspec, call_model(pmodel, to_paddle(inputs)), to_paddle(target))
+        ploss.backward()
+        popt.step()
+        popt.clear_grad()
+        if psched is not None:
+            psched.step()
+    return time.perf_counter() - start
+
+
+def train_checks(spec, steps: int) -> float:
+    from converter.train.run import train_check
+    start = time.perf_counter()
+    report = train_check(spec, steps, device="cpu")
+    elapsed = time.perf_counter() - start
+    if report.verdict != "pass":
+        raise SystemExit(f"the benchmark pair does not pass --train: {report.first_bad}")
+    return elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default=DEFAULT_SPEC)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    from converter.lazy import import_paddle
+    import_paddle()
+    from converter.spec import PortSpec
+    plain = min(plain_steps(PortSpec.from_file(args.spec), args.steps) for _ in range(args.repeat))
+    checked = min(train_checks(PortSpec.from_file(args.spec), args.steps) for _ in range(args.repeat))
+    ratio = checked / plain
+    print(f"spec {os.path.relpath(args.spec, ROOT)}, {args.steps} steps")
+    print(f"plain training, both sides: {plain:.3f} s")
+    print(f"verify-port --train checks: {checked:.3f} s")
+    print(f"ratio: {ratio:.2f} x (target <= 4): {'OK' if ratio <= 4 else 'OVER'}")
+
+
+if __name__ == "__main__":
+    main()
