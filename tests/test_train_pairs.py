@@ -48,3 +48,17 @@ def test_report_files_and_emitted_optimizer(tmp):
 def test_emit_optimizer_without_train_is_bad_input(tmp):
     r = run_verify("--spec", spec_path("train_mlp"), "--emit-optimizer", tmp / "o.py")
     assert r.code == 2 and "add --train" in r.stderr and not (tmp / "o.py").exists()
+
+
+def test_bad_training_input_is_one_line_and_exit_2(tmp):
+    r = run_verify("--spec", spec_path("train_mlp"), "--train", "--steps", 0, "--device", "cpu")
+    assert r.code == 2 and "--steps must be at least 1" in r.stderr and "Traceback" not in r.stderr
+    spec = tmp / "bad_batches.py"
+    spec.write_text("import numpy as np, torch, paddle\n"
+                    "def torch_model(): return torch.nn.Linear(3, 2)\n"
+                    "def paddle_model(): return paddle.nn.Linear(3, 2)\n"
+                    "def inputs(): return (np.zeros((2, 3), np.float32),)\n"
+                    "def batches(): return [np.zeros(3)]\n")
+    r = run_verify("--spec", spec, "--train", "--device", "cpu", "--json", tmp / "r.json")
+    assert r.code == 2 and "batches()[0] must be a pair (inputs, target)" in r.stderr
+    assert not (tmp / "r.json").exists()
