@@ -274,16 +274,18 @@ CASES = CLEAN + BUGS
 BY_NAME = {case.name: case for case in CASES}
 
 
+def spec_functions(name: str) -> tuple:
+    """(torch_model, paddle_model, inputs, mapping) of the case `name`: what its spec file defines."""
+    case = BY_NAME[name]
+    return (lambda: torch_model(case)), (lambda: paddle_model(case)), (lambda: inputs(case)), mapping(case)
+
+
 def spec_text(case: Case) -> str:
     return (f'"""Real-model case {case.name}: {case.what or "clean pair"} (tests/real_models/cases.py)."""\n\n'
             "import os\nimport sys\n\n"
             "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n\n"
-            "import cases  # noqa: E402\n\n"
-            f'CASE = cases.BY_NAME["{case.name}"]\n'
-            "mapping = cases.mapping(CASE)\n\n\n"
-            "def torch_model():\n    return cases.torch_model(CASE)\n\n\n"
-            "def paddle_model():\n    return cases.paddle_model(CASE)\n\n\n"
-            "def inputs():\n    return cases.inputs(CASE)\n")
+            "from cases import spec_functions  # noqa: E402\n\n"
+            f'torch_model, paddle_model, inputs, mapping = spec_functions("{case.name}")\n')
 
 
 def write_specs() -> None:

@@ -5,19 +5,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import cases  # noqa: E402
+from cases import spec_functions  # noqa: E402
 
-CASE = cases.BY_NAME["gpt2-clean"]
-mapping = cases.mapping(CASE)
-
-
-def torch_model():
-    return cases.torch_model(CASE)
-
-
-def paddle_model():
-    return cases.paddle_model(CASE)
-
-
-def inputs():
-    return cases.inputs(CASE)
+torch_model, paddle_model, inputs, mapping = spec_functions("gpt2-clean")
