@@ -63,6 +63,7 @@ def test_the_memo_is_capped_and_sparse_indexes_cost_nothing():
     (b"\x80\x02Q.", "stack"),
     (b"\x80\x02N)\x81.", "calls a NoneType"),
     (b"\x80\x02KxNb.", "state set on a int"),
+    (b"\x80\x02ccollections\nOrderedDict\nNb.", "state set on the class"),
 ])
 def test_malformed_and_hostile_pickles_are_refused_with_a_reason(data, why):
     with pytest.raises(unpickle.Refused, match=why):

@@ -200,6 +200,8 @@ class _Machine:
     def build(self, target, state) -> None:
         if isinstance(target, Opaque):
             return
+        if isinstance(target, type):
+            raise Refused(f"state set on the class {target.__name__} itself")
         apply = getattr(target, "set_state", None)
         if apply is not None:
             apply(state)
