@@ -64,17 +64,7 @@ class PortSpec:
         return getattr(self.module, "mapping", None)
 
     def _call(self, name: str):
-        try:
-            return getattr(self.module, name)()
-        except UserError:
-            raise
-        except SystemExit as exc:
-            raise UserError(f"spec '{self.path}': {name}() called sys.exit({exc.code!r}){spec_line(exc, self.path)}; "
-                            "a spec must return its value, not exit") from None
-        except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            raise UserError(f"spec '{self.path}': {name}() failed with {type(exc).__name__}: {exc} "
-                            f"(at {os.path.basename(frame.filename)}:{frame.lineno})") from None
+        return call_spec_function(self.path, self.module, name)
 
     def torch_model(self) -> torch.nn.Module:
         if self._torch is None:
@@ -125,6 +115,23 @@ def spec_from_functions(torch_model: TorchModel, paddle_model: PaddleModel, inpu
                         mapping: str | None = None, label: str = "<in-memory spec>") -> PortSpec:
     """A spec built in Python rather than read from a file, with the same contract."""
     return PortSpec(torch_model, paddle_model, inputs, mapping, label=label)
+
+
+def call_spec_function(path: str, module, name: str, *args):
+    """The spec's function `name` on args; what it raises, or an exit, is bad input: one line
+    naming the spec's line (else the innermost frame)."""
+    try:
+        return getattr(module, name)(*args)
+    except UserError:
+        raise
+    except SystemExit as exc:
+        raise UserError(f"spec '{path}': {name}() called sys.exit({exc.code!r}){spec_line(exc, path)}; "
+                        "a spec must return its value, not exit") from None
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = spec_line(exc, path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
+        raise UserError(f"spec '{path}': {name}() failed with {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}{where}") from None
 
 
 def spec_line(exc: BaseException, path: str) -> str:

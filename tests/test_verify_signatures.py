@@ -117,3 +117,17 @@ def test_several_outputs_pair_by_value():
     pairs = pair_outputs([a.shape for a in torch_out], [b.shape for b in paddle_out],
                          lambda: torch_out, lambda: paddle_out)
     assert pairs.torch == (0, 1, 2, 3) and pairs.paddle == (3, 1, 2, 3)  # its own position first where as near
+
+
+def test_final_outputs_over_budget_fail_even_when_no_layer_is_isolated():
+    from converter.verify.report import LayerResult, Report, render_text
+    from converter.verify.run import _not_isolated
+    rows = [LayerResult("block", "block", "Block", "Block", (2, 4), ratio=0.4),
+            LayerResult("block.inner", "block.inner", "Inner", "Inner", (2, 4), note="could not be judged: ..."),
+            LayerResult("", "", "Model", "Model", (2, 4), ratio=0.5)]
+    outputs = LayerResult("", "", "Model", "Model", (2, 4), max_abs=0.3, budget=1e-6, ratio=3e5)
+    report = Report(rows, outputs, {"torch": {"effective": "fp32"}, "paddle": {"effective": "fp32"}},
+                    [_not_isolated(rows, outputs)], "full", 2, [], outputs)
+    assert report.verdict == "fail" and report.exit_code == 1
+    text = render_text(report)
+    assert "FAIL: the final outputs differ beyond noise" in text and "in or under block.inner" in text

@@ -6,5 +6,6 @@ from __future__ import annotations
 from ..verify.budget import MARGIN, Budget, budget_from_error, tail  # noqa: F401
 from ..verify.capture import flatten  # noqa: F401
 from ..verify.metrics import compare  # noqa: F401
+from ..verify.report import Diagnosis  # noqa: F401
 from ..verify.precision import FORMATS, U32, UNIT_ROUNDOFF, round_array, round_torch  # noqa: F401
 from ..verify.session import Options, PortSession  # noqa: F401

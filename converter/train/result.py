@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ._verify import Diagnosis
+
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 
 
@@ -51,14 +53,7 @@ class StepRow:
                 "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band}
 
 
-@dataclass
-class TrainDiagnosis:
-    layer: str
-    cause: str
-    hint: str
-
-    def to_json(self) -> dict:
-        return {"layer": self.layer, "cause": self.cause, "hint": self.hint}
+TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint
 
 
 @dataclass

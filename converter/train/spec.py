@@ -13,13 +13,11 @@ None), handed to the loss as tensors of the loss's framework."""
 
 from __future__ import annotations
 
-import os
-import traceback
 
 import numpy as np
 
 from ..errors import UserError
-from ..spec import spec_line
+from ..spec import call_spec_function
 
 DEFAULT_LR = 0.01
 PROJECTION_SEED = 1234
@@ -43,18 +41,7 @@ class TrainSpec:
 
     def call(self, name: str, *args):
         """The spec's function `name` on args; what it raises is bad input naming its line."""
-        try:
-            return getattr(self.spec.module, name)(*args)
-        except UserError:
-            raise
-        except SystemExit as exc:
-            raise UserError(f"spec '{self.path}': {name}() called sys.exit({exc.code!r}){spec_line(exc, self.path)}; "
-                            "a spec must return its value, not exit") from None
-        except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            where = spec_line(exc, self.path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
-            raise UserError(f"spec '{self.path}': {name}() failed with {type(exc).__name__}: "
-                            f"{' '.join(str(exc).split())[:200]}{where}") from None
+        return call_spec_function(self.path, self.spec.module, name, *args)
 
     # batches ---------------------------------------------------------------------------------
     def batches(self, steps: int) -> list:

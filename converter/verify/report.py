@@ -153,20 +153,18 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"final outputs: max abs {_num(o.max_abs)} vs end-to-end budget {_num(o.budget)} (ratio {o.ratio:.3g})")
     if report.first_bad is None:
         lines.append(f"PASS: all {len(report.layers)} compared layers are within their expected-error budget")
-    elif report.first_bad is report.outputs:
+        return lines
+    if report.first_bad is report.outputs:
         o = report.outputs
         lines.append(f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
-                      f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
-        for d in report.diagnosis:
-            lines.append(f"  cause: {d.cause}")
-            lines.append(f"  hint:  {d.hint}")
+                     f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
     else:
         r = report.first_bad
         lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle {r.paddle or '<model>'}"
                      f": local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} (ratio {r.ratio:.3g})")
-        for d in report.diagnosis:
-            lines.append(f"  cause: {d.cause}")
-            lines.append(f"  hint:  {d.hint}")
+    for d in report.diagnosis:
+        lines.append(f"  cause: {d.cause}")
+        lines.append(f"  hint:  {d.hint}")
     return lines
 
 
