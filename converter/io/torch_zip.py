@@ -219,6 +219,8 @@ class TorchZipSource(Source):
     def _open(self, archive: zipfile.ZipFile, unwrap) -> None:
         path = self.path
         members = {i.filename: i for i in archive.infolist()}
+        if any(i.flag_bits & 0x1 for i in members.values()):
+            raise _bad(path, "it has encrypted members, which torch.save never writes")
         pkl = [n for n in members if n.endswith("/data.pkl") or n == "data.pkl"]
         if len(pkl) != 1:
             raise NotPlain("no single data.pkl")
