@@ -131,3 +131,12 @@ def test_final_outputs_over_budget_fail_even_when_no_layer_is_isolated():
     assert report.verdict == "fail" and report.exit_code == 1
     text = render_text(report)
     assert "FAIL: the final outputs differ beyond noise" in text and "in or under block.inner" in text
+
+
+def test_reports_render_infinite_figures():
+    from converter.verify.report import LayerResult, Report, render_html, render_text
+    bad = LayerResult("attn", "attn", "Attention", "Attention", (2, 4), max_abs=3.4e38, local_max_abs=3.4e38,
+                      budget=float("inf"), ratio=float("inf"))
+    fine = LayerResult("", "", "Model", "Model", (2, 4), max_abs=1e-7, local_max_abs=1e-7, budget=1e-6, ratio=0.1)
+    report = Report([bad, fine], bad, {"torch": {"effective": "fp32"}, "paddle": {"effective": "fp32"}}, [], "full", 2)
+    assert "ratio inf" in render_text(report) and "<svg" in render_html(report)

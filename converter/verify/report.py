@@ -170,9 +170,10 @@ def summary_lines(report: Report) -> list[str]:
 
 def render_html(report: Report) -> str:
     """A self-contained page: an inline SVG plot of error and budget against depth (log scale), and the table."""
-    pts = [(i, r) for i, r in enumerate(report.layers) if r.local_max_abs is not None and r.budget]
+    finite = lambda v: v is not None and math.isfinite(v) and v > 0
+    pts = [(i, r) for i, r in enumerate(report.layers) if finite(r.local_max_abs) and finite(r.budget)]
     w, h, pad = 900, 320, 50
-    values = [v for _, r in pts for v in (r.local_max_abs, r.budget) if v and v > 0]
+    values = [v for _, r in pts for v in (r.local_max_abs, r.budget)]
     lo = math.floor(math.log10(min(values))) if values else -8
     hi = math.ceil(math.log10(max(values))) if values else 0
     hi = max(hi, lo + 1)
@@ -186,7 +187,7 @@ def render_html(report: Report) -> str:
     for key, color in (("budget", "#2a7"), ("local_max_abs", "#c33")):
         line = " ".join(f"{x(i):.1f},{y(getattr(r, key)):.1f}" for i, r in pts if getattr(r, key))
         svg.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{line}"/>')
-    if report.first_bad is not None and report.first_bad.local_max_abs:
+    if any(r is report.first_bad for _, r in pts):
         i = report.layers.index(report.first_bad)
         svg.append(f'<circle cx="{x(i):.1f}" cy="{y(report.first_bad.local_max_abs):.1f}" r="6" fill="none" stroke="#000"/>')
     svg.append(f'<text x="{pad}" y="{h - 12}" font-size="12">layer (execution order) &#8594;   '
