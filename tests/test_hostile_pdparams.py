@@ -147,3 +147,22 @@ def test_a_broken_split_array_table(tmp, info):
     (tmp / "big.pdparams").write_bytes(pickle.dumps(obj, protocol=2))
     with pytest.raises(UserError, match="refusing to read"):
         load_pdparams(str(tmp / "big.pdparams"))
+
+
+REAL_ODD_ARRAYS = {"str": np.array(["ab", "c"]), "bytes": np.array([b"ab", b"c"]),
+                   "structured": np.zeros(2, dtype=[("a", "f4"), ("b", "i8")]),
+                   "object": np.array([1, "x", None], dtype=object), "complex": np.ones(2, np.complex64)}
+
+
+@pytest.mark.parametrize("kind", sorted(REAL_ODD_ARRAYS))
+def test_arrays_numpy_itself_pickled_that_are_not_plain_numbers(tmp, kind):
+    """The same dtypes as numpy pickles them (as paddle.save would write such a state dict)."""
+    from conftest import run_verify, spec_path
+    from converter.errors import UserError
+    from converter.io.pdparams import load_pdparams
+    path = tmp / f"{kind}.pdparams"
+    path.write_bytes(pickle.dumps({"w": REAL_ODD_ARRAYS[kind]}, protocol=4))
+    with pytest.raises(UserError, match="refusing to read"):
+        load_pdparams(str(path))
+    r = run_verify("--spec", spec_path("cnn"), "--converted", path)
+    assert_one_line_error(r, f"{kind}.pdparams", "refusing to read")
