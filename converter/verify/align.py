@@ -61,13 +61,18 @@ def _targets_by_module(plan) -> dict[str, set[str]]:
     return out
 
 
+def _shapes_fit(t_call, p_call) -> bool:
+    """Whether two calls' outputs can be the same values: as many, each pair broadcast-compatible."""
+    a, b = t_call.shapes, p_call.shapes
+    return len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b))
+
+
 def _calls_fit(t_call, p_call) -> bool:
     """Whether two calls of layers without weights can be the same step: as many outputs, each
     pair broadcast-compatible, and (where the inputs were recorded) the first input of each
     holding the same values (two dropouts of one shape, one after the attention and one after
     the MLP, are told apart by what they receive)."""
-    a, b = t_call.shapes, p_call.shapes
-    if len(a) != len(b) or not all(common_shape(x, y) is not None for x, y in zip(a, b)):
+    if not _shapes_fit(t_call, p_call):
         return False
     from ..frameworks import paddle_side, torch_side
     from .capture import call_tensors
@@ -110,13 +115,17 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             pairs[t] = p
             used.add(p)
 
+    own = _targets_by_module(plan)
+    holds_weights = lambda t: any(under(module, t) for module in own)
     for path in torch_calls:
-        if path in paddle_calls:
+        # the same path, unless the two are layers without weights whose outputs cannot be the
+        # same values (HF Bloom drops out [B, H, T, T], PaddleNLP [B*H, T, T]): those are left
+        # to their parent rather than failed for a shape
+        if path in paddle_calls and (holds_weights(path) or _shapes_fit(torch_calls[path], paddle_calls[path])):
             add(path, path)
     # weights: a torch module pairs with a paddle layer when the weights of the two subtrees are
     # exactly the same ones under the mapping. Where several torch modules fit one paddle layer
     # (a wrapper around a Linear), the one of the same kind wins, then the innermost.
-    own = _targets_by_module(plan)
     receiving = set().union(*own.values()) if own else set()
     candidates: dict[str, list[str]] = {}
     for t in torch_calls:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .align import LayerPair, nearest_in
-from .matching import OutputPairs, common_shape, pair_outputs
+from .matching import OutputPairs, common_shape, masked_alike, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join, rms
@@ -116,12 +116,26 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
     key = (tuple(map(view_of, pairs.of_torch(t_out))), tuple(map(id, pairs.of_paddle(p_out))))
     m = seen.get(key) if seen is not None else None
     if m is None:
-        m = compare(y_t, laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes))
+        y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
+        masked = masked_alike(y_t, y_p)
+        m = compare(*_unmasked(masked, y_t, y_p))
         if seen is not None:
             seen[key] = m
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     return result, y_t, pairs
+
+
+def _unmasked(masked, *arrays) -> list:
+    """The arrays with the positions both sides mask set to 0 (copies; as they are when None)."""
+    if masked is None:
+        return list(arrays)
+    out = []
+    for a in arrays:
+        a = np.array(a, copy=True)
+        a[masked] = 0
+        out.append(a)
+    return out
 
 
 def add_note(result: LayerResult, note: str) -> None:
@@ -307,7 +321,8 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
     y_local = laid_out(pairs.of_paddle(loc.outputs), pairs.shapes)
     # a wrapper that returns its child's output shares the child's arrays: judged once
     key = (_identity(y_t), tuple(map(id, pairs.of_paddle(loc.outputs))), tuple(map(id, pairs.of_torch(ref.output_err))),
-           id(passes.matmul.get(pair.torch)), tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
+           id(passes.matmul.get(pair.torch)), id(ref.condition),
+           tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
                                                       for f, r in passes.rounded_64.items() if pair.torch in r)))
     found = passes.local.get(key)
     if found is None:
@@ -328,7 +343,10 @@ def _identity(a: np.ndarray) -> tuple:
 
 def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> tuple:
     """(local max abs, local mean abs, ratio, budget) of a pair's own output."""
+    masked = masked_alike(y_t, y_local)
     diff = np.subtract(y_local, y_t)
+    if masked is not None:
+        diff[masked] = 0
     np.abs(diff, out=diff)
     top = float(diff.max())  # NaN when there is one
     if math.isnan(top):
@@ -337,15 +355,19 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
     if top == 0:
         return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
-    budget = _output_budget(session, pair, passes, ref, y_t, pairs)
+    budget = _output_budget(session, pair, passes, ref, y_t, pairs, masked)
     with np.errstate(over="ignore"):
         ratio, tolerance = budget.ratio_of_squares(np.square(diff, out=diff).reshape(budget.var.shape))
     return top, mean, ratio, tolerance
 
 
-def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> Budget:
+def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
+    y_t, e_ref = _unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
     matmul = _fitted(passes.matmul.get(pair.torch), y_t.shape)
     rounding = {f: max(pairs.of_torch(r[pair.torch].output_rms), default=0.0)
                 for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}
-    return budget_from_error(session.formats, y_t, e_ref, matmul, rounding)
+    condition = None
+    if matmul is None and ref.condition is not None and len(pairs) == 1 and pairs.torch == (0,):
+        condition = laid_out([ref.condition], pairs.shapes).reshape(y_t.shape)
+    return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition)

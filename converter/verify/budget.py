@@ -92,8 +92,11 @@ def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulS
 
 
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
-                      rounding_rms: dict | None = None) -> Budget:
-    """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty)."""
+                      rounding_rms: dict | None = None, condition: np.ndarray | None = None) -> Budget:
+    """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty).
+    `condition` (elementwise layers): per element, how far the float64 output moves when the
+    input moves by one unit of float32 rounding; each side's implementation may round there
+    (torch's own observed error is one draw of that, and may be near 0 by chance)."""
     # means from float32 dot products and sums: a few units of u32, plenty for a budget
     shape = np.shape(matmul.sum_sq) if matmul is not None else np.shape(e_ref)
     e_ref, y = e_ref.ravel(), y.ravel()
@@ -121,6 +124,8 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
             inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
             const += e_ref_ms + (inp or 0.0) ** 2
         var = np.square(e_ref, dtype=np.float32)
+        if condition is not None:
+            var += np.square(np.asarray(condition, dtype=np.float32).ravel())
         var *= np.float32(len(formats))
     y2 *= np.float32(U32 * U32 * len(formats))
     var += y2

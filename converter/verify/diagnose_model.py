@@ -110,18 +110,23 @@ def _not_causal(module):
             setattr(m, name, buf)
 
 
-def _without_masks(call):
-    """The call with every additive causal-looking mask (-inf or very negative above the
-    diagonal) replaced by zeros."""
+def _without_masks(call, causal: bool):
+    """The call with its additive masks replaced by zeros: the causal ones (exactly the positions
+    after each query masked) when `causal`, else the others (padding)."""
     import torch
     from .capture import Call
+    from .matching import MASKED_BELOW, is_causal
     from .replay import replace_tensors, torch_inputs
     new = {}
     for i, t in enumerate(torch_inputs(call)):
-        if t.is_floating_point() and t.dim() == 4 and t.shape[-1] > 1:
-            masked = t <= -1e3
-            if bool(masked.any()) and bool(torch.equal(masked, torch.triu(masked, diagonal=1))):
-                new[i] = torch.zeros_like(t)
+        if not t.is_floating_point() or t.dim() < 2:
+            continue
+        masked = (t <= MASKED_BELOW).cpu().numpy()
+        if masked.any() and np.all(masked | (t == 0).cpu().numpy()) \
+                and (t.shape[-2] > 1 and is_causal(masked[..., :, : t.shape[-2]])) == causal:
+            new[i] = torch.zeros_like(t)
+    if not new:
+        return None
     args, n = replace_tensors(tuple(call.args), lambda v: isinstance(v, torch.Tensor), new)
     kwargs, _ = replace_tensors(dict(call.kwargs), lambda v: isinstance(v, torch.Tensor), new, n)
     return Call(call.path, call.type, call.start, call.end, args, kwargs)
@@ -152,10 +157,15 @@ def check_attention(ctx) -> list[Diagnosis]:
     if not (q and k) and not fused:
         return []
     name = ctx.name
-    if ctx.t_call is not None and _what_if(ctx, _not_causal, _without_masks(ctx.t_call)):
+    if ctx.t_call is not None and _what_if(ctx, _not_causal, _without_masks(ctx.t_call, causal=True) or ctx.t_call):
         return [Diagnosis(name, "attention without its causal mask: paddle's output is torch's with every position "
                           "attending to later ones", "pass the causal mask to the paddle attention (or build it "
                           "inside, as torch's does) and add it to the logits before the softmax")]
+    padding_free = _without_masks(ctx.t_call, causal=False) if ctx.t_call is not None else None
+    if padding_free is not None and _what_if(ctx, contextlib.nullcontext, padding_free):
+        return [Diagnosis(name, "attention without its padding mask: paddle's output is torch's with padded "
+                          "positions attended to", "pass the attention mask on to the paddle attention and add it "
+                          "to the logits (mind its convention: additive, or boolean with True kept)")]
     d = _head_dim(ctx.torch_module)
     if d:
         for factor, said in ((1 / math.sqrt(d), f"1/{d} (1/d)"), (math.sqrt(d), "1 (no scale)"),

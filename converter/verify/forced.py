@@ -23,6 +23,7 @@ import numpy as np
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity, view_of
+from .precision import U32
 from .matching import POSITION, VALUE, common_shape
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
 
@@ -52,6 +53,9 @@ class Reference:
     input_err: dict = field(default_factory=dict)
     output_rms: list = field(default_factory=list)  # rounded passes: rms effect only
     input_rms: dict = field(default_factory=dict)
+    # elementwise layers: what one unit of float32 rounding inside the op may move its output by
+    # (the op's condition; see _condition)
+    condition: np.ndarray | None = None
 
 
 def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
@@ -92,7 +96,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         # first in line: it must see the inputs as computed, before any emulation rounds them
         handles += paddle_side.add_hooks(layer, pre, post, first=True)
     try:
-        session.run_paddle()
+        session.run_paddle(forced=True)
     finally:
         for h in handles:
             h.remove()
@@ -222,6 +226,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
                 errs = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, keep, known)
                 if keep:
                     ref.output_err = errs
+                    ref.condition = _condition(mod, args, out)
                 else:
                     ref.output_rms = errs
 
@@ -232,6 +237,25 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
         for h in handles:
             h.remove()
     return refs
+
+
+def _condition(module, args, out) -> np.ndarray | None:
+    """For an elementwise layer (no parameters of its own, one floating input, one output of its
+    shape), per element, as float32: the hypotenuse of |f(x (1 + u32)) - f(x)| (the input's own
+    rounding, carried through f; exp's |x| |y| u) and u32 |x| (rounding of intermediates as
+    large as the input: GELU's 0.5 x (1 + tanh(...)) cancels to 1e-3 of x where x is -3, and
+    a tanh a few units less exact, as paddle's CPU kernel is, moves the output by a few u |x|).
+    None for other layers. An activation's float64 forward costs little beside the matmuls."""
+    import torch
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point() \
+            or not isinstance(out, torch.Tensor) or out.shape != args[0].shape or next(module.parameters(False), None) \
+            is not None:
+        return None
+    with torch.no_grad():
+        moved = module.forward(args[0] * (1.0 + U32))  # forward itself: no hooks, no recursion
+    if not isinstance(moved, torch.Tensor) or moved.shape != out.shape:
+        return None
+    return torch.hypot(moved - out, args[0] * U32).float().numpy()
 
 
 def torch_references(session, paths, t_calls: dict, between=None) -> tuple[dict[str, Reference], dict]:

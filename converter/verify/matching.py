@@ -118,6 +118,17 @@ def is_causal(masked: np.ndarray) -> bool:
         and np.array_equal(np.triu(np.ones(masked.shape[-2:], bool), k=1), masked.reshape(-1, *masked.shape[-2:])[0])
 
 
+def masked_alike(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """Positions where two outputs both hold an additive mask value (at or below MASKED_BELOW):
+    T5's position bias carries its mask, HF's as float32's lowest value (float64's in a float64
+    run), PaddleNLP's as another; both mean "masked", and their difference is no error. None
+    where there are none (checked first by one pass over `a`)."""
+    if a.size == 0 or not np.issubdtype(a.dtype, np.floating) or not float(np.min(a)) <= MASKED_BELOW:
+        return None
+    both = (a <= MASKED_BELOW) & (b <= MASKED_BELOW)
+    return both if both.any() else None
+
+
 def same_mask(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two masks (either convention, broadcast-compatible shapes) mask the same positions."""
     a, b = _key_window(a, b)

@@ -10,6 +10,7 @@ the reference that calibrates the budget.
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,10 +91,24 @@ def replace_tensors(value, is_tensor, new: dict, start: int = 0):
             out.append((k, v))
             n += m
         if isinstance(value, dict):
-            return dict(out), n
+            return _same_mapping(value, dict(out)), n
         seq = [v for _, v in out]
         return (type(value)(*seq) if hasattr(value, "_fields") else type(value)(seq)), n
     return value, len(flatten(value, is_tensor))  # other containers: counted, left as they are
+
+
+def _same_mapping(original: dict, items: dict) -> dict:
+    """`items` in `original`'s own mapping type where it has one (a ModelOutput that the layer
+    checks with isinstance), else a plain dict."""
+    if type(original) is dict:
+        return items
+    try:
+        new = copy.copy(original)
+        for k, v in items.items():
+            new[k] = v
+        return new
+    except Exception:
+        return items
 
 
 def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopies | None = None,

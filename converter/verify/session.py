@@ -28,7 +28,7 @@ class Options:
 
 
 @contextlib.contextmanager
-def _forward_errors(which: str, spec_path: str):
+def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs"):
     """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
     from .capture import CaptureTooLarge
     try:
@@ -45,7 +45,7 @@ def _forward_errors(which: str, spec_path: str):
         first = " ".join(str(exc).split())[:200]
         where = spec_line(exc, spec_path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
         raise UserError(f"{which} from '{spec_path}' fails on inputs(): {type(exc).__name__}: {first}"
-                        f"{where}; fix the model or the inputs") from None
+                        f"{where}; {hint}") from None
 
 
 def _keys_off(missing, unexpected) -> str:
@@ -166,9 +166,14 @@ class PortSession:
         with _forward_errors("torch_model()", self.spec.path):
             return torch_side.forward(self.torch_model, self.inputs, self.device)
 
-    def run_paddle(self):
+    def run_paddle(self, forced: bool = False):
+        """The paddle model on the inputs; `forced`: in the pass whose hooks hand its layers torch's
+        inputs, where an error may be the forcing's rather than the model's, and is said so."""
         from ..frameworks import paddle_side
-        with _forward_errors("paddle_model()", self.spec.path):
+        which, hint = ("paddle_model() with torch's inputs handed to its layers", "this is a limit of teacher "
+                       "forcing for this model: run with --strategy binary, and report it") if forced \
+            else ("paddle_model()", "fix the model or the inputs")
+        with _forward_errors(which, self.spec.path, hint):
             return paddle_side.forward(self.paddle_model, self.inputs, self.device)
 
     def run_torch64(self, fmt: str | None = None):
@@ -178,7 +183,10 @@ class PortSession:
         widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
         x = self.inputs
         x = {k: widen(v) for k, v in x.items()} if isinstance(x, dict) else tuple(widen(v) for v in x)
-        with rounded(self.torch64, fmt):
+        with _forward_errors("torch_model() in float64", self.spec.path,
+                             "verify-port calibrates every budget against a float64 run of the torch model: make its "
+                             "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
+                rounded(self.torch64, fmt):
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
