@@ -84,11 +84,11 @@ class Budget:
 
 
 def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulStats | None,
-                rounding_rms: dict | None = None) -> Budget:
+                rounding_rms: dict | None = None, condition: np.ndarray | None = None) -> Budget:
     """Combine both sides. `formats` maps side -> format; `rounding_rms` maps format -> the rms
     change of the float64 output under that format's rounding (non-matmul layers)."""
     e_ref = np.subtract(y32, y64, dtype=np.float64).astype(np.float32)
-    return budget_from_error(formats, y32, e_ref, matmul, rounding_rms)
+    return budget_from_error(formats, y32, e_ref, matmul, rounding_rms, condition)
 
 
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,

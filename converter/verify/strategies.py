@@ -106,8 +106,9 @@ class FullCapture:
             passes.forced_64, passes.rounded_64 = references.result()
             if free is not None:
                 root = next(p for p in passes.pairs if p.torch == "")
+                reference = passes.forced_64.get("")
                 self.outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
-                                                free.result(), FINAL_OUTPUTS)
+                                                free.result(), FINAL_OUTPUTS, reference and reference.condition)
         self.calls = (passes.t_calls, passes.p_calls)
         self.pairs = passes.pairs
         return analyze_all(session, passes)
@@ -187,10 +188,12 @@ def _torch_deterministic(session, path: str, y_t: np.ndarray, pairs, shapes) -> 
                         "F.dropout(..., training=True); call eval() and pass training=self.training, then verify again")
 
 
-def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, note: str) -> LayerResult:
+def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, note: str,
+                     condition: np.ndarray | None = None) -> LayerResult:
     """`unit`'s outputs as both models computed them, free-running, against the end-to-end
     budget: the torch model's own fp32 drift from float64 there (observed), grown by the
-    formats each side uses (the rms effect of rounding matmul inputs to them), on both sides."""
+    formats each side uses (the rms effect of rounding matmul inputs to them), on both sides,
+    and by the last op's condition where the unit is elementwise (see forced._condition)."""
     pairs = outputs_of(t_out, p_out)
     shapes = pairs.shapes
     result = LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type,
@@ -208,7 +211,10 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     rounding = {f: rms(laid_out(pairs.of_torch(r), shapes), y64) for f, r in references.items() if f is not None}
-    budget = make_budget(session.formats, y_t, y64, None, rounding)
+    if condition is not None and (len(shapes) != 1 or condition.size != y_t.size):
+        condition = None
+    budget = make_budget(session.formats, y_t, y64, None, rounding,
+                         None if condition is None else laid_out([condition], shapes).reshape(y_t.shape))
     result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
     return result
 
