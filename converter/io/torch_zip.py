@@ -309,8 +309,8 @@ class TorchZipSource(Source):
         try:
             with zipfile.ZipFile(self._archive_path) as archive, archive.open(info) as f:
                 data = f.read(info.file_size + 1)  # zipfile checks the CRC at the end
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-            raise _bad(self.path, f"a deflated storage does not inflate cleanly ({exc})") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError, RuntimeError, OSError) as exc:
+            raise _bad(self.path, f"a deflated storage does not inflate cleanly ({type(exc).__name__}: {exc})") from None
         if len(data) != info.file_size:
             raise _bad(self.path, f"a deflated storage inflates to {len(data)} bytes, not {info.file_size}")
         return data
