@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def one_line(text) -> str:
-    """`text` with every control character (newline, escape, ...) written as a visible escape,
-    so that a key or a path from a file can never start a line of its own or move the cursor."""
+    """`text` with every control character (newline, escape, ...) and lone surrogate written as a
+    visible escape, so that a key or a path from a file can never start a line of its own, move
+    the cursor or fail to print."""
     return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
+def is_text(value: str) -> bool:
+    """Whether a string is Unicode text that can be written out (no lone surrogates, which JSON
+    escapes and pickles can carry but no UTF-8 file can hold)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def quoted(text) -> str:

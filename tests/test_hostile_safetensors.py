@@ -157,3 +157,30 @@ def test_a_git_lfs_pointer_is_named_as_such(tmp, suffix):
     (tmp / f"model{suffix}").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 9\n")
     r = run_convert(tmp / f"model{suffix}", tmp / "o.safetensors", "--mapping", _rules(tmp))
     assert_one_line_error(r, f"model{suffix}", "Git LFS pointer", "git lfs pull")
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "zip"])
+def test_a_key_that_is_not_valid_unicode_is_refused(tmp, fmt):
+    """A lone surrogate: JSON can escape it and a pickle can carry it, but no output can hold it."""
+    if fmt == "safetensors":
+        safetensors_raw(tmp / "m.safetensors", b'{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                        bytes(4))
+        src = tmp / "m.safetensors"
+    else:
+        from hostile_forge import float_bytes, p_dict, p_tensor, pickle_of, torch_zip
+        key = b"X\x03\x00\x00\x00\xed\xa0\x80"
+        torch_zip(tmp / "m.bin", pickle_of(p_dict([(key, p_tensor(shape=(2,), stride=(1,)))])), {"0": float_bytes([1, 2, 3, 4])})
+        src = tmp / "m.bin"
+    for out in ("o.pdparams", "o.safetensors"):
+        r = run_convert(src, tmp / out, "--mapping", _rules(tmp))
+        assert_one_line_error(r, "not valid Unicode", "\\ud800")
+
+
+@pytest.mark.parametrize("field", ["to", "match"])
+def test_a_rule_that_is_not_valid_unicode_is_refused(tmp, field):
+    save_file({"w": np.ones(2, np.float32)}, str(tmp / "m.safetensors"))
+    rule = {"kind": "rename", "match": "(.*)", "to": r"\1"}
+    rule[field] = "\ud800" + rule[field]
+    (tmp / "r.json").write_text(json.dumps({"name": "x", "rules": [rule]}))
+    r = run_convert(tmp / "m.safetensors", tmp / "o.pdparams", "--mapping", tmp / "r.json")
+    assert_one_line_error(r, "rule 1", "not valid Unicode")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 
-from ..errors import UserError
+from ..errors import UserError, is_text, quoted
 from .base import Source, strip_wrapper_prefixes
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -57,7 +57,13 @@ def open_source(path: str, allow_outside_shards: bool = False) -> Source:
     outside its directory are refused unless `allow_outside_shards`."""
     if os.path.isdir(path):
         path = _resolve_directory(path)
-    return strip_wrapper_prefixes(_open_file(path, allow_outside_shards))
+    source = _open_file(path, allow_outside_shards)
+    bad = next((name for name in source.infos if not is_text(name)), None)
+    if bad is not None:
+        source.close()
+        raise UserError(f"{quoted(path)} has a key that is not valid Unicode text ({quoted(bad)}: a lone "
+                        "surrogate); the file is corrupt: re-save it")
+    return strip_wrapper_prefixes(source)
 
 
 def open_sink_format(path: str) -> str:

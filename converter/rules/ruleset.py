@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import dtypes
-from ..errors import UserError, one_line, quoted
+from ..errors import UserError, is_text, one_line, quoted
 
 GROUPS = {"rename": "naming", "split": "naming", "merge": "naming", "drop": "naming",
           "transpose": "layout", "reshape": "shape", "cast": "dtype"}
@@ -179,6 +179,10 @@ def _counts(value, where: str, field_name: str) -> list[int]:
 
 def _check_fields(kind: str, spec: dict, where: str) -> None:
     """The type and range of every field a rule of `kind` may have."""
+    for name, value in spec.items():
+        texts = value if isinstance(value, list) else [value]
+        _check(all(is_text(t) for t in texts if isinstance(t, str)), where,
+               f"'{name}' is not valid Unicode text (a lone surrogate)")
     if "comment" in spec:
         _check(isinstance(spec["comment"], str), where, "'comment' must be a string")
     if kind in ("rename", "merge"):
