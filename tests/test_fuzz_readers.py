@@ -75,7 +75,7 @@ def tensor_zips(draw):
         kind = draw(st.sampled_from(sorted(STORAGES)))
         numel = draw(st.integers(0, 12))
         storages[key] = [kind, numel, numel * STORAGES[kind]]
-    names = draw(st.lists(st.sampled_from(["w", "b", "1", "layer.0.weight", "a\nb", "StructuredToParameterName@@"]),
+    names = draw(st.lists(st.sampled_from(["w", "b", "1", "layer.0.weight", "a\nb", "StructuredToParameterName@@", "\ud800x"]),
                           min_size=1, max_size=3, unique=True))
     records = []
     for name in names:
@@ -162,7 +162,7 @@ HEADER_MUTATIONS = [None, None, None, "begin", "end", "field", "duplicate", "met
 @st.composite
 def safetensors_files(draw):
     """A valid header and data, then (often) one change: offsets, types, duplicates, lengths."""
-    names = draw(st.lists(st.sampled_from(["a", "b", "c", "d.e"]), max_size=3, unique=True))
+    names = draw(st.lists(st.sampled_from(["a", "b", "c", "d.e", "\ud800"]), max_size=3, unique=True))
     header, offset = {}, 0
     for name in names:
         dtype = draw(st.sampled_from(sorted(DTYPES)))

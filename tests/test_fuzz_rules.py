@@ -31,7 +31,7 @@ EXTRA = [{"kind": "transpose", "match": r"enc\.layer\.1\.w"}, {"kind": "cast", "
          {"kind": "cast", "match": r"enc\..*", "dtype": "float16"}, {"kind": "reshape", "key": "enc.layer.0.w", "shape": [3, 4]},
          {"kind": "transpose", "key": "enc.layer.0.w", "perm": [1, 0]}]
 JUNK = [None, True, 3, -1, 2.5, "x", "", "0", [], ["a"], [1, -1], [2.5, 12], {"a": 1}, r"\g<zz>", r"\q", r"\9",
-        "(a+)+b", r"(a)\1", "(?=a)", "[", "a" * 40, "float64", "int8", [0, 0], [1, 0, 2]]
+        "(a+)+b", r"(a)\1", "(?=a)", "[", "a" * 40, "float64", "int8", [0, 0], [1, 0, 2], "\ud800"]
 FIELDS = ["kind", "key", "match", "to", "axis", "sizes", "perm", "shape", "dtype", "aliases", "comment"]
 
 
