@@ -105,3 +105,14 @@ def test_a_reshape_whose_element_count_overflows_int64_is_refused(tmp):
     src, path = _setup(tmp, rules)
     r = run_convert(src, tmp / "o.pdparams", "--mapping", path)
     assert_one_line_error(r, "cannot be reshaped")
+
+
+@pytest.mark.parametrize("aliases", [["y"], ["z", "z"], ["x"]])
+def test_an_alias_may_not_write_a_name_twice(tmp, aliases):
+    """Two tensors under one name: the check passed, and paddle.load kept whichever came last."""
+    rules = [{"kind": "rename", "key": "a", "to": "x", "aliases": aliases}, {"kind": "rename", "key": "b", "to": "y"}]
+    src, path = _setup(tmp, rules, {"a": np.ones(2, np.float32), "b": np.zeros(2, np.float32)})
+    for out in ("o.pdparams", "o.safetensors"):
+        r = run_convert(src, tmp / out, "--mapping", path)
+        assert_one_line_error(r, "would be written twice")
+        assert not (tmp / out).exists()

@@ -155,6 +155,20 @@ class _Builder:
         return info.dtype
 
 
+def _names_written_twice(entries) -> list[str]:
+    """An alias equal to another target or alias would write one name twice: the file would hold
+    two tensors under it, and a reader would keep either."""
+    seen: dict[str, str] = {}
+    problems = []
+    for e in entries:
+        for name in (e.name, *e.aliases):
+            if name in seen:
+                problems.append(f"output '{name}' would be written twice (from '{seen[name]}' and from "
+                                f"'{e.parts[0].source}'); give every target and alias its own name")
+            seen[name] = e.parts[0].source
+    return problems
+
+
 def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
                targets: dict[str, TensorInfo] | None = None, dtype: str | None = None) -> MappingPlan:
     """Map every source key through the rules; check against the target model's keys when given."""
@@ -278,6 +292,7 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
         for name in produced:
             if name not in targets:
                 b.problems.append(f"target '{name}' (from '{produced[name].parts[0].source}') is not in the paddle model")
+    b.problems.extend(_names_written_twice(entries.values()))
     if b.problems:
         raise UserError(f"mapping '{ruleset.name}' does not fit the checkpoint ({len(b.problems)} problem(s)); "
                         "fix the rules (or --mapping) so that every key is mapped or dropped:",
