@@ -24,7 +24,8 @@ NAMING = {
             [{"kind": "merge", "match": [r"enc\.layer\.0\.w", r"enc\.layer\.1\.w"], "to": "both", "axis": 0}],
             [{"kind": "split", "key": "enc.layer.0.w", "to": ["q", "k"], "axis": 1, "sizes": [2, 4]},
              {"kind": "drop", "key": "enc.layer.1.w"}]],
-    "fc": [[{"kind": "rename", "key": "fc.b", "to": "fc.bias"}], [{"kind": "drop", "match": r"fc\..*"}]],
+    "fc": [[{"kind": "rename", "key": "fc.b", "to": "fc.bias"}], [{"kind": "drop", "match": r"fc\..*"}],
+           [{"kind": "rename", "key": "fc.b", "to": "fc.bias", "aliases": ["layers.0.weight"]}]],
     "a": [[{"kind": "rename", "match": "(a+)", "to": r"\1.x"}], [{"kind": "drop", "match": "a{35}"}]],
 }
 EXTRA = [{"kind": "transpose", "match": r"enc\.layer\.1\.w"}, {"kind": "cast", "key": "fc.b", "dtype": "bfloat16"},
