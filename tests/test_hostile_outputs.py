@@ -179,3 +179,12 @@ def test_verify_port_reports_are_guarded_before_the_run(tmp):
     assert_one_line_error(r, "also an input")
     r = run_verify("--spec", spec_path("cnn"), "--json", tmp / "same.out", "--html", tmp / "same.out")
     assert_one_line_error(r, "same file")
+
+
+def test_an_output_name_that_is_not_utf8(tmp, ckpt):
+    """File names are bytes: one that is not UTF-8 reaches Python as surrogate escapes."""
+    src, rules = ckpt
+    name = os.fsdecode(b"out\xff.pdparams")
+    r = run_convert(src, tmp / name, "--mapping", rules)
+    assert r.code == 0, r
+    assert os.listdir(os.fsencode(str(tmp))).count(b"out\xff.pdparams") == 1

@@ -31,12 +31,12 @@ def _link_anonymous(fd: int, dst: str) -> int:
     except (OSError, AttributeError):
         return errno.ENOSYS
     at_fdcwd, at_symlink_follow, at_empty_path = -100, 0x400, 0x1000
-    if linkat(at_fdcwd, f"/proc/self/fd/{fd}".encode(), at_fdcwd, dst.encode(), at_symlink_follow) == 0:
+    if linkat(at_fdcwd, f"/proc/self/fd/{fd}".encode(), at_fdcwd, os.fsencode(dst), at_symlink_follow) == 0:
         return 0
     first = ctypes.get_errno()
     if first == errno.EEXIST:
         return first
-    if linkat(fd, b"", at_fdcwd, dst.encode(), at_empty_path) == 0:
+    if linkat(fd, b"", at_fdcwd, os.fsencode(dst), at_empty_path) == 0:
         return 0
     return ctypes.get_errno() or first
 
