@@ -102,16 +102,20 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_dead_runs_are_removed(tmp, ckpt):
+    from converter.io.atomic import _hidden_prefix
     src, rules = ckpt
-    stale = tmp / f".o.pdparams.{_dead_pid()}.partial"
+    ours = _hidden_prefix(str(tmp / "o.pdparams"))
+    stale = tmp / f"{ours}{_dead_pid()}.partial"
     stale.write_bytes(b"x" * 1000)
-    alive = tmp / f".o.pdparams.{os.getpid()}.abc.partial"  # a run still going: left alone
+    alive = tmp / f"{ours}{os.getpid()}.abc.partial"  # a run still going: left alone
     alive.write_bytes(b"y")
-    other = tmp / f".other.pdparams.{_dead_pid()}.partial"  # another destination's: not ours to judge
+    other = tmp / f"{_hidden_prefix(str(tmp / 'other.pdparams'))}{_dead_pid()}.partial"  # another destination's
     other.write_bytes(b"z")
+    elsewhere = tmp / f".o.pdparams.another-machine.{_dead_pid()}.partial"  # a run on another machine
+    elsewhere.write_bytes(b"w")
     r = run_convert(src, tmp / "o.pdparams", "--mapping", rules)
     assert r.code == 0, r
-    assert not stale.exists() and alive.exists() and other.exists()
+    assert not stale.exists() and alive.exists() and other.exists() and elsewhere.exists()
 
 
 def _write_and_die(tmp, without_tmpfile: bool):

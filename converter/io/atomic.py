@@ -4,10 +4,11 @@ that was not meant to be replaced.
 On Linux the data goes to an anonymous O_TMPFILE inode in the destination's directory, so
 even kill -9 leaves nothing behind; after fsync the inode is linked straight to the
 destination's name (linkat fails if that name exists: no file is replaced without --force).
-Replacing an existing file (--force) links the inode to a hidden name `.DST.<pid>.partial`
+Replacing an existing file (--force) links the inode to a hidden name `.DST.<host>.<pid>.partial`
 first and renames that over the destination: a kill between the two leaves the hidden file.
 Where O_TMPFILE is missing the data is written under such a hidden name from the start. Every
-run removes the hidden files that earlier runs, no longer alive, left for the same destination.
+run removes the hidden files that earlier runs on the same machine, no longer alive, left for
+the same destination.
 
 `check_outputs` checks every output of a command together, before anything is written.
 """
@@ -42,11 +43,16 @@ def _link_anonymous(fd: int, dst: str) -> int:
 
 
 def _hidden_prefix(path: str) -> str:
-    return "." + os.path.basename(path) + "."
+    """`.DST.<host>.`: the hidden temporaries of `path` made on this machine (on a file system
+    that several machines share, a process id says nothing about another machine's runs)."""
+    import re
+    import socket
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:64] or "host"
+    return f".{os.path.basename(path)}.{host}."
 
 
 def _hidden_name(path: str) -> str:
-    """The hidden temporary name of this process for `path`: `.DST.<pid>.<random>.partial`."""
+    """The hidden temporary name of this process for `path`: `.DST.<host>.<pid>.<random>.partial`."""
     return _hidden_prefix(path) + f"{os.getpid()}."
 
 
