@@ -192,7 +192,9 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     each module, on the thread that runs the pass."""
     keep = fmt is None
     refs: dict[str, Reference] = {}
+    import torch
     known = ByIdentity()  # errors found so far in this pass
+    conditions = ByIdentity()  # float64 output -> the condition of the elementwise layer that made it
     widened = ByIdentity()  # recorded tensor -> its float64 copy, by weak reference
 
     def widen(r):
@@ -227,6 +229,11 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
                 if keep:
                     ref.output_err = errs
                     ref.condition = _condition(mod, args, out)
+                    if isinstance(out, torch.Tensor):  # a wrapper returning its child's output: the child's
+                        if ref.condition is None:
+                            ref.condition = conditions.get(out)
+                        else:
+                            conditions.put(out, ref.condition)
                 else:
                     ref.output_rms = errs
 
@@ -240,7 +247,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
 
 
 def _condition(module, args, out) -> np.ndarray | None:
-    """For an elementwise layer (no parameters of its own, one floating input, one output of its
+    """For an elementwise layer (a leaf without parameters, one floating input, one output of its
     shape), per element, as float32: the hypotenuse of |f(x (1 + u32)) - f(x)| (the input's own
     rounding, carried through f; exp's |x| |y| u) and u32 |x| (rounding of intermediates as
     large as the input: GELU's 0.5 x (1 + tanh(...)) cancels to 1e-3 of x where x is -3, and
@@ -248,9 +255,9 @@ def _condition(module, args, out) -> np.ndarray | None:
     None for other layers. An activation's float64 forward costs little beside the matmuls."""
     import torch
     if len(args) != 1 or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point() \
-            or not isinstance(out, torch.Tensor) or out.shape != args[0].shape or next(module.parameters(False), None) \
-            is not None:
-        return None
+            or not isinstance(out, torch.Tensor) or out.shape != args[0].shape \
+            or next(module.children(), None) is not None or next(module.parameters(), None) is not None:
+        return None  # a block holds layers: its own error is judged from theirs, not re-run here
     with torch.no_grad():
         moved = module.forward(args[0] * (1.0 + U32))  # forward itself: no hooks, no recursion
     if not isinstance(moved, torch.Tensor) or moved.shape != out.shape:

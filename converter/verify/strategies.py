@@ -106,7 +106,7 @@ class FullCapture:
             passes.forced_64, passes.rounded_64 = references.result()
             if free is not None:
                 root = next(p for p in passes.pairs if p.torch == "")
-                reference = passes.forced_64.get("")
+                reference = passes.forced_64.get("")  # an elementwise last step's condition is the model's
                 self.outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
                                                 free.result(), FINAL_OUTPUTS, reference and reference.condition)
         self.calls = (passes.t_calls, passes.p_calls)
