@@ -30,11 +30,21 @@ ROOT = os.path.dirname(HERE)
 CORPUS = os.path.join(HERE, "fuzz_corpus")
 sys.path.insert(0, ROOT)
 
-SCRATCH = tempfile.mkdtemp(prefix="fuzz-readers-")
+_SCRATCH: list[str] = []
+CHILD = "FUZZ_READERS_SCRATCH"  # set in the child process that runs libFuzzer: its scratch folder
+
+
+def scratch() -> str:
+    """A temporary folder for this process's inputs, removed when it exits."""
+    if not _SCRATCH:
+        import atexit
+        _SCRATCH.append(tempfile.mkdtemp(prefix="fuzz-readers-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
 
 
 def _write(name: str, data: bytes) -> str:
-    path = os.path.join(SCRATCH, name)
+    path = os.path.join(scratch(), name)
     with open(path, "wb") as f:
         f.write(data)
     return path
@@ -86,14 +96,14 @@ def target_pdparams(data: bytes) -> None:
 
 
 def _shards() -> str:
-    directory = os.path.join(SCRATCH, "ckpt")
+    directory = os.path.join(scratch(), "ckpt")
     if not os.path.isdir(directory):
         import numpy as np
         from safetensors.numpy import save_file
         os.makedirs(directory)
         save_file({"a": np.arange(3, dtype=np.float32), "b": np.ones(2, np.int64)}, os.path.join(directory, "s1.safetensors"))
         save_file({"c": np.zeros(2, np.float16)}, os.path.join(directory, "s2.safetensors"))
-        save_file({"z": np.zeros(1, np.float32)}, os.path.join(SCRATCH, "outside.safetensors"))
+        save_file({"z": np.zeros(1, np.float32)}, os.path.join(scratch(), "outside.safetensors"))
     return directory
 
 
@@ -187,7 +197,7 @@ def fuzz(name: str, seconds: int, timeout: int, rss_mb: int, findings: str = FIN
         import converter.io.unpickle  # noqa: F401
         import converter.rules.plan  # noqa: F401
         import converter.rules.ruleset  # noqa: F401
-    corpus = os.path.join(SCRATCH, "corpus")
+    corpus = os.path.join(scratch(), "corpus")
     shutil.copytree(os.path.join(CORPUS, name), corpus)  # found inputs go to the scratch copy
     target = TARGETS[name]
     os.makedirs(findings, exist_ok=True)
@@ -211,18 +221,20 @@ def main() -> int:
         return 0
     if args.target is None:
         parser.error("give a target, or all")
-    if args.target != "all":
+    if os.environ.get(CHILD):  # the process libFuzzer runs in (and ends, bypassing Python's exit)
+        _SCRATCH.append(os.environ[CHILD])
         fuzz(args.target, args.seconds, args.timeout, args.rss_mb, args.findings)
         return 0
     failed = []
-    for name in sorted(TARGETS):  # one process each: libFuzzer exits when its time is up
-        code = subprocess.call([sys.executable, __file__, name, f"--seconds={args.seconds}",
-                                f"--timeout={args.timeout}", f"--rss-mb={args.rss_mb}", f"--findings={args.findings}"])
-        print(f"{name}: {'no finding' if code == 0 else f'FINDING (exit {code})'}", flush=True)
+    for name in sorted(TARGETS) if args.target == "all" else [args.target]:
+        with tempfile.TemporaryDirectory(prefix="fuzz-readers-") as folder:  # removed whatever the child did
+            code = subprocess.call([sys.executable, __file__, name, f"--seconds={args.seconds}",
+                                    f"--timeout={args.timeout}", f"--rss-mb={args.rss_mb}",
+                                    f"--findings={args.findings}"], env=dict(os.environ, **{CHILD: folder}))
+        print(f"{name}: {'no finding' if code == 0 else f'FINDING (exit {code}), input in {args.findings}'}", flush=True)
         if code:
             failed.append(name)
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
