@@ -1,0 +1,86 @@
+"""Diagnosis checks that the planted-bug suites do not reach: each fires on its pitfall and
+stays silent without it."""
+
+import types
+
+import numpy as np
+import paddle
+import torch
+
+from converter.verify.report import LayerResult
+
+
+def test_batchnorm_momentum_convention():
+    from converter.families.norm import momentum_convention
+    torch_bn = torch.nn.BatchNorm2d(4, momentum=0.1)
+    found = momentum_convention(None, "bn", torch_bn, paddle.nn.BatchNorm2D(4, momentum=0.1))
+    assert len(found) == 1 and "momentum=0.9" in found[0].hint
+    assert momentum_convention(None, "bn", torch_bn, paddle.nn.BatchNorm2D(4, momentum=0.9)) == []
+
+
+class _TiedTorch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight  # tied
+
+
+def _tied_context(paddle_head):
+    torch.manual_seed(0)
+    model = _TiedTorch()
+    session = types.SimpleNamespace(torch_model=model)
+    return types.SimpleNamespace(session=session, result=LayerResult("head", "head", "Linear", "Linear", (2, 10)),
+                                 paddle_layer=paddle_head, name="head"), model
+
+
+def test_a_tied_head_that_paddle_no_longer_shares():
+    from converter.verify.diagnose_model import check_tied
+    head = paddle.nn.Linear(4, 10, bias_attr=False)
+    ctx, model = _tied_context(head)
+    found = check_tied(ctx)
+    assert len(found) == 1 and "ties 'head.weight' to 'emb.weight'" in found[0].cause
+    head.weight.set_value(model.emb.weight.detach().numpy().T.copy())  # the tie kept: [in, out]
+    assert check_tied(ctx) == []
+
+
+class _TorchAct(torch.nn.Module):  # a class no family covers, as HF's activation classes
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+class _PaddleAct(paddle.nn.Layer):
+    def forward(self, x):
+        return paddle.nn.functional.gelu(x, approximate=True)
+
+
+class _Torch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense, self.act = torch.nn.Linear(8, 8), _TorchAct()
+
+    def forward(self, x):
+        return self.act(self.dense(x))
+
+
+class _Paddle(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense, self.act = paddle.nn.Linear(8, 8), _PaddleAct()
+
+    def forward(self, x):
+        return self.act(self.dense(x))
+
+
+def test_an_activation_class_no_family_covers_is_diagnosed_by_what_it_computes():
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _Torch()
+    x = (np.random.default_rng(0).standard_normal((4, 8)) * 2).astype(np.float32)
+    report = verify(spec_from_functions(torch_model, _Paddle, lambda: (x,)), Options(device="cpu"), bisect=True)
+    assert report.first_bad.torch == "act"
+    assert any("GELU (tanh approximation)" in d.cause and "GELU (exact" in d.cause for d in report.diagnosis), \
+        report.diagnosis
