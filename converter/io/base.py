@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass
 
@@ -60,10 +62,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)  # Python integers: exact at any size
 
     @property
     def nbytes(self) -> int:

@@ -20,6 +20,8 @@ unpickler never sees a hash bomb or an out-of-bounds view.
 
 from __future__ import annotations
 
+import math
+
 import collections
 import mmap
 import os
@@ -98,10 +100,7 @@ class TensorRecord:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)  # Python integers: exact at any size
 
 
 def view_problem(shape, stride, offset: int, storage_numel: int, itemsize: int) -> str | None:

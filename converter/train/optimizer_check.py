@@ -175,9 +175,7 @@ class OptimizerCheck:
     def _drift_only(self, model, opt, params_before: dict, grads: dict):
         """What the conventions add to the weights on a step that is not teacher-forced."""
         conv = self._conventions(grads)
-        torch_params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
-        torch_names = {id(p): n for n, p in model.named_parameters()}
-        torch_state = {torch_names[id(p)]: s for p, s in opt.state.items()}
+        torch_params, torch_state = _torch_side(model, opt)
         for pair in self.by_paddle.values():
             name = pair.torch[0]
             if name in grads:
@@ -197,9 +195,7 @@ class OptimizerCheck:
     def _compare(self, k: int, model, opt, params_before: dict, ref_params: dict, ref_state: dict, grads: dict,
                  state_before: dict):
         conv = self._conventions(grads)
-        torch_params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
-        torch_names = {id(p): n for n, p in model.named_parameters()}
-        torch_state = {torch_names[id(p)]: s for p, s in opt.state.items()}
+        torch_params, torch_state = _torch_side(model, opt)
         for pair in self.by_paddle.values():
             name = pair.torch[0]
             if name not in grads:
@@ -227,3 +223,10 @@ class OptimizerCheck:
 
     def _row(self, k, name, pair, what, want, got, e_ref, extra):
         self.rows.append(judge("optimizer", k, name + what, pair.paddle + what, want, got, e_ref, extra))
+
+
+def _torch_side(model, opt) -> tuple[dict, dict]:
+    """torch's parameters (numpy, by name) and its optimizer's state, by parameter name."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return ({n: p.detach().cpu().numpy() for n, p in model.named_parameters()},
+            {names[id(p)]: s for p, s in opt.state.items()})
