@@ -84,3 +84,66 @@ def test_an_activation_class_no_family_covers_is_diagnosed_by_what_it_computes()
     assert report.first_bad.torch == "act"
     assert any("GELU (tanh approximation)" in d.cause and "GELU (exact" in d.cause for d in report.diagnosis), \
         report.diagnosis
+
+
+def _signatures():
+    import importlib.util
+
+    from conftest import spec_path
+    spec = importlib.util.spec_from_file_location("signatures_for_padding", spec_path("signatures"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+S = _signatures()
+
+
+def _attend(attn, h, mask):
+    b, t, _ = h.shape
+    split = lambda x: x.view(b, t, S.HEADS, attn.head_dim).transpose(1, 2)
+    q, k, v = split(attn.q_proj(h)), split(attn.k_proj(h)), split(attn.v_proj(h))
+    scores = q @ k.transpose(-1, -2) / attn.head_dim ** 0.5 + mask
+    scores = scores.masked_fill(~attn.bias[:t, :t], float("-inf"))
+    return attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, S.H))
+
+
+class _TorchPaddedAttention(S.TorchAttention):
+    def forward(self, hidden_states, attention_mask):
+        return _attend(self, hidden_states, attention_mask)
+
+
+class _TorchPaddedModel(S.TorchModel):
+    def __init__(self):
+        super().__init__()
+        self.attn = _TorchPaddedAttention()
+
+    def forward(self, input_ids, attention_mask):
+        h = self.emb(input_ids)
+        extended = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        return self.head(self.norm(h + self.attn(h, extended)))
+
+
+class _PaddlePaddedModel(S.PaddleModel):
+    def forward(self, input_ids, attention_mask):  # the padding mask is never passed on: the bug
+        h = self.emb(input_ids)
+        t = input_ids.shape[1]
+        mask = paddle.triu(paddle.full([t, t], -1e4, dtype="float32"), diagonal=1).reshape([1, 1, t, t])
+        return self.head(self.norm(h + self.attn(h, h, h, mask)))
+
+
+def test_attention_that_ignores_the_padding_mask():
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    ids = S.inputs()["input_ids"]
+    keep = np.ones_like(ids)
+    keep[0, -3:] = 0  # the first sequence ends in three padding tokens
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchPaddedModel()
+    spec = spec_from_functions(torch_model, _PaddlePaddedModel, lambda: {"input_ids": ids, "attention_mask": keep})
+    report = verify(spec, Options(device="cpu"), bisect=True)
+    assert report.first_bad.torch == "attn", [(r.torch, r.ratio) for r in report.layers if r.within_budget is False]
+    assert any("padding mask" in d.cause for d in report.diagnosis), report.diagnosis
