@@ -190,6 +190,8 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict[int, int] |
             gap = same_values(a, t)
             if gap is not None and (best is None or (gap, tuple(t.shape) != tuple(a.shape)) < best[0]):
                 best = ((gap, tuple(t.shape) != tuple(a.shape)), i)
+                if best[0] == (0.0, False):
+                    break  # the same values in the same shape: none can be nearer
         if best is not None:
             matches[j] = InputMatch(j, best[1], VALUE)
     taken = {m.source for m in matches.values()}
