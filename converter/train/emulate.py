@@ -4,14 +4,8 @@ and gradients flow through the rounding unchanged (straight through)."""
 
 from __future__ import annotations
 
+from ..families import paddle_rounds_inputs, rounds_inputs
 from ._verify import round_array, round_torch
-
-TORCH_MATMULS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
-PADDLE_MATMULS = ("Linear", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
-
-
-def _is(obj, names) -> bool:
-    return any(c.__name__ in names for c in type(obj).__mro__)
 
 
 class Emulation:
@@ -24,10 +18,9 @@ class Emulation:
         """Hooks rounding `model`'s matmul inputs and weights to fmt (none for fp32 or None)."""
         if fmt in (None, "fp32"):
             return []
-        import torch
         handles = []
         for module in model.modules():
-            if _is(module, TORCH_MATMULS) and isinstance(getattr(module, "weight", None), torch.Tensor):
+            if rounds_inputs(module):  # the layer families say which layers a format rounds
                 handles += _torch_hooks(module, fmt)
         return handles
 
@@ -36,7 +29,7 @@ class Emulation:
             return []
         handles = []
         for _, layer in model.named_sublayers(include_self=True):
-            if _is(layer, PADDLE_MATMULS) and getattr(layer, "weight", None) is not None:
+            if paddle_rounds_inputs(layer):
                 handles += _paddle_hooks(layer, fmt)
         return handles
 
@@ -48,19 +41,7 @@ def _torch_hooks(module, fmt: str) -> list:
         if not isinstance(a, torch.Tensor) or not a.is_floating_point():
             return a
         return a + (round_torch(a.detach(), fmt) - a.detach())
-
-    def pre(mod, args):
-        # the forward (and its backward) sees the rounded weight; the gradient reaches the parameter
-        weight = mod._parameters.pop("weight")
-        object.__setattr__(mod, "_port_weight", weight)
-        object.__setattr__(mod, "weight", straight(weight))
-        return tuple(straight(a) for a in args)
-
-    def post(mod, args, out):
-        object.__delattr__(mod, "weight")
-        mod._parameters["weight"] = mod.__dict__.pop("_port_weight")
-
-    return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    return _rounded_weight_hooks(module, straight, "register_forward_hook")
 
 
 def _paddle_hooks(layer, fmt: str) -> list:
@@ -70,6 +51,13 @@ def _paddle_hooks(layer, fmt: str) -> list:
         if not isinstance(a, paddle.Tensor) or a.dtype not in (paddle.float32, paddle.float64):
             return a
         return a + (paddle.to_tensor(round_array(a.numpy(), fmt)) - a).detach()
+    return _rounded_weight_hooks(layer, straight, "register_forward_post_hook")
+
+
+def _rounded_weight_hooks(layer, straight, post_method: str) -> list:
+    """Hooks under which the forward (and its backward) sees `straight(weight)` and `straight` of
+    its inputs, while the gradient reaches the parameter itself; the frameworks differ only in
+    `straight` and the name of the method that adds a post-hook."""
 
     def pre(lay, args):
         weight = lay._parameters.pop("weight")
@@ -81,7 +69,7 @@ def _paddle_hooks(layer, fmt: str) -> list:
         object.__delattr__(lay, "weight")
         lay._parameters["weight"] = lay.__dict__.pop("_port_weight")
 
-    return [layer.register_forward_pre_hook(pre), layer.register_forward_post_hook(post)]
+    return [layer.register_forward_pre_hook(pre), getattr(layer, post_method)(post)]
 
 
 def remove(handles: list) -> None:
