@@ -61,7 +61,7 @@ def _targets_by_module(plan) -> dict[str, set[str]]:
     return out
 
 
-def _shapes_fit(t_call, p_call) -> bool:
+def shapes_fit(t_call, p_call) -> bool:
     """Whether two calls' outputs can be the same values: as many, each pair broadcast-compatible."""
     a, b = t_call.shapes, p_call.shapes
     return len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b))
@@ -72,7 +72,7 @@ def _calls_fit(t_call, p_call) -> bool:
     pair broadcast-compatible, and (where the inputs were recorded) the first input of each
     holding the same values (two dropouts of one shape, one after the attention and one after
     the MLP, are told apart by what they receive)."""
-    if not _shapes_fit(t_call, p_call):
+    if not shapes_fit(t_call, p_call):
         return False
     from ..frameworks import paddle_side, torch_side
     from .capture import call_tensors
@@ -121,7 +121,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         # the same path, unless the two are layers without weights whose outputs cannot be the
         # same values (HF Bloom drops out [B, H, T, T], PaddleNLP [B*H, T, T]): those are left
         # to their parent rather than failed for a shape
-        if path in paddle_calls and (holds_weights(path) or _shapes_fit(torch_calls[path], paddle_calls[path])):
+        if path in paddle_calls and (holds_weights(path) or shapes_fit(torch_calls[path], paddle_calls[path])):
             add(path, path)
     # weights: a torch module pairs with a paddle layer when the weights of the two subtrees are
     # exactly the same ones under the mapping. Where several torch modules fit one paddle layer

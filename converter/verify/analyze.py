@@ -69,14 +69,9 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     return MatmulStats(matmul.sum_sq.reshape(shape), matmul.k)
 
 
-def _matmul_stats(module, call: Call) -> MatmulStats | None:
-    """S2 and K of a torch matmul layer's call; None for any other layer."""
-    return matmul_stats(module, call)
-
-
 def _matmul(module, call: Call, shape) -> MatmulStats | None:
     """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
-    return _fitted(_matmul_stats(module, call), shape)
+    return _fitted(matmul_stats(module, call), shape)
 
 
 def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
@@ -166,14 +161,20 @@ def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[Layer
     y_local = laid_out(pairs.of_paddle(y_local_list), pairs.shapes)
     y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), t_call)), pairs.shapes)
     budget = layer_budget(session, pair.torch, t_call, y_t, y64, session.formats)
-    local = compare(y_t, y_local)
-    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
-    diff = np.abs(np.nan_to_num(y_local - y_t, nan=np.inf))
-    result.ratio, result.budget = budget.ratio(diff)
+    local = _judge_local(result, y_t, y_local, budget)
     if local.nan or local.inf:
         result.ratio = float("inf")
         result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
     return result, Evidence(y_t, y_local, y64, forced, budget, pairs)
+
+
+def _judge_local(result: LayerResult, y_ref: np.ndarray, y_other: np.ndarray, budget: Budget):
+    """The result's local figures and ratio: `y_other` against torch's `y_ref` under `budget`;
+    returns the comparison's Metrics."""
+    local = compare(y_ref, y_other)
+    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
+    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_other - y_ref, nan=np.inf)))
+    return local
 
 
 def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs,
@@ -193,10 +194,7 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
         add_note(result, f"could not be judged: the torch module does not run on paddle's inputs ({type(exc).__name__})")
         return
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_call.outputs), "paddle"), pairs.shapes)
-    budget = layer_budget(session, pair.torch, call32, y32, y64, session.formats)
-    local = compare(y32, y_p)
-    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
-    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y32, nan=np.inf)))
+    _judge_local(result, y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, session.formats))
     add_note(result, "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
 
@@ -266,7 +264,7 @@ def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None
             continue
         if stop is not None and stop():
             break
-        out[path] = _matmul_stats(session.torch_module(path), call)
+        out[path] = matmul_stats(session.torch_module(path), call)
     return out
 
 

@@ -3,10 +3,10 @@
 * FullCapture: record every layer on both sides once, then one forced pass per side
   (see forced.py) gives every pair's local error and reference.
 * BinarySearch: for models whose activations do not fit. One outline pass finds the
-  sequence of top-level units (the top_level_units: the repeated blocks and what sits around
-  them); then each probe records only one unit's boundary on both sides and tests it
-  against the end-to-end budget (fp32 noise measured against a float64 run of the
-  torch model). Errors persist along the top_level_units, so the first bad unit is found in
+  sequence of top-level units (the repeated blocks and what sits around them); then each
+  probe records only one unit's boundary on both sides and tests it against the
+  end-to-end budget (fp32 noise measured against a float64 run of the torch model).
+  Errors persist from unit to unit, so the first bad unit is found in
   ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
   smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; O(1)
   units held.
@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .align import align, parent, under
+from .align import align, parent, shapes_fit, under
 from .analyze import Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of
 from .forced import forced_paddle, torch_references
 from .overlap import TorchWorker
@@ -28,7 +28,6 @@ from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
 from .metrics import compare, rms
 from .replay import to_numpy_list
 from ..errors import UserError
-from .matching import common_shape
 from .report import LayerResult
 
 
@@ -143,9 +142,9 @@ FINAL_OUTPUTS = "the final outputs, end to end (free-running), against the torch
 def same_outputs(t_call, p_call) -> None:
     """Both models must return the same tensors: an output on one side only is never compared,
     so it is bad input, not a pass."""
-    a, b = t_call.shapes, p_call.shapes
-    if len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b)):
+    if shapes_fit(t_call, p_call):
         return
+    a, b = t_call.shapes, p_call.shapes
     said = lambda shapes: f"{len(shapes)} floating tensor(s) {', '.join(str(list(s)) for s in shapes) or ''}".strip()
     raise UserError(f"the two models return different outputs: torch_model() gives {said(a)}, paddle_model() gives "
                     f"{said(b)}; make both return the same tensors in the same order (HF models: use_cache=False, "
