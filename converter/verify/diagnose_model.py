@@ -116,7 +116,8 @@ def _without_masks(call, causal: bool):
     import torch
     from .capture import Call
     from .matching import MASKED_BELOW, is_causal
-    from .replay import replace_tensors, torch_inputs
+    from ..frameworks import torch_side
+    from .replay import replace_call_tensors, torch_inputs
     new = {}
     for i, t in enumerate(torch_inputs(call)):
         if not t.is_floating_point() or t.dim() < 2:
@@ -127,8 +128,7 @@ def _without_masks(call, causal: bool):
             new[i] = torch.zeros_like(t)
     if not new:
         return None
-    args, n = replace_tensors(tuple(call.args), lambda v: isinstance(v, torch.Tensor), new)
-    kwargs, _ = replace_tensors(dict(call.kwargs), lambda v: isinstance(v, torch.Tensor), new, n)
+    args, kwargs = replace_call_tensors(call.args, call.kwargs, torch_side.is_tensor, new)
     return Call(call.path, call.type, call.start, call.end, args, kwargs)
 
 

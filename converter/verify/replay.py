@@ -97,6 +97,13 @@ def replace_tensors(value, is_tensor, new: dict, start: int = 0):
     return value, len(flatten(value, is_tensor))  # other containers: counted, left as they are
 
 
+def replace_call_tensors(args, kwargs, is_tensor, new: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with the call's tensor number k (in call_tensors' order) replaced by new[k]."""
+    args, n = replace_tensors(tuple(args), is_tensor, new)
+    kwargs, _ = replace_tensors(dict(kwargs), is_tensor, new, n)
+    return args, kwargs
+
+
 def _same_mapping(original: dict, items: dict) -> dict:
     """`items` in `original`'s own mapping type where it has one (a ModelOutput that the layer
     checks with isinstance), else a plain dict."""
@@ -131,8 +138,7 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopi
     matches = match_inputs([(lambda v=v: _paddle_array(v, handed, as_numpy)) for v in values], torch_arrays, same)
     new = {m.index: handed.copy_of(pool[m.source], values[m.index]) for m in matches
            if m.how in (VALUE, POSITION) and fit(torch_arrays[m.source], tuple(values[m.index].shape)) is not None}
-    args, n = replace_tensors(tuple(args), paddle_side.is_tensor, new)
-    kwargs, _ = replace_tensors(dict(kwargs), paddle_side.is_tensor, new, n)
+    args, kwargs = replace_call_tensors(args, kwargs, paddle_side.is_tensor, new)
     return args, kwargs, Forcing(matches, [tuple(v.shape) for v in values])
 
 
@@ -210,8 +216,7 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
             array = fit(pool[m.source], tuple(mine[m.index].shape))
             if array is not None:
                 new[m.index] = torch.from_numpy(np.array(array)).to(mine[m.index].dtype).to(mine[m.index].device)
-    args, n = replace_tensors(tuple(t_call.args), torch_side.is_tensor, new)
-    kwargs, _ = replace_tensors(dict(t_call.kwargs), torch_side.is_tensor, new, n)
+    args, kwargs = replace_call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor, new)
     call = Call(t_call.path, t_call.type, t_call.start, t_call.end, args, kwargs)
     return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, to_float64(args), to_float64(kwargs))
 
