@@ -108,6 +108,23 @@ def _cnn(**overrides):
     return spec
 
 
+def _tagger(**overrides):
+    spec = PortSpec.from_file(spec_path("train_tagger"))
+    for name, value in overrides.items():
+        setattr(spec.module, name, value)
+    return spec
+
+
+WEIGHTS = np.array([1.0, 2.0, 1.0, 1.0, 3.0], np.float32)  # train_mlp's five classes; its first batch has no 4
+
+
+def _soft_batches():
+    """train_mlp's batches with class probabilities (a teacher's) as targets."""
+    module = PortSpec.from_file(spec_path("train_mlp")).module
+    rng = np.random.default_rng(5)
+    return [(x, rng.dirichlet(np.ones(module.C), size=module.B).astype(np.float32)) for x, _ in module.batches()]
+
+
 def _sched(model, warmup=4, t_max=16, **kw):
     cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=t_max)
     sched = paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=warmup, start_lr=3e-4, end_lr=3e-3)
@@ -122,6 +139,17 @@ CASES = {
                           "loss", "loss", ["ignore_index=0"]),
     "loss-label-smoothing": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t, label_smoothing=0.1)),
                              "loss", "loss", ["label smoothing 0.1"]),
+    "loss-class-weights": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t, weight=paddle.to_tensor(WEIGHTS))),
+                           "loss", "loss", ["class weights", "[1, 2, 1, 1, ?] (relative; ? a class absent", "torch's all alike"]),
+    "loss-class-weights-torch-only": (
+        lambda: _mlp(torch_loss=lambda o, t: torch.nn.functional.cross_entropy(o, t, weight=torch.from_numpy(WEIGHTS).to(o))),
+        "loss", "loss", ["class weights", "paddle's loss weighs the classes all alike", "torch's [1, 2, 1, 1, ?]"]),
+    "loss-soft-labels": (lambda: _mlp(batches=_soft_batches,
+                                      torch_loss=lambda o, t: torch.nn.functional.cross_entropy(o, t.argmax(1)),
+                                      paddle_loss=lambda o, t: F.cross_entropy(o, t, soft_label=True)),
+                         "loss", "loss", ["soft labels", "paddle's loss takes the targets as probabilities"]),
+    "loss-class-axis": (lambda: _tagger(paddle_loss=lambda o, t: F.cross_entropy(o, t, soft_label=True)),
+                        "loss", "loss", ["class axis", "classes on axis 2", "axis=-1", "torch's on axis 1"]),
     "adam-epsilon": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, epsilon=1e-6)), "optimizer", "fc",
                      ["epsilon", "1e-06"]),
     "adam-beta2": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, beta2=0.99)), "optimizer", "",
@@ -170,6 +198,13 @@ def _per_epoch(model):
     cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
     sched = EveryOther(paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3))
     return _adamw(model, learning_rate=sched), sched
+
+
+def test_clean_tagger_with_soft_targets_on_axis_1_passes():
+    """The class-axis bug's clean twin: paddle's cross_entropy told axis=1 agrees with torch's."""
+    report = train_check(_tagger(), steps=3, device="cpu")
+    assert report.first_bad is None, report.first_bad
+    assert {r.phase for r in report.rows} >= {"loss", "backward", "optimizer", "steps"}
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -73,41 +73,18 @@ def _loss(session, tspec, report, fb, runs):
 
 
 def _cross_entropy_whatifs(p):
-    """Torch's cross-entropy with one setting changed, on the same logits and labels."""
-    import torch
-    import torch.nn.functional as F
-    if len(p.outputs) != 1 or not isinstance(p.target, np.ndarray) or not np.issubdtype(p.target.dtype, np.integer):
+    """Torch's cross-entropy re-run with one setting changed, on the same logits and targets."""
+    from .ce_whatif import Side, explain, what_if
+    if len(p.outputs) != 1 or not isinstance(p.target, np.ndarray) or p.outputs[0].ndim < 2:
         return []
-    logits, target = torch.from_numpy(p.outputs[0]).double(), torch.from_numpy(p.target).long()
-    if logits.dim() < 2:
+    logits = p.outputs[0].astype(np.float64)
+    found = what_if(logits, p.target, Side(p.loss_torch64, p.grads_torch64[0]),
+                    Side(p.loss_paddle, p.grads_paddle[0].astype(np.float64)))
+    if found is None:
         return []
-    try:
-        plain = float(F.cross_entropy(_classes_second(logits), target))
-    except (RuntimeError, IndexError, ValueError):
-        return []
-    if not _close(plain, p.loss_torch):
-        return []  # torch's loss is not the plain cross-entropy: nothing to vary
-    lp = p.loss_paddle
-    for count in (target.numel(),):
-        if _close(lp, plain * count):
-            return [D("loss", f"paddle's loss is the cross-entropy summed ({count} terms), torch's the mean: "
-                      "reduction 'sum' against 'mean'", "use reduction='mean' on both sides")]
-    for value in sorted(set(target.flatten().tolist())):
-        if _close(lp, float(F.cross_entropy(_classes_second(logits), target, ignore_index=value))):
-            return [D("loss", f"paddle's loss ignores label {value} (ignore_index={value}); torch's ignores none "
-                      "of the labels present", "use the same ignore_index on both sides (torch's default -100)")]
-    uniform = float(-F.log_softmax(_classes_second(logits), dim=1).mean(dim=1).mean())
-    if uniform != plain:
-        s = (lp - plain) / (uniform - plain)
-        if 0 < s < 1 and _close(lp, float(F.cross_entropy(_classes_second(logits), target, label_smoothing=s)), 1e-4):
-            return [D("loss", f"paddle's loss is the cross-entropy with label smoothing {s:.3g}; torch's has none",
-                      "use the same label smoothing on both sides (paddle: F.label_smooth or label_smoothing)")]
-    return []
-
-
-def _classes_second(logits):
-    """Torch's cross_entropy wants the classes on axis 1; a spec's [B, T, C] logits are taken on the last."""
-    return logits if logits.dim() == 2 else logits.movedim(-1, 1)
+    what, base, changed, gradient = found
+    cause, hint = explain(what, base, changed, logits.shape, gradient)
+    return [D("loss", cause, hint)]
 
 
 # backward ------------------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""Cross-entropy what-ifs: which of torch's cross-entropy settings paddle's loss differs in.
+
+First the settings that reproduce torch's own loss and gradient are found (the class axis,
+class indices or probabilities as targets, the reduction, per-class weights read from torch's
+gradient); then torch's cross-entropy is re-run in float64 on the same logits and targets with
+one setting changed to each value paddle may have: the other reduction, each label present as
+ignore_index, the label smoothing that fits, the class weights read from paddle's gradient, the
+targets taken the other way (probabilities against class indices), the classes on another
+axis. The change whose loss and gradient land on paddle's names the cause."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+LANDS = 1e-4  # relative: far above fp32's noise on a loss and its gradient, far below any setting changed
+SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that still counts as one weight
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way of computing a cross-entropy, in torch's terms."""
+
+    axis: int = 1  # the classes' axis of the logits
+    soft: bool = False  # targets are probabilities with the logits' shape (else class indices)
+    reduction: str = "mean"
+    weight: tuple | None = None  # per-class weights
+    ignore_index: int = -100
+    label_smoothing: float = 0.0
+
+    def changed(self, **kw) -> Setting:
+        return dataclasses.replace(self, **kw)
+
+
+@dataclass
+class Side:
+    """One side's cross-entropy on the shared logits: its loss and gradient with respect to them."""
+
+    loss: float
+    grad: np.ndarray
+
+
+def _targets(logits: np.ndarray, target: np.ndarray, s: Setting):
+    """Torch's target for `s` on logits with the classes moved to axis 1, or None where it does not fit."""
+    import torch
+    if np.issubdtype(target.dtype, np.floating):
+        if target.shape != logits.shape:
+            return None
+        t = torch.from_numpy(target).double().movedim(s.axis, 1)
+        return t if s.soft else t.argmax(dim=1)
+    if s.soft or not np.issubdtype(target.dtype, np.integer):
+        return None
+    if target.shape != logits.shape[:s.axis] + logits.shape[s.axis + 1:]:
+        return None
+    return torch.from_numpy(target).long()
+
+
+def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | None:
+    """Torch's cross-entropy in float64 under setting `s`, or None where `s` does not apply."""
+    import torch
+    import torch.nn.functional as F
+    t = _targets(logits, target, s)
+    if t is None:
+        return None
+    x = torch.from_numpy(logits).double().requires_grad_(True)
+    weight = None if s.weight is None else torch.tensor(np.nan_to_num(s.weight, nan=1.0), dtype=torch.float64)
+    try:
+        loss = F.cross_entropy(x.movedim(s.axis, 1), t, weight=weight, reduction=s.reduction,
+                               ignore_index=s.ignore_index, label_smoothing=s.label_smoothing)
+        (grad,) = torch.autograd.grad(loss, [x])
+    except (RuntimeError, IndexError, ValueError):
+        return None
+    return Side(float(loss.detach()), grad.numpy())
+
+
+def lands(got: Side | None, side: Side, gradient: bool = True) -> bool:
+    """`got`'s loss (and, with `gradient`, its gradient) is `side`'s within LANDS."""
+    if got is None or not np.isfinite(got.loss):
+        return False
+    scale = max(abs(got.loss), abs(side.loss), 1e-12)
+    if abs(got.loss - side.loss) > LANDS * scale:
+        return False
+    if not gradient:
+        return True
+    g = float(np.max(np.abs(side.grad), initial=0.0))
+    return float(np.max(np.abs(got.grad - side.grad), initial=0.0)) <= LANDS * g + 1e-12
+
+
+def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: Setting) -> tuple | None:
+    """The per-class weights a side's gradient shows under setting `s` (hard targets), scaled so that
+    the smallest non-zero one is 1; None where the gradient is no weighted cross-entropy's, or where
+    every class present has the same weight. A class absent from the batch has no weight to read:
+    NaN (computed as 1; it adds nothing to this batch's loss)."""
+    import torch
+    t = _targets(logits, target, s)
+    if t is None or s.soft:
+        return None
+    n_classes = logits.shape[s.axis]
+    rows = torch.from_numpy(logits).double().movedim(s.axis, -1).reshape(-1, n_classes)
+    g = torch.from_numpy(np.asarray(grad, dtype=np.float64)).movedim(s.axis, -1).reshape(-1, n_classes).numpy()
+    labels = t.reshape(-1).numpy()
+    if labels.min(initial=0) < 0 or labels.max(initial=0) >= n_classes:
+        return None
+    base = torch.softmax(rows, dim=1).numpy()
+    base[np.arange(len(labels)), labels] -= 1.0  # an unweighted row's gradient, up to the reduction's scale
+    norm = np.einsum("ij,ij->i", base, base)
+    keep = norm > 1e-12
+    scale = np.einsum("ij,ij->i", g, base)[keep] / norm[keep]  # each row's weight, up to one common factor
+    labels = labels[keep]
+    weights = np.ones(n_classes)
+    present = np.unique(labels)
+    for c in present:
+        w = scale[labels == c]
+        if np.ptp(w) > SAME_WEIGHT * max(float(np.max(np.abs(w))), 1e-30):
+            return None
+        weights[c] = float(np.mean(w))
+    seen = weights[present]
+    if np.any(seen < 0) or np.ptp(seen) <= SAME_WEIGHT * max(float(np.max(seen)), 1e-30):
+        return None
+    smallest = float(np.min(seen[seen > 0], initial=np.inf))
+    if not np.isfinite(smallest):
+        return None
+    weights[np.setdiff1d(np.arange(n_classes), present)] = np.nan
+    return tuple(float(w / smallest) for w in weights)
+
+
+def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> Setting | None:
+    """The cross-entropy setting that reproduces torch's loss and gradient, or None (not a cross-entropy
+    we can vary)."""
+    soft_choices = (False, True) if np.issubdtype(target.dtype, np.floating) else (False,)
+    for axis in range(1, logits.ndim):
+        for soft in soft_choices:
+            for reduction in ("mean", "sum"):
+                s = Setting(axis=axis, soft=soft, reduction=reduction)
+                if lands(cross_entropy(logits, target, s), torch_side):
+                    return s
+                weight = class_weights(logits, target, torch_side.grad, s)
+                if weight is not None and lands(cross_entropy(logits, target, s.changed(weight=weight)), torch_side):
+                    return s.changed(weight=weight)
+    return None
+
+
+def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
+    t = _targets(logits, target, s)
+    return [] if t is None or s.soft else sorted(set(t.reshape(-1).tolist()))
+
+
+def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: Side):
+    """(what changed, the setting) for each one-setting change of torch's, in the order they are tried."""
+    yield "reduction", base.changed(reduction="sum" if base.reduction == "mean" else "mean")
+    for label in _labels(logits, target, base):
+        if label != base.ignore_index:
+            yield "ignore_index", base.changed(ignore_index=label)
+    smoothing = _fitted_smoothing(logits, target, base, paddle_side)
+    if smoothing is not None:
+        yield "label_smoothing", base.changed(label_smoothing=smoothing)
+    weight = class_weights(logits, target, paddle_side.grad, base.changed(weight=None))
+    if not _same_weights(weight, base.weight):
+        yield "weight", base.changed(weight=weight)
+    if np.issubdtype(target.dtype, np.floating) and target.shape == logits.shape:
+        yield "soft", base.changed(soft=not base.soft)
+    for axis in range(1, logits.ndim):
+        if axis != base.axis:
+            yield "axis", base.changed(axis=axis)
+
+
+def _same_weights(a: tuple | None, b: tuple | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return np.allclose(a, b, rtol=SAME_WEIGHT, equal_nan=True)
+
+
+def _fitted_smoothing(logits, target, base: Setting, paddle_side: Side) -> float | None:
+    """The label smoothing s whose loss is paddle's: the loss is linear in s."""
+    if base.soft or base.label_smoothing:
+        return None
+    plain = cross_entropy(logits, target, base)
+    full = cross_entropy(logits, target, base.changed(label_smoothing=1.0))
+    if plain is None or full is None or full.loss == plain.loss:
+        return None
+    s = (paddle_side.loss - plain.loss) / (full.loss - plain.loss)
+    return s if 0 < s < 1 else None
+
+
+def what_if(logits: np.ndarray, target: np.ndarray, torch_side: Side, paddle_side: Side):
+    """(what, torch's setting, the changed setting that lands on paddle's, whether its gradient lands
+    too) or None. A change whose loss and gradient both land comes first; then one whose loss alone
+    does, where nothing was fitted to that loss (paddle's soft-label gradient is softmax - target,
+    its loss's derivative only where the target sums to 1 over the class axis)."""
+    base = torch_setting(logits, target, torch_side)
+    if base is None:
+        return None
+    tried = list(changes(logits, target, base, paddle_side))
+    for gradient in (True, False):
+        for what, changed in tried:
+            if (gradient or what not in FITTED) and lands(cross_entropy(logits, target, changed), paddle_side, gradient):
+                return what, base, changed, gradient
+    return None
+
+
+FITTED = ("label_smoothing", "weight")  # read from paddle's own loss or gradient
+
+
+def _weights(weight: tuple | None) -> str:
+    if weight is None:
+        return "all alike (no weight=)"
+    shown = "[" + ", ".join("?" if np.isnan(w) else f"{w:.3g}" for w in weight) + "] (relative"
+    return shown + ("; ? a class absent from the batch)" if np.isnan(weight).any() else ")")
+
+
+def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: bool = True) -> tuple[str, str]:
+    """(cause, hint) for the one setting in which paddle's cross-entropy differs from torch's."""
+    cause, hint = _explain(what, base, changed, shape)
+    if not gradient:
+        cause += (" (the loss; paddle's gradient is not that loss's derivative: with soft labels paddle takes "
+                  "softmax - target, which holds only where the target sums to 1 over the class axis)"
+                  if changed.soft else " (the loss; paddle's gradient differs from that loss's derivative)")
+    return cause, hint
+
+
+def _explain(what: str, base: Setting, changed: Setting, shape: tuple) -> tuple[str, str]:
+    if what == "reduction":
+        return (f"reduction: paddle's cross-entropy is reduced by '{changed.reduction}', torch's by "
+                f"'{base.reduction}'; torch's with reduction='{changed.reduction}' is paddle's loss",
+                "use the same reduction on both sides")
+    if what == "ignore_index":
+        return (f"paddle's loss ignores label {changed.ignore_index} (ignore_index={changed.ignore_index}); torch's "
+                "ignores none of the labels present", "use the same ignore_index on both sides (torch's default -100)")
+    if what == "label_smoothing":
+        theirs = f"{base.label_smoothing:.3g}" if base.label_smoothing else "none"
+        return (f"paddle's loss is the cross-entropy with label smoothing {changed.label_smoothing:.3g}; torch's has "
+                f"{theirs}",
+                "use the same label smoothing on both sides (paddle: F.label_smooth or label_smoothing)")
+    if what == "weight":
+        return (f"class weights: paddle's loss weighs the classes {_weights(changed.weight)}, torch's "
+                f"{_weights(base.weight)}; torch's cross-entropy with paddle's weights is paddle's loss",
+                "give both losses the same per-class weight= (or none on both)")
+    if what == "soft":
+        soft, hard = ("paddle", "torch") if changed.soft else ("torch", "paddle")
+        return (f"soft labels: {soft}'s loss takes the targets as probabilities, {hard}'s as class indices (their "
+                f"argmax); torch's cross-entropy with the targets as {'probabilities' if changed.soft else 'class indices'}"
+                " is paddle's loss",
+                "hand both losses the same kind of target: paddle's cross_entropy takes probabilities with "
+                "soft_label=True, torch's when the target is float with the logits' shape")
+    default = " (paddle's cross_entropy defaults to axis=-1)" if changed.axis == len(shape) - 1 else ""
+    return (f"class axis: paddle's loss takes the classes on axis {changed.axis} of the {list(shape)} output{default}, "
+            f"torch's on axis {base.axis}; torch's cross-entropy over axis {changed.axis} is paddle's loss",
+            f"pass axis={base.axis} to paddle's cross_entropy (torch's cross_entropy takes the classes on dim 1)")
