@@ -3,6 +3,7 @@
     from converter import PortSpec, VerifyOptions, convert_weights, verify_port
 
     report = verify_port(PortSpec.from_file("my_port.py"), VerifyOptions(device="cpu", bisect=True))
+    trained = verify_port(PortSpec.from_file("my_port.py"), VerifyOptions(train=True, steps=10))
     result = convert_weights("model.safetensors", "model.pdparams")
 
 Importing this module imports neither torch nor paddle; each function imports what its work needs.
@@ -18,6 +19,7 @@ from .spec import PortSpec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .convert import ConversionResult
+    from .train.result import TrainReport
     from .verify.report import Report
     from .verify.session import Options
 
@@ -28,6 +30,7 @@ PRECISIONS = ("as-is", "strict")
 STRATEGIES = ("auto", "full", "binary")
 EMULATED_SIDES = ("torch", "paddle")
 EMULATED_FORMATS = ("tf32", "bf16", "fp16")
+DEFAULT_STEPS = 10  # verify-port --train's default
 
 
 @dataclass
@@ -37,13 +40,16 @@ class VerifyOptions:
     device: auto (CUDA when both frameworks see a GPU), cpu or cuda. precision: as-is, or strict
     (TF32 off on both sides for the run). emulate: side -> format, e.g. {"paddle": "tf32"}, makes
     that side round its matmul/conv inputs and weights to the format. strategy: auto, full or
-    binary. bisect: name the first layer over budget and diagnose it."""
+    binary. bisect: name the first layer over budget and diagnose it. train: run the training
+    checks of verify-port --train instead (loss, backward, optimizer and `steps` training steps)."""
 
     device: str = "auto"
     precision: str = "as-is"
     emulate: dict[str, str] = field(default_factory=dict)
     strategy: str = "auto"
     bisect: bool = False
+    train: bool = False
+    steps: int = DEFAULT_STEPS
 
     def __post_init__(self) -> None:
         _one_of("device", self.device, DEVICES)
@@ -55,6 +61,10 @@ class VerifyOptions:
         for side, fmt in self.emulate.items():
             _one_of("emulate side", side, EMULATED_SIDES)
             _one_of(f"emulate format for {side}", fmt, EMULATED_FORMATS)
+        if not isinstance(self.train, bool):
+            raise UserError(f"VerifyOptions: train must be True or False; got {self.train!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise UserError(f"VerifyOptions: steps must be a whole number of at least 1; got {self.steps!r}")
 
     def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect)."""
@@ -69,9 +79,11 @@ def _one_of(what: str, value, allowed: tuple) -> None:
 
 
 def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: str | None = None,
-                converted: str | None = None, mapping: str | None = None) -> Report:
+                converted: str | None = None, mapping: str | None = None) -> Report | TrainReport:
     """Run both models of `spec`, compare every layer against its expected-error budget and return
     the Report (`report.verdict`, `report.first_bad`, `report.diagnosis`, `report.to_json()`).
+    With `options.train`, run the training checks instead and return the TrainReport (the same
+    fields; `steps` per step; `to_json()` is the `train` section of verify-port --train --json).
 
     weights: a torch checkpoint loaded into the torch model first. converted: a paddle weights file
     loaded as is instead of converting torch's weights in memory. mapping: a rule-set name or file
@@ -83,6 +95,10 @@ def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: s
         raise UserError(f"verify_port takes a PortSpec (PortSpec(...) or PortSpec.from_file(path)), "
                         f"not {type(spec).__name__}")
     options = options if options is not None else VerifyOptions()
+    if options.train:
+        from .train.run import train_check
+        return train_check(spec, options.steps, options.device, options.precision, dict(options.emulate),
+                           weights=weights, converted=converted, mapping=mapping)
     return verify(spec, options.session_options(), weights=weights, converted=converted, mapping=mapping,
                   bisect=options.bisect)
 

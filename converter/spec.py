@@ -2,7 +2,9 @@
 
 It defines torch_model() -> torch.nn.Module, paddle_model() -> paddle.nn.Layer
 and inputs() -> dict of numpy arrays (keyword arguments) or a tuple (positional).
-It may set `mapping` to a rule-set name, a rule-file path, or None to infer.
+It may set `mapping` to a rule-set name, a rule-file path, or None to infer, and define the
+training parts verify-port --train uses (batches, torch_loss, paddle_loss, torch_optimizer,
+paddle_optimizer, clip_grad_norm; see converter/train/spec.py).
 """
 
 from __future__ import annotations
@@ -28,23 +30,42 @@ PaddleModel = Union[Callable[[], "paddle.nn.Layer"], "paddle.nn.Layer"]
 InputsOrBuilder = Union[Callable[[], "Inputs"], "Inputs"]
 
 REQUIRED = ("torch_model", "paddle_model", "inputs")
+# the optional training parts, and what each is when given
+TRAINING = {"batches": "a function returning a list of (inputs, target), or that list",
+            "torch_loss": "a function (output, target) -> scalar tensor",
+            "paddle_loss": "a function (output, target) -> scalar tensor",
+            "torch_optimizer": "a function (model) -> optimizer or (optimizer, scheduler)",
+            "paddle_optimizer": "a function (model) -> optimizer or (optimizer, scheduler)"}
 
 
 class PortSpec:
-    """The three callables of a port (and optionally its mapping), from a spec file
-    (`PortSpec.from_file(path)`) or given in Python:
+    """The three callables of a port (and optionally its mapping and training parts), from a spec
+    file (`PortSpec.from_file(path)`) or given in Python:
 
-        PortSpec(torch_model=build_torch, paddle_model=build_paddle, inputs=make_inputs, mapping=None)
+        PortSpec(torch_model=build_torch, paddle_model=build_paddle, inputs=make_inputs, mapping=None,
+                 batches=make_batches, torch_loss=..., paddle_loss=..., torch_optimizer=...,
+                 paddle_optimizer=..., clip_grad_norm=None)
 
     Each model callable returns the model; a model object itself is taken too. `inputs` is a
-    callable returning the inputs, or the inputs themselves. Models are built once, on first use."""
+    callable returning the inputs, or the inputs themselves (`batches` likewise). The training
+    parts are optional (see verify-port --train in README.md). Models are built once, on first use."""
 
     def __init__(self, torch_model: TorchModel, paddle_model: PaddleModel, inputs: InputsOrBuilder,
-                 mapping: str | None = None, *, label: str = "<in-memory spec>"):
+                 mapping: str | None = None, *, batches: Any = None, torch_loss: Callable | None = None,
+                 paddle_loss: Callable | None = None, torch_optimizer: Callable | None = None,
+                 paddle_optimizer: Callable | None = None, clip_grad_norm: float | None = None,
+                 label: str = "<in-memory spec>"):
         self.path = label
         self.module = types.SimpleNamespace(torch_model=_as_builder(torch_model, "torch_model", label),
                                             paddle_model=_as_builder(paddle_model, "paddle_model", label),
                                             inputs=_as_builder(inputs, "inputs", label), mapping=mapping)
+        given = {"batches": batches, "torch_loss": torch_loss, "paddle_loss": paddle_loss,
+                 "torch_optimizer": torch_optimizer, "paddle_optimizer": paddle_optimizer}
+        for name, value in given.items():
+            if value is not None:
+                setattr(self.module, name, _training_part(value, name, label))
+        if clip_grad_norm is not None:
+            self.module.clip_grad_norm = clip_grad_norm  # checked where training reads it
         self._torch = None
         self._paddle = None
 
@@ -62,6 +83,10 @@ class PortSpec:
     @property
     def mapping(self) -> str | None:
         return getattr(self.module, "mapping", None)
+
+    def training_part(self, name: str) -> Any:
+        """The spec's training part `name` (one of TRAINING, or clip_grad_norm), or None."""
+        return getattr(self.module, name, None)
 
     def _call(self, name: str):
         return call_spec_function(self.path, self.module, name)
@@ -108,6 +133,14 @@ def _as_builder(value: Any, name: str, label: str) -> Callable[[], Any]:
     if not callable(value):
         raise UserError(f"spec '{label}': {name} must be a function returning "
                         f"{'the inputs' if name == 'inputs' else 'the model'}, not {type(value).__name__}")
+    return value
+
+
+def _training_part(value: Any, name: str, label: str) -> Callable:
+    if name == "batches" and isinstance(value, (list, tuple)):
+        return lambda: value
+    if not callable(value):
+        raise UserError(f"spec '{label}': {name} must be {TRAINING[name]}, not {type(value).__name__}")
     return value
 
 

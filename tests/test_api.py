@@ -3,6 +3,7 @@ converted files, through the same result objects."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,56 @@ def test_a_spec_given_in_python_is_verified_like_its_file():
     assert _judgement(in_python.to_json()) == _judgement(from_file.to_json())
 
 
+def _training(body: dict) -> dict:
+    """What a training report concludes: verdict, culprit, every check's place and verdict, the steps."""
+    return {"verdict": body["verdict"], "first_bad": body["first_bad"], "diagnosis": body["diagnosis"],
+            "checks": [(c["phase"], c["step"], c["torch"], c["paddle"], c["ratio"] is not None and c["ratio"] <= 1)
+                       for c in body["checks"]],
+            "steps": [(s["step"], s["loss_torch"], s["lr_torch"], s["lr_paddle"]) for s in body["steps"]],
+            "optimizer": body["optimizer"]}
+
+
+def test_verify_port_with_train_returns_the_report_the_command_renders(tmp_path):
+    cli = run_verify("--spec", spec_path("train_mlp"), "--train", "--steps", 3, "--device", "cpu",
+                     "--json", tmp_path / "cli.json")
+    assert cli.code == 0, cli
+    trained = verify_port(PortSpec.from_file(spec_path("train_mlp")), VerifyOptions(device="cpu", train=True, steps=3))
+    assert type(trained).__name__ == "TrainReport" and trained.exit_code == 0 and len(trained.steps) == 3
+    assert _training(trained.to_json()) == _training(json.loads((tmp_path / "cli.json").read_text())["train"])
+    from converter.train.report import render_text
+    first_line = render_text(trained).splitlines()[0]
+    assert first_line in cli.stdout
+
+
+def test_training_parts_given_in_python_are_used():
+    """A spec's training parts handed to PortSpec(...): the file's own functions give the file's
+    report; a paddle loss summed where torch's is the mean is named in phase loss."""
+    import paddle
+    module = PortSpec.from_file(spec_path("train_mlp")).module
+    parts = dict(batches=module.batches(), torch_loss=module.torch_loss, paddle_loss=module.paddle_loss,
+                 torch_optimizer=module.torch_optimizer)
+    options = VerifyOptions(device="cpu", train=True, steps=2)
+    same = verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, **parts), options)
+    from_file = verify_port(PortSpec.from_file(spec_path("train_mlp")), options)
+    assert same.verdict == "pass" and _training(same.to_json()) == _training(from_file.to_json())
+    parts["paddle_loss"] = lambda o, t: paddle.nn.functional.cross_entropy(o, t, reduction="sum")
+    summed = verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, **parts), options)
+    assert summed.exit_code == 1 and summed.first_bad.phase == "loss"
+    assert "reduction" in summed.diagnosis[0].cause
+    with pytest.raises(UserError, match="clip_grad_norm must be a positive number"):
+        verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, clip_grad_norm=-1.0), options)
+
+
+def test_the_readme_training_example_runs(monkeypatch):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    (code,) = [b for b in blocks if "train=True" in b and "tests/specs/" in b]
+    monkeypatch.chdir(ROOT)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["trained"].verdict == "pass" and len(namespace["trained"].steps) == 3
+
+
 def test_convert_weights_writes_what_the_command_writes(tmp_path):
     import torch
     spec = PortSpec.from_file(spec_path("transformer_encoder"))
@@ -89,6 +140,10 @@ def test_convert_weights_refuses_bad_input_and_writes_nothing(tmp_path):
     ({"emulate": {"jax": "tf32"}}, "emulate side must be one of torch, paddle"),
     ({"emulate": {"paddle": "fp8"}}, "emulate format for paddle must be one of tf32, bf16, fp16"),
     ({"emulate": "paddle=tf32"}, "emulate must be a dict"),
+    ({"train": "yes"}, "train must be True or False; got 'yes'"),
+    ({"train": True, "steps": 0}, "steps must be a whole number of at least 1; got 0"),
+    ({"train": True, "steps": "3"}, "steps must be a whole number of at least 1; got '3'"),
+    ({"train": True, "steps": True}, "steps must be a whole number of at least 1; got True"),
 ])
 def test_bad_options_are_one_clear_error(kwargs, message):
     with pytest.raises(UserError, match=message):
@@ -98,6 +153,11 @@ def test_bad_options_are_one_clear_error(kwargs, message):
 def test_a_spec_of_the_wrong_parts_is_one_clear_error():
     with pytest.raises(UserError, match="torch_model must be a function returning the model, not int"):
         PortSpec(torch_model=3, paddle_model=lambda: None, inputs=lambda: {})
+    with pytest.raises(UserError, match=re.escape("torch_loss must be a function (output, target) -> scalar tensor, "
+                                                  "not int")):
+        PortSpec(torch_model=lambda: None, paddle_model=lambda: None, inputs=lambda: {}, torch_loss=3)
+    with pytest.raises(UserError, match="paddle_optimizer must be a function"):
+        PortSpec(torch_model=lambda: None, paddle_model=lambda: None, inputs=lambda: {}, paddle_optimizer="AdamW")
     with pytest.raises(UserError, match="takes a PortSpec"):
         verify_port(BUNDLED)
 

@@ -8,11 +8,16 @@ from ..errors import UserError
 
 
 def run_train(spec, options, steps: int, weights, converted, mapping, emit_optimizer):
-    """The training checks of `spec` under the command's options; prints their lines."""
+    """The training checks of `spec` under the command's options, through the Python API's
+    verify_port; prints their lines."""
+    import dataclasses
+
+    from ..api import verify_port
     from .report import render_text
-    from .run import train_check
-    report = train_check(spec, steps, options.device, options.precision, dict(options.emulate), weights, converted,
-                         mapping)
+    if steps < 1:
+        raise UserError(f"--steps must be at least 1; got {steps}")
+    report = verify_port(spec, dataclasses.replace(options, train=True, steps=steps), weights=weights,
+                         converted=converted, mapping=mapping)
     if emit_optimizer and report.optimizer_code is None:
         raise UserError("--emit-optimizer: torch's optimizer has no translation here, and the spec gives "
                         "paddle_optimizer(model) itself; there is nothing to write")

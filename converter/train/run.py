@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..api import DEFAULT_STEPS
 from ..errors import UserError
 from .loop import call_model, float_outputs, paddle_run, to_torch, torch_run
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
 from .spec import TrainSpec
-
-DEFAULT_STEPS = 10
 
 
 def first_bad(rows: list):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UserError
-from ..spec import call_spec_function
+from ..spec import TRAINING, call_spec_function
 
 DEFAULT_LR = 0.01
 PROJECTION_SEED = 1234
@@ -29,10 +29,8 @@ class TrainSpec:
     def __init__(self, spec):
         self.spec = spec
         self.path = spec.path
-        module = spec.module
-        self.has = {name: callable(getattr(module, name, None)) for name in
-                    ("batches", "torch_loss", "paddle_loss", "torch_optimizer", "paddle_optimizer")}
-        clip = getattr(module, "clip_grad_norm", None)
+        self.has = {name: callable(spec.training_part(name)) for name in TRAINING}
+        clip = spec.training_part("clip_grad_norm")
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
             raise UserError(f"spec '{self.path}': clip_grad_norm must be a positive number (the max global norm); "
                             f"got {clip!r}")
