@@ -8,6 +8,8 @@ used, then the two sides are combined in quadrature:
   weights ((x*x) @ (w*w)):
       input rounding to unit u_f:   sqrt(2) * 0.42 * u_f * sqrt(S2)
       fp32 accumulation:            kappa * 0.42 * u32 * sqrt(K/2) * sqrt(S2)
+      result rounding:              u_s * |y|, u_s the unit of the format the result is stored
+                                    in (fp32 for TF32; bf16/fp16 kernels return their format)
   kappa calibrates the accumulation term to this machine: it is the observed
   error of the torch layer in fp32 against a float64 run on the same inputs,
   divided by the model's prediction (never below KAPPA_FLOOR, since the other
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .precision import U32, UNIT_ROUNDOFF
+from .precision import STORED_UNIT, U32, UNIT_ROUNDOFF
 
 C_ROUND = 0.42  # rms relative rounding error of a real value, in units of u
 KAPPA_FLOOR = 0.3
@@ -127,7 +129,10 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
         if condition is not None:
             var += np.square(np.asarray(condition, dtype=np.float32).ravel())
         var *= np.float32(len(formats))
-    y2 *= np.float32(U32 * U32 * len(formats))
+    if matmul is not None:  # its result stored in each side's format (bf16 under AMP: measured on a GPU)
+        y2 *= np.float32(sum(STORED_UNIT[fmt] ** 2 for fmt in formats.values()))
+    else:
+        y2 *= np.float32(U32 * U32 * len(formats))
     var += y2
     var += np.float32(const + np.finfo(np.float32).tiny)  # never 0: no division by it
     return Budget(var.reshape(shape), dict(formats))

@@ -19,6 +19,9 @@ U32 = 2.0 ** -24
 UNIT_ROUNDOFF = {"fp32": 0.0, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 MANTISSA_BITS = {"tf32": 10, "fp16": 10, "bf16": 7}
 FORMATS = tuple(UNIT_ROUNDOFF)
+# the unit roundoff of what a matmul computed in each format stores: TF32 is a compute format
+# with fp32 results, while bf16 and fp16 kernels (autocast, AMP) return their own format
+STORED_UNIT = {"fp32": U32, "tf32": U32, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 
 def round_array(x: np.ndarray, fmt: str) -> np.ndarray:
