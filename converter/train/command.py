@@ -14,13 +14,13 @@ def run_train(spec, options, steps: int, weights, converted, mapping, emit_optim
 
     from ..api import verify_port
     from .report import render_text
+    from .run import translation_of
     if steps < 1:
         raise UserError(f"--steps must be at least 1; got {steps}")
+    if emit_optimizer:
+        translation_of(spec)  # nothing to write is bad input, said before the checks run
     report = verify_port(spec, dataclasses.replace(options, train=True, steps=steps), weights=weights,
                          converted=converted, mapping=mapping)
-    if emit_optimizer and report.optimizer_code is None:
-        raise UserError("--emit-optimizer: torch's optimizer has no translation here, and the spec gives "
-                        "paddle_optimizer(model) itself; there is nothing to write")
     click.echo(render_text(report))
     return report
 

@@ -34,6 +34,20 @@ def _translation(session, tspec):
         raise
 
 
+def translation_of(spec):
+    """Torch's optimizer of `spec` (on its torch model) translated to paddle's, as --emit-optimizer
+    writes it; asked before any check runs. UserError where it has no translation."""
+    tspec = TrainSpec(spec)
+    opt, sched = tspec.torch_optimizer(spec.torch_model())
+    try:
+        return translate(opt, sched, tspec.clip_grad_norm)
+    except UserError as exc:
+        if not tspec.has["paddle_optimizer"]:
+            raise
+        raise UserError(f"--emit-optimizer: {str(exc).partition(';')[0]}, and the spec gives paddle_optimizer(model) "
+                        "itself: there is nothing to write; drop --emit-optimizer") from None
+
+
 def _check_deterministic(session, tspec, batch) -> None:
     import torch
     model = session.torch_copy()
