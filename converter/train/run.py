@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 
 from ..api import DEFAULT_STEPS
@@ -11,6 +14,21 @@ from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
 from .spec import TrainSpec
+
+
+# what paddle says on every training-mode call and that is no finding of ours: BatchNorm layers
+# warn that they track the running statistics in training (they always have: the check compares them)
+PADDLE_TRAINING_NOTICES = (r"When training, we now always track global mean and variance",)
+
+
+@contextlib.contextmanager
+def paddle_notices_silenced():
+    """Paddle's training-mode notices (PADDLE_TRAINING_NOTICES) left out of our output; the warning
+    filters are put back on exit."""
+    with warnings.catch_warnings():
+        for message in PADDLE_TRAINING_NOTICES:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning, module=r"paddle(\.|$)")
+        yield
 
 
 def first_bad(rows: list):
@@ -65,6 +83,13 @@ def _check_deterministic(session, tspec, batch) -> None:
 
 def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-is", emulate=None, weights=None,
                 converted=None, mapping=None, backward=True) -> TrainReport:
+    if steps < 1:
+        raise UserError(f"--steps must be at least 1; got {steps}")
+    with paddle_notices_silenced():
+        return _train_check(spec, steps, device, precision, emulate, weights, converted, mapping, backward)
+
+
+def _train_check(spec, steps, device, precision, emulate, weights, converted, mapping, backward) -> TrainReport:
     from . import backward as bwd
     from .diagnose import diagnose
     from .loss import loss_rows, probe
@@ -72,8 +97,6 @@ def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-i
     from .steps import final_rows, grad_rows, step_rows
     from .structure import structure_rows
 
-    if steps < 1:
-        raise UserError(f"--steps must be at least 1; got {steps}")
     tspec = TrainSpec(spec)
     session = TrainSession(spec, device, precision, emulate, weights, converted, mapping)
     try:
