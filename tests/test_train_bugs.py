@@ -96,6 +96,27 @@ def _custom_backward(spec):
     return spec
 
 
+class _QueryStopped(paddle.nn.MultiHeadAttention):
+    """paddle's attention with the gradient stopped inside, on the query projection's output."""
+
+    def _prepare_qkv(self, query, key, value, cache=None):
+        q, k, v = super()._prepare_qkv(query, key, value, cache)
+        return q.detach(), k, v
+
+
+def _query_stopped(spec):
+    """train_transformer with the planted bug in the first layer's attention (torch's fused
+    in_proj_weight feeds paddle's q_proj, k_proj and v_proj)."""
+    build = spec.module.paddle_model
+
+    def paddle_model():
+        model = build()
+        model.layers[0].self_attn.__class__ = _QueryStopped
+        return model
+    spec.module.paddle_model = paddle_model
+    return spec
+
+
 def _bn_momentum(spec):
     spec.module.paddle_model = lambda: spec.module.PaddleCNN(momentum=0.1)
     return spec
@@ -170,6 +191,8 @@ CASES = {
                                "structure", "fc1", ["missing from paddle's optimizer"]),
     "stopped-gradient": (lambda: _detached_hidden(_mlp()), "backward", "", ["stopped on paddle's side"]),
     "custom-backward": (lambda: _custom_backward(_mlp()), "backward", "act", ["custom backward"]),
+    "attention-query-stopped": (lambda: _query_stopped(PortSpec.from_file(spec_path("train_transformer"))), "backward",
+                                "layers.0.self_attn ", ["stopped on paddle's side", "'layers.0.self_attn.q_proj.weight'"]),
 }
 
 
@@ -205,6 +228,20 @@ def test_clean_tagger_with_soft_targets_on_axis_1_passes():
     report = train_check(_tagger(), steps=3, device="cpu")
     assert report.first_bad is None, report.first_bad
     assert {r.phase for r in report.rows} >= {"loss", "backward", "optimizer", "steps"}
+
+
+def test_fused_attention_projection_is_compared_slice_by_slice():
+    """The per-layer backward pairs torch's MultiheadAttention with paddle's MultiHeadAttention and
+    compares q_proj, k_proj and v_proj's gradients each with its slice of torch's in_proj_weight
+    gradient (as the conversion splits and transposes it); the stopped query is the only bad one."""
+    report = train_check(_query_stopped(PortSpec.from_file(spec_path("train_transformer"))), steps=1, device="cpu")
+    rows = {r.paddle: r for r in report.rows if r.phase == "backward" and r.note.endswith("local backward of "
+                                                                                              "layers.0.self_attn")}
+    names = [f"layers.0.self_attn.{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")]
+    assert set(names) <= set(rows), sorted(rows)
+    assert all(rows[n].torch.startswith("layers.0.self_attn.in_proj_") for n in names)
+    assert [n for n in names if rows[n].bad] == names[:2]
+    assert rows["layers.0.self_attn d input[0]"].bad
 
 
 @pytest.mark.parametrize("case", list(CASES))

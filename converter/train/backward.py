@@ -2,19 +2,30 @@
 recorded inputs and torch's recorded output gradient (teacher forcing), against torch's own local
 product, with a budget from the same product in float64 (and in the format a side uses).
 
-Layers pair by their parameters (a paddle layer whose own weights all come from one torch
-module's), by the same path for layers without weights, and the models themselves. The culprit
-is the first layer in backward order over budget none of whose paired sublayers is over budget:
-when the sublayers agree but their parent does not, the parent's own code is at fault."""
+A torch module and a paddle layer pair when their state (parameters and buffers, everything under
+them) is one set of tensors through the mapping: a Linear with its Linear, and a torch
+MultiheadAttention, whose fused in_proj_weight feeds paddle's q_proj, k_proj and v_proj, with
+paddle's MultiHeadAttention. Layers without weights pair by the same path, and the models
+themselves. The paddle layer is called as paddle's own forward called it, each tensor replaced by
+the torch input holding the same values (as the forward check forces a layer); inputs that hold the
+same values are one input on both sides, so (x, x, x) against (x,) compares the total gradient.
+Each paddle parameter's gradient is compared with torch's through the conversion's own rules: the
+slice of in_proj_weight the split gives q_proj.weight, transposed as its transpose rule says.
+
+The culprit is the first layer in backward order over budget none of whose paired sublayers is
+over budget: when the sublayers agree but their parent does not, the parent's own code is at
+fault."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._verify import Recorder, TorchCopies, force_paddle_args, paddle_side, record
 from .judge import judge
-from .loop import call_model, to_torch, torch_loss
+from .loop import call_model, to_paddle, to_torch, torch_loss
 from .emulate import remove
 
 
@@ -37,30 +48,79 @@ def _under(path: str, parent: str) -> bool:
     return parent == "" or path == parent or path.startswith(parent + ".")
 
 
+def _local(path: str, name: str) -> str | None:
+    """`name` relative to the module at `path`, or None where it is not under it."""
+    if path == "":
+        return name
+    return name[len(path) + 1:] if name.startswith(path + ".") else None
+
+
+def _depth(path: str) -> int:
+    return -1 if path == "" else path.count(".")
+
+
+def _state_under(names, paths: set) -> dict:
+    """path -> the names (dotted state-dict names) under it, for each path in `paths` holding any."""
+    out = defaultdict(set)
+    for name in names:
+        parts = name.split(".")
+        for k in range(len(parts)):
+            prefix = ".".join(parts[:k])
+            if prefix in paths:
+                out[prefix].add(name)
+    return {path: frozenset(held) for path, held in out.items()}
+
+
+def _matched(torch_paths: list, paddle_paths: list) -> dict:
+    """Modules and layers holding one set of tensors: the only one of each, else the same paths,
+    else (as many on each side: wrappers nested around one set) outermost with outermost."""
+    if len(torch_paths) == 1 and len(paddle_paths) == 1:
+        return {torch_paths[0]: paddle_paths[0]}
+    out = {t: t for t in torch_paths if t in paddle_paths}
+    rest_t = sorted((t for t in torch_paths if t not in out), key=_depth)
+    rest_p = sorted((p for p in paddle_paths if p not in out.values()), key=_depth)
+    if len(rest_t) == len(rest_p):
+        out.update(zip(rest_t, rest_p))
+    return out
+
+
+def _pairs_by_state(session, torch_paths: set, paddle_paths: set) -> dict:
+    """torch module path -> paddle layer path, for those whose state is one set of tensors through
+    the mapping: every paddle tensor under the layer is computed from torch tensors under the
+    module, and every torch tensor under the module feeds only paddle tensors under the layer."""
+    sources = {pair.paddle: frozenset(pair.torch) for pair in session.pairs}
+    users = defaultdict(set)  # torch tensor -> the paddle tensors computed from it
+    for name, torch_names in sources.items():
+        for t in torch_names:
+            users[t].add(name)
+    by_state = defaultdict(lambda: ([], []))
+    for path, held in _state_under(users, torch_paths).items():
+        by_state[held][0].append(path)
+    for path, held in _state_under(sources, paddle_paths).items():
+        state = frozenset().union(*(sources[n] for n in held))
+        if all(users[t] <= held for t in state):
+            by_state[state][1].append(path)
+    pairs = {}
+    for torch_list, paddle_list in by_state.values():
+        pairs.update(_matched(torch_list, paddle_list))
+    return pairs
+
+
 def layer_pairs(session) -> dict:
     """torch module path -> paddle layer path."""
-    owners = {}
-    for pair in session.pairs:
-        if len(pair.torch) != 1:
-            continue
-        p_layer, t_module = pair.paddle.rpartition(".")[0], pair.torch[0].rpartition(".")[0]
-        owners.setdefault(p_layer, set()).add(t_module)
-    claims = {}  # torch module -> the paddle layers whose weights come from it
-    for p, t in owners.items():
-        for module in t:
-            claims.setdefault(module, set()).add(p)
-    pairs = {next(iter(t)): p for p, t in owners.items() if len(t) == 1 and len(claims[next(iter(t))]) == 1}
     torch_paths = dict(session.torch_model.named_modules())
     paddle_paths = {p for p, _ in session.paddle_model.named_sublayers(include_self=True)}
+    pairs = _pairs_by_state(session, set(torch_paths), paddle_paths)
+    taken = set(pairs.values())
     for path, module in torch_paths.items():
-        if path and path not in pairs and path in paddle_paths and not any(True for _ in module.parameters()):
+        if path and path not in pairs and path in paddle_paths and path not in taken \
+                and not any(True for _ in module.parameters()):
             pairs[path] = path
     pairs.setdefault("", "")
-    return {t: p for t, p in pairs.items() if t in torch_paths and p in paddle_paths}
+    return pairs
 
 
 def _record(model, paths) -> tuple[dict, list]:
-    import torch
     calls, handles, counter = {}, [], [0]
     modules = dict(model.named_modules())
     for path in paths:
@@ -72,10 +132,22 @@ def _record(model, paths) -> tuple[dict, list]:
             outs = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
             for o in outs:
                 o.retain_grad()
-            calls[_path] = LayerCall(_path, counter[0], _detached(args), _detached(kwargs), outs)
+            memo = {}  # a tensor passed twice stays one tensor
+            calls[_path] = LayerCall(_path, counter[0], _detached(args, memo), _detached(kwargs, memo), outs)
         handles.append(modules[path].register_forward_hook(hook, with_kwargs=True))
-    del torch
     return calls, handles
+
+
+def _record_paddle(model, paths, inputs) -> dict:
+    """How paddle's own forward calls each layer at `paths` (the first call), on a batch."""
+    import paddle
+    recorder = record(paddle_side, model, Recorder(set(paths)))
+    try:
+        with paddle.no_grad():
+            call_model(model, to_paddle(inputs))
+    finally:
+        recorder.remove()
+    return recorder.calls
 
 
 def _tensors(value) -> list:
@@ -89,16 +161,18 @@ def _tensors(value) -> list:
     return []
 
 
-def _detached(value):
+def _detached(value, memo: dict):
     import torch
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        if id(value) not in memo:
+            memo[id(value)] = value.detach().clone()
+        return memo[id(value)]
     if isinstance(value, tuple):
-        return tuple(_detached(v) for v in value)
+        return tuple(_detached(v, memo) for v in value)
     if isinstance(value, list):
-        return [_detached(v) for v in value]
+        return [_detached(v, memo) for v in value]
     if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
+        return {k: _detached(v, memo) for k, v in value.items()}
     return value
 
 
@@ -112,16 +186,36 @@ def _as(value, convert):
     return convert(value)
 
 
-def _torch_local(module, call: LayerCall, grads: list, dtype):
-    """(input gradients, {param name: gradient}) of torch's module on the recorded call."""
+class Inputs:
+    """A recorded torch call's floating inputs, those holding the same values taken as one input
+    (in order of first use): its gradient is the sum over every place it was passed."""
+
+    def __init__(self, call: LayerCall):
+        import torch
+        self.groups: list[list] = []
+        for t in _tensors((call.args, call.kwargs)):
+            if not t.is_floating_point() or any(t is u for g in self.groups for u in g):
+                continue
+            group = next((g for g in self.groups if g[0].shape == t.shape and torch.equal(g[0], t)), None)
+            if group is None:
+                self.groups.append([t])
+            else:
+                group.append(t)
+
+    def index(self, tensor) -> int | None:
+        return next((i for i, g in enumerate(self.groups) if any(tensor is u for u in g)), None)
+
+
+def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype):
+    """(input gradients, one per input of `inputs`; {param name: gradient}) of torch's module on the
+    recorded call."""
     import torch
-    leaves = []
+    leaves = [g[0].to(dtype).cpu() if dtype == torch.float64 else g[0].clone() for g in inputs.groups]
+    leaves = [t.requires_grad_(True) for t in leaves]
 
     def leaf(v):
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            t = v.to(dtype).cpu().requires_grad_(True) if dtype == torch.float64 else v.clone().requires_grad_(True)
-            leaves.append(t)
-            return t
+            return leaves[inputs.index(v)]
         return v.cpu() if isinstance(v, torch.Tensor) and dtype == torch.float64 else v
     args, kwargs = _as(call.args, leaf), _as(call.kwargs, leaf)
     outs = [o for o in _tensors(module(*args, **kwargs)) if o.is_floating_point()]
@@ -136,20 +230,49 @@ def _torch_local(module, call: LayerCall, grads: list, dtype):
             {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])})
 
 
-def _paddle_local(layer, call: LayerCall, grads: list):
+def _paddle_call(call: LayerCall, p_call):
+    """(args, kwargs, {paddle tensor id: torch tensor}) for the paddle layer: its own recorded call
+    with each tensor replaced by the torch input holding the same values; torch's call converted
+    where paddle's forward did not call the layer."""
     import paddle
-    leaves = []
+    import torch
+    if p_call is not None:
+        handed = TorchCopies()
+        args, kwargs, _ = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), call, handed)
+        sources = {id(t): handed.source_of(t) for t in _paddle_tensors((args, kwargs))}
+        return args, kwargs, {k: v for k, v in sources.items() if v is not None}
+    copies = {}
 
-    def leaf(v):
-        import torch
+    def convert(v):
         if isinstance(v, torch.Tensor):
-            t = paddle.to_tensor(v.cpu().numpy())
-            if v.is_floating_point():
-                t.stop_gradient = False
-                leaves.append(t)
-            return t
+            if id(v) not in copies:
+                copies[id(v)] = (paddle.to_tensor(v.cpu().numpy()), v)
+            return copies[id(v)][0]
         return v
-    args, kwargs = _as(call.args, leaf), _as(call.kwargs, leaf)
+    args, kwargs = _as(call.args, convert), _as(call.kwargs, convert)
+    return args, kwargs, {id(p): t for p, t in copies.values()}
+
+
+def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """A gradient of a broadcast copy summed back to the shape it was broadcast from."""
+    lead = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(lead))) if lead > 0 else grad
+    axes = tuple(i for i, (g, s) in enumerate(zip(grad.shape, shape)) if s == 1 and g != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
+    """(input gradients, one per input of `inputs`, None where paddle's call does not take it;
+    {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs."""
+    import paddle
+    args, kwargs, sources = _paddle_call(call, p_call)
+    leaves, where = [], []
+    for t in _paddle_tensors((args, kwargs)):
+        i = inputs.index(sources[id(t)]) if id(t) in sources else None
+        if i is not None and t.dtype in (paddle.float32, paddle.float64) and not any(t is u for u in leaves):
+            t.stop_gradient = False
+            leaves.append(t)
+            where.append(i)
     outs = [o for o in _paddle_tensors(layer(*args, **kwargs)) if o.dtype in (paddle.float32, paddle.float64)]
     forward = [np.array(o.numpy()) for o in outs]
     params = {n: p for n, p in layer.named_parameters() if not p.stop_gradient}
@@ -159,8 +282,11 @@ def _paddle_local(layer, call: LayerCall, grads: list):
                       allow_unused=True)
     as_np = lambda g, t: np.zeros(tuple(t.shape), np.float32) if g is None else np.array(g.numpy())
     n = len(leaves)
-    return ([as_np(g, t) for g, t in zip(got[:n], leaves)],
-            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, forward)
+    per_input = [None] * len(inputs.groups)
+    for i, g, t in zip(where, got[:n], leaves):
+        g = _unbroadcast(as_np(g, t), tuple(inputs.groups[i][0].shape))
+        per_input[i] = g if per_input[i] is None else per_input[i] + g
+    return per_input, {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, forward
 
 
 def _paddle_tensors(value) -> list:
@@ -172,10 +298,6 @@ def _paddle_tensors(value) -> list:
     if isinstance(value, dict):
         return [t for v in value.values() for t in _paddle_tensors(v)]
     return []
-
-
-def _prefixed(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
 
 
 def local_rows(session, tspec, batch) -> list:
@@ -198,31 +320,33 @@ def local_rows(session, tspec, batch) -> list:
     fmt = session.formats["paddle"]
     fmt_handles = session.emulation.apply_torch(tfmt, fmt) if fmt != "fp32" else []
     pmodel = session.paddle_copy()
+    p_calls = _record_paddle(pmodel, [pairs[path] for path in calls], inputs)
     p_handles = session.emulation.apply_paddle(pmodel, fmt)
     t_handles = session.emulation.apply_torch(t32, session.formats["torch"])
     players = dict(pmodel.named_sublayers(include_self=True))
-    by_torch = {p.torch[0]: p for p in session.pairs if len(p.torch) == 1}
     rows = []
     try:
         for call in sorted(calls.values(), key=lambda c: -c.order):
             if call.calls > 1 or not any(g is not None for g in grads[call.path]):
                 continue
-            rows += _layer_rows(session, call, grads[call.path], pairs[call.path], t32, t64, tfmt if fmt_handles
-                                else None, players[pairs[call.path]], by_torch)
+            ppath = pairs[call.path]
+            rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
+                                players[ppath], p_calls.get(ppath))
     finally:
         remove(fmt_handles + p_handles + t_handles)
     return rows
 
 
-def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, by_torch) -> list:
+def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, p_call) -> list:
     import torch
     get = lambda m: m.get_submodule(call.path) if call.path else m
+    inputs = Inputs(call)
     try:
-        g32, p32 = _torch_local(get(t32), call, grads, torch.float32)
-        g64, p64 = _torch_local(get(t64), call, [g.double().cpu() if g is not None else None for g in grads],
+        g32, p32 = _torch_local(get(t32), call, inputs, grads, torch.float32)
+        g64, p64 = _torch_local(get(t64), call, inputs, [g.double().cpu() if g is not None else None for g in grads],
                                 torch.float64)
-        gf, pf = _torch_local(get(tfmt), call, grads, torch.float32) if tfmt is not None else (None, None)
-        gp, pp, forward = _paddle_local(player, call, grads)
+        gf, pf = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None)
+        gp, pp, forward = _paddle_local(player, call, inputs, grads, p_call)
     except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
         from .result import Row
         return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
@@ -234,25 +358,31 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, by_torch) -
     note = f"local backward of {label}" + ("" if agrees else FORWARD_DIFFERS)
     rows = []
     for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
+        if c is None:
+            continue  # an input paddle's call does not take
         rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
                           (a - b).astype(np.float32), formats=session.formats,
-                          fmt_err=None if gf is None else gf[i] - b, note=_zero(a, c) + note))
-    for name, a in p32.items():
-        full = _prefixed(call.path, name)
-        pair = by_torch.get(full)
-        if pair is None:
+                          fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note))
+    for pair in session.pairs:
+        names = [_local(call.path, t) for t in pair.torch]
+        local = _local(ppath, pair.paddle)
+        if local not in pp or not all(n in p32 for n in names):
             continue
-        local = pair.paddle[len(ppath) + 1:] if ppath else pair.paddle
-        if local not in pp:
-            continue
-        want, ref = pair.to_paddle({full: a}), pair.to_paddle({full: p64[name]})
-        fmt_err = None if pf is None else pair.to_paddle({full: pf[name]}) - ref
-        rows.append(judge("backward", 0, full, pair.paddle, want, pp[local], (want - ref).astype(np.float32),
-                          formats=session.formats, fmt_err=fmt_err, note=_zero(want, pp[local]) + note))
+        want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
+        fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
+        rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local], (want - ref).astype(np.float32),
+                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, pp[local]) + note))
     return rows
 
 
-def _zero(torch_grad, paddle_grad) -> str:
+def _in_paddle(pair, names: list, grads: dict) -> np.ndarray:
+    """A paddle parameter's gradient as torch's gradients give it, through the conversion's rules
+    for that parameter (the slice a split takes, the transpose)."""
+    return pair.to_paddle({t: grads[n] for t, n in zip(pair.torch, names)})
+
+
+def zero_note(torch_grad, paddle_grad) -> str:
+    """ZERO where paddle's gradient is zero and torch's is not, else ''."""
     return ZERO if not np.any(paddle_grad) and np.any(torch_grad) else ""
 
 

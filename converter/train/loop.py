@@ -169,9 +169,9 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
             loss = paddle_loss(tspec, out, to_paddle(target))
             loss.backward()
             record.losses.append(float(loss.numpy()))
-            if k == 0:
-                record.grads0 = {n: np.array(p.grad.numpy()) for n, p in model.named_parameters()
-                                 if p.grad is not None}
+            if k == 0:  # a trainable parameter the backward did not reach has a zero gradient
+                record.grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)
+                                 for n, p in model.named_parameters() if p.grad is not None or not p.stop_gradient}
             opt.step()
             opt.clear_grad()
             if sched is not None:

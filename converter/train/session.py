@@ -52,9 +52,15 @@ PADDLE_DROPOUT_ATTRS = {"Dropout": "p", "Dropout2D": "p", "Dropout3D": "p", "Alp
                         "MultiHeadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout", "SimpleRNN": "dropout"}
 
 
+def _dropout_attr(module, table: dict) -> str | None:
+    """The attribute holding `module`'s dropout probability, by its class or the nearest base class
+    the table names (a model's own subclass of MultiHeadAttention drops out as its base does)."""
+    return next((table[c.__name__] for c in type(module).__mro__ if c.__name__ in table), None)
+
+
 def _zero_dropout(modules, table: dict, saved: list) -> None:
     for module in modules:
-        attr = table.get(type(module).__name__)
+        attr = _dropout_attr(module, table)
         if attr is not None and isinstance(getattr(module, attr, None), (int, float)) and getattr(module, attr):
             saved.append((module, attr, getattr(module, attr)))
             setattr(module, attr, 0.0)

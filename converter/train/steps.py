@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ._verify import MARGIN, U32, tail
+from .backward import zero_note
 from .judge import judge
 from .result import Row, StepRow
 
@@ -125,7 +126,7 @@ def grad_rows(session, t32, t64, tfmt, paddle) -> list:
         want = pair.to_paddle(t32.grads0)
         ref = pair.to_paddle({t: t64.grads0[t] for t in pair.torch})
         fmt_err = pair.to_paddle(tfmt.grads0) - ref if tfmt is not None and fmt not in (None, "fp32") else None
-        rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, paddle.grads0[pair.paddle],
-                          (want - ref).astype(np.float32), formats=session.formats, fmt_err=fmt_err,
-                          note="end-to-end gradient"))
+        got = paddle.grads0[pair.paddle]
+        rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, got, (want - ref).astype(np.float32),
+                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, got) + "end-to-end gradient"))
     return rows
