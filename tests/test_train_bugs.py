@@ -191,8 +191,6 @@ CASES = {
                                "structure", "fc1", ["missing from paddle's optimizer"]),
     "stopped-gradient": (lambda: _detached_hidden(_mlp()), "backward", "", ["stopped on paddle's side"]),
     "custom-backward": (lambda: _custom_backward(_mlp()), "backward", "act", ["custom backward"]),
-    "attention-query-stopped": (lambda: _query_stopped(PortSpec.from_file(spec_path("train_transformer"))), "backward",
-                                "layers.0.self_attn ", ["stopped on paddle's side", "'layers.0.self_attn.q_proj.weight'"]),
 }
 
 
@@ -230,11 +228,17 @@ def test_clean_tagger_with_soft_targets_on_axis_1_passes():
     assert {r.phase for r in report.rows} >= {"loss", "backward", "optimizer", "steps"}
 
 
-def test_fused_attention_projection_is_compared_slice_by_slice():
+def test_gradient_stopped_inside_fused_attention_is_named_at_the_attention():
     """The per-layer backward pairs torch's MultiheadAttention with paddle's MultiHeadAttention and
     compares q_proj, k_proj and v_proj's gradients each with its slice of torch's in_proj_weight
-    gradient (as the conversion splits and transposes it); the stopped query is the only bad one."""
-    report = train_check(_query_stopped(PortSpec.from_file(spec_path("train_transformer"))), steps=1, device="cpu")
+    gradient (as the conversion splits and transposes it): the stopped query is the only bad one,
+    and the attention of the first layer (last in backward order) is named, in phase backward."""
+    report = train_check(_query_stopped(PortSpec.from_file(spec_path("train_transformer"))), steps=2, device="cpu")
+    fb = report.first_bad
+    assert fb is not None and fb.phase == "backward" and fb.torch.startswith("layers.0.self_attn "), fb
+    assert report.diagnosis[0].layer == "layers.0.self_attn"
+    assert "stopped on paddle's side" in report.diagnosis[0].cause
+    assert "'layers.0.self_attn.q_proj.weight'" in report.diagnosis[0].cause
     rows = {r.paddle: r for r in report.rows if r.phase == "backward" and r.note.endswith("local backward of "
                                                                                               "layers.0.self_attn")}
     names = [f"layers.0.self_attn.{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")]
