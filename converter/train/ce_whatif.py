@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LANDS = 1e-4  # relative: far above fp32's noise on a loss and its gradient, far below any setting changed
+IGNORED_TRIED = 32  # labels tried as ignore_index: a vocabulary's worth would take a float64 loss each
 SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that still counts as one weight
 
 
@@ -143,8 +144,13 @@ def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> S
 
 
 def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
+    """The labels present, the most frequent first (a padding label usually is), at most IGNORED_TRIED."""
     t = _targets(logits, target, s)
-    return [] if t is None or s.soft else sorted(set(t.reshape(-1).tolist()))
+    if t is None or s.soft:
+        return []
+    labels, counts = np.unique(t.reshape(-1).numpy(), return_counts=True)
+    order = sorted(range(len(labels)), key=lambda i: (-counts[i], labels[i]))
+    return [int(labels[i]) for i in order[:IGNORED_TRIED]]
 
 
 def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: Side):
