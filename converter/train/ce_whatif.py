@@ -102,6 +102,8 @@ def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: S
     rows = torch.from_numpy(logits).double().movedim(s.axis, -1).reshape(-1, n_classes)
     g = torch.from_numpy(np.asarray(grad, dtype=np.float64)).movedim(s.axis, -1).reshape(-1, n_classes).numpy()
     labels = t.reshape(-1).numpy()
+    counted = labels != s.ignore_index  # positions the loss ignores carry no weight to read
+    rows, g, labels = rows[torch.from_numpy(counted)], g[counted], labels[counted]
     if labels.min(initial=0) < 0 or labels.max(initial=0) >= n_classes:
         return None
     base = torch.softmax(rows, dim=1).numpy()
