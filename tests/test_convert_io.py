@@ -203,7 +203,7 @@ def test_a_tensor_written_wrong_fails_the_check_and_leaves_no_file(tmp, monkeypa
 
 def test_one_flipped_bit_in_a_transposed_weight_fails_the_check(tmp, monkeypatch):
     """The check compares a transposed tensor band by band; a flip in the last, partial band
-    (70 rows in bands of 32) is found and named by its index."""
+    (70 rows in bands of 16) is found and named by its index."""
     from converter.rules.plan import TargetEntry
     torch.manual_seed(0)
     torch.save({"w": torch.randn(70, 45)}, tmp / "m.pt")

@@ -54,6 +54,12 @@ def valid_bools(path: str, name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
+def write_block(file, block: np.ndarray) -> None:
+    """A C-ordered array's bytes, straight from its buffer."""
+    if block.nbytes:
+        file.write(memoryview(block.reshape(-1)).cast("B"))
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str

@@ -21,10 +21,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UserError, quoted
-from ..layout import contiguous
-from ..pipeline import prefetch
+from ..layout import c_order_blocks
 from . import unpickle
-from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools
+from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_block
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
@@ -98,16 +97,19 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     pickle.load read it as a plain dict of numpy arrays."""
     check_names(infos)
     file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
-    for info, array in zip(infos, prefetch(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
-        file.write(_unicode(info.name) + _array_header(array.shape, array.dtype, array.nbytes))
-        offset = file.tell()
-        if array.nbytes:
-            file.write(memoryview(array.reshape(-1)).cast("B"))
-        if on_data is not None:
-            on_data(info, offset)
-        file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
-        if progress is not None:
-            progress(info.nbytes)
+    offset = None
+    for info, block, last in c_order_blocks(infos, produce):
+        if offset is None:
+            file.write(_unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes))
+            offset = file.tell()
+        write_block(file, block)
+        if last:
+            if on_data is not None:
+                on_data(info, offset)
+            file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
+            offset = None
+            if progress is not None:
+                progress(info.nbytes)
     file.write(b".")  # STOP
 
 

@@ -13,9 +13,8 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UserError, one_line, quoted
-from ..layout import contiguous
-from ..pipeline import prefetch
-from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools
+from ..layout import c_order_blocks
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_block
 
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -159,10 +158,14 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    for info, array in zip(infos, prefetch(lambda i: contiguous(produce(i)), infos, lambda i: i.nbytes)):
-        offset = file.tell()
-        file.write(memoryview(array.reshape(-1)).cast("B"))
-        if on_data is not None:
-            on_data(info, offset)
-        if progress is not None:
-            progress(info.nbytes)
+    offset = None
+    for info, block, last in c_order_blocks(infos, produce):
+        if offset is None:
+            offset = file.tell()
+        write_block(file, block)
+        if last:
+            if on_data is not None:
+                on_data(info, offset)
+            offset = None
+            if progress is not None:
+                progress(info.nbytes)
