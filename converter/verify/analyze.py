@@ -12,7 +12,7 @@ from .matching import OutputPairs, common_shape, masked_alike, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join, rms
-from .identity import view_of
+from .identity import memo, view_of
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
@@ -138,34 +138,27 @@ def add_note(result: LayerResult, note: str) -> None:
         result.note = "; ".join(filter(None, [result.note, note]))
 
 
-def analyze(session, pair: LayerPair, t_call: Call, p_call: Call) -> tuple[LayerResult, Evidence]:
-    """One pair, its paddle layer re-run whole on torch's inputs (its children not forced): (its
-    result, the evidence for a diagnosis). The forced pass cannot give this: there every child
-    takes torch's inputs, so a parent's own error shows at its children's inputs, not in its
-    output, and a what-if on the parent needs the output its own code gives."""
-    result, y_t, pairs = end_to_end(session, pair, t_call, p_call)
-    ev = Evidence()
+def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Evidence:
+    """What the diagnosis of the first layer over budget looks at: its paddle layer re-run whole on
+    torch's inputs (its children not forced), torch's output and the float64 one, and the budget.
+    The layer was judged already (analyze_all); its forced pass cannot give this: there every
+    child takes torch's inputs, so a parent's own error shows at its children's inputs, not in its
+    output, and a what-if on the parent needs the output its own code gives. Empty where the
+    layer does not run on torch's inputs."""
+    _, y_t, pairs = end_to_end(session, pair, t_call, p_call)
     if y_t is None:
-        return result, ev
+        return Evidence()
     forced = forced_paddle_inputs(t_call, p_call)
     try:
         y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
-    except Exception as exc:  # the layer refused torch's inputs: judged by what it adds instead
-        add_note(result, f"re-running the paddle layer on torch's inputs failed ({type(exc).__name__})")
-        judge_by_addition(session, pair, t_call, p_call, pairs, result)
-        return result, ev
+    except Exception:  # the layer refused torch's inputs: the diagnosis has the module pair only
+        return Evidence()
     if not pairs.fits(y_local_list):
-        result.note = "the re-run paddle layer gave outputs of another shape"
-        result.ratio = float("inf")
-        return result, ev
+        return Evidence()
     y_local = laid_out(pairs.of_paddle(y_local_list), pairs.shapes)
     y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), t_call)), pairs.shapes)
-    budget = layer_budget(session, pair.torch, t_call, y_t, y64, session.formats)
-    local = _judge_local(result, y_t, y_local, budget)
-    if local.nan or local.inf:
-        result.ratio = float("inf")
-        result.note = f"paddle gives {local.nan} NaN and {local.inf} Inf values where torch does not"
-    return result, Evidence(y_t, y_local, y64, forced, budget, pairs)
+    return Evidence(y_t, y_local, y64, forced, layer_budget(session, pair.torch, t_call, y_t, y64, session.formats),
+                    pairs)
 
 
 def _judge_local(result: LayerResult, y_ref: np.ndarray, y_other: np.ndarray, budget: Budget):
@@ -250,8 +243,8 @@ class Passes:
     rounded_64: dict = field(default_factory=dict)
     matmul: dict = field(default_factory=dict)  # torch path -> MatmulStats (S2 and K), None if not a matmul
     e2e: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)  # end-to-end metrics by the outputs' identity
-    local: dict = field(default_factory=dict)  # local figures by the identity of what they come from
+    metrics: dict | None = field(default_factory=lambda: memo("metrics"))  # end-to-end metrics by the outputs' identity
+    local: dict | None = field(default_factory=lambda: memo("local"))  # local figures by the identity of their sources
 
 
 def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
@@ -322,9 +315,11 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
            id(passes.matmul.get(pair.torch)), id(ref.condition),
            tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
                                                       for f, r in passes.rounded_64.items() if pair.torch in r)))
-    found = passes.local.get(key)
+    found = passes.local.get(key) if passes.local is not None else None
     if found is None:
-        found = passes.local[key] = _local(session, pair, passes, ref, y_local, y_t, pairs)
+        found = _local(session, pair, passes, ref, y_local, y_t, pairs)
+        if passes.local is not None:
+            passes.local[key] = found
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
         found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)

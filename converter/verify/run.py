@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analyze import analyze
+from .analyze import culprit_evidence
 from .strategies import BinarySearch, FullCapture, choose, first_bad
 from .capture import CaptureTooLarge
 from .diagnose import Context, diagnose
@@ -59,7 +59,7 @@ def _run(session: PortSession, options: Options, bisect: bool, capture_limit: in
         pair = next((p for p in strategy.pairs if p.torch == bad.torch), None)
         evidence = None
         if pair is not None:
-            _, evidence = analyze(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
+            evidence = culprit_evidence(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
         ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
                       _children_within(results, bad), strategy.calls[0].get(bad.torch),
                       strategy.calls[1].get(bad.paddle), [p for p in strategy.pairs if under(p.torch, bad.torch)])
