@@ -147,3 +147,47 @@ def test_attention_that_ignores_the_padding_mask():
     report = verify(spec, Options(device="cpu"), bisect=True)
     assert report.first_bad.torch == "attn", [(r.torch, r.ratio) for r in report.layers if r.within_budget is False]
     assert any("padding mask" in d.cause for d in report.diagnosis), report.diagnosis
+
+
+class _TorchShift(torch.nn.Module):  # a leaf no family covers and no what-if explains
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class _PaddleShift(paddle.nn.Layer):
+    def forward(self, x):
+        return x * paddle.nn.functional.sigmoid(x) + 0.01 * paddle.cos(x)  # the bug
+
+
+class _TorchWithShift(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense, self.shift = torch.nn.Linear(8, 8), _TorchShift()
+
+    def forward(self, x):
+        return self.shift(self.dense(x))
+
+
+class _PaddleWithShift(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.dense, self.shift = paddle.nn.Linear(8, 8), _PaddleShift()
+
+    def forward(self, x):
+        return self.shift(self.dense(x))
+
+
+def test_a_layer_no_known_pitfall_explains_gets_the_fallback_naming_both_classes():
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchWithShift()
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    report = verify(spec_from_functions(torch_model, _PaddleWithShift, lambda: (x,)), Options(device="cpu"),
+                    bisect=True)
+    assert report.first_bad.torch == "shift"
+    assert [d.cause for d in report.diagnosis] == ["no known porting pitfall fits this layer"], report.diagnosis
+    assert "_TorchShift" in report.diagnosis[0].hint and "_PaddleShift" in report.diagnosis[0].hint
