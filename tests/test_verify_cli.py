@@ -173,3 +173,15 @@ def test_captures_running_at_once_share_one_memory_limit():
         FullCapture(int(alone.held * 1.5)).run(session)
     results = FullCapture(int(alone.held * 2.5)).run(session)
     assert any(r.within_budget is False for r in results)  # the bundled port's GELU bug
+
+
+def test_an_output_naming_the_specs_own_rule_file_is_refused_and_the_file_kept(tmp):
+    rules = tmp / "rules.json"
+    rules.write_text('{"rules": []}\n')
+    (tmp / "spec.py").write_text(f"mapping = {str(rules)!r}\n"
+                                 "def torch_model():\n    return None\n"
+                                 "def paddle_model():\n    return None\n"
+                                 "def inputs():\n    return ()\n")
+    r = run_verify("--spec", tmp / "spec.py", "--json", rules, "--force")
+    assert r.code == 2 and "is also an input" in r.stderr and "rules.json" in r.stderr, r
+    assert rules.read_text() == '{"rules": []}\n'

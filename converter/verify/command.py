@@ -56,6 +56,9 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     check_outputs({"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer},
                   [spec_path, weights, converted, mapping], force)
     spec = PortSpec.from_file(spec_path)
+    if not mapping and spec.mapping:  # the spec's own rule file is an input too
+        check_outputs({"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer},
+                      [spec.mapping], force)
     options = VerifyOptions(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy,
                             bisect=bisect)
     trained = None
