@@ -9,6 +9,7 @@
    RSS is sampled every 5 ms on a thread.
 
     python scripts/bench_verify.py
+    python scripts/bench_verify.py caches   # what each table in verify/identity.py saves
 """
 
 import os
@@ -93,8 +94,58 @@ def speed(repeat=5):
           f"median of per-round ratios {ratios[len(ratios) // 2]:.2f} (target <= 3)")
 
 
-def memory_one(name, layers):
-    """Run in a fresh process: the allocator keeps what an earlier run freed."""
+CACHES = ("converted", "known")  # verify/identity.py: the named tables
+
+
+def caches(repeat=3):
+    """What each table that only saves work saves: full-capture verification of the BERT-base-sized
+    port with all of them on, and with each one turned off, in rounds that rotate the order. CPU
+    time of this process (all its threads), which another process on the machine disturbs far
+    less than wall time; the median of each configuration against the median with every table
+    (over 1.05: it saves more than 5%). Then the memory full capture holds at 12 layers (as in
+    the memory benchmark), with every table and without each, in fresh processes."""
+    import statistics
+
+    from converter.verify import identity
+    B.resize(hidden=768, layers=12, heads=12, ffn=3072, seq=128, batch=2)
+    session = PortSession(clean_spec(), Options(device="cpu", strategy="full"))
+    session.run_torch(), session.run_paddle()  # warm up
+    configs = (None,) + CACHES
+    times = {c: [] for c in configs}
+    for r in range(repeat):
+        for off in configs[r % len(configs):] + configs[:r % len(configs)]:
+            identity.TURNED_OFF.clear()
+            if off:
+                identity.TURNED_OFF.add(off)
+            t0 = time.process_time()
+            choose("full", None).run(session)
+            times[off].append(time.process_time() - t0)
+    identity.TURNED_OFF.clear()
+    base = statistics.median(times[None])
+    print(f"full-capture verification, CPU time, median of {repeat}: {base:.2f} s with every table")
+    for name in CACHES:
+        t = statistics.median(times[name])
+        print(f"  without '{name}': {t:.2f} s, {t / base:.3f} x" + ("  (saves under 5%)" if t / base < 1.05 else ""))
+    held = {off: _held_in_fresh_process("full", 12, off) for off in (None,) + CACHES}
+    print(f"memory held by full capture at 12 layers: {held[None] / MB:.0f} MiB with every table")
+    for name in CACHES:
+        r = held[name] / held[None]
+        print(f"  without '{name}': {held[name] / MB:.0f} MiB, {r:.3f} x" + ("  (saves under 5%)" if r < 1.05 else ""))
+
+
+def _held_in_fresh_process(name, layers, off=None) -> int:
+    import subprocess
+    out = subprocess.run([sys.executable, __file__, "memory-one", name, str(layers)] + ([off] if off else []),
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[-2])
+
+
+def memory_one(name, layers, off=None):
+    """Run in a fresh process: the allocator keeps what an earlier run freed. `off`: a table of
+    verify/identity.py to turn off."""
+    if off:
+        from converter.verify import identity
+        identity.TURNED_OFF.add(off)
     B.resize(hidden=256, layers=layers, heads=4, ffn=1024, seq=512, batch=4)
     session = PortSession(clean_spec(), Options(device="cpu"))
     session.run_torch(), session.run_paddle()  # allocator warm-up for a plain forward
@@ -126,7 +177,9 @@ def memory():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["memory-one"]:
-        memory_one(sys.argv[2], int(sys.argv[3]))
+        memory_one(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
+    elif sys.argv[1:2] == ["caches"]:
+        caches(int(sys.argv[2]) if sys.argv[2:3] else 3)
     else:
         speed()
         memory()

@@ -12,7 +12,6 @@ from .matching import OutputPairs, common_shape, masked_alike, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join, rms
-from .identity import memo, view_of
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
@@ -88,11 +87,9 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
     return make_budget(formats, y_t, y64, matmul, rounding)
 
 
-def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict | None = None):
+def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
     """(result with the end-to-end metrics, torch's matched outputs as one array or None, the
-    shapes they are compared in). `seen` keeps metrics by the outputs' identity: a wrapper
-    that returns its child's output (on both sides) gets the child's figures without
-    comparing again."""
+    shapes they are compared in)."""
     t_out, p_out = t_call.outputs, p_call.outputs
     pairs = outputs_of(t_out, p_out)
     result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
@@ -108,14 +105,8 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call, seen: dict 
         return result, None, pairs
     result.note = _pairing_note(t_out, p_out, pairs)
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
-    key = (tuple(map(view_of, pairs.of_torch(t_out))), tuple(map(id, pairs.of_paddle(p_out))))
-    m = seen.get(key) if seen is not None else None
-    if m is None:
-        y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
-        masked = masked_alike(y_t, y_p)
-        m = compare(*_unmasked(masked, y_t, y_p))
-        if seen is not None:
-            seen[key] = m
+    y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
+    m = compare(*_unmasked(masked_alike(y_t, y_p), y_t, y_p))
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     return result, y_t, pairs
@@ -243,8 +234,6 @@ class Passes:
     rounded_64: dict = field(default_factory=dict)
     matmul: dict = field(default_factory=dict)  # torch path -> MatmulStats (S2 and K), None if not a matmul
     e2e: dict = field(default_factory=dict)
-    metrics: dict | None = field(default_factory=lambda: memo("metrics"))  # end-to-end metrics by the outputs' identity
-    local: dict | None = field(default_factory=lambda: memo("local"))  # local figures by the identity of their sources
 
 
 def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
@@ -271,7 +260,7 @@ def end_to_end_until(session, passes: Passes, stop) -> None:
 
 
 def _end_to_end(session, pair, passes: Passes):
-    return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], passes.metrics)
+    return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
 
 
 def analyze_all(session, passes: Passes) -> list[LayerResult]:
@@ -310,16 +299,7 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
         result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
         return result
     y_local = laid_out(pairs.of_paddle(loc.outputs), pairs.shapes)
-    # a wrapper that returns its child's output shares the child's arrays: judged once
-    key = (_identity(y_t), tuple(map(id, pairs.of_paddle(loc.outputs))), tuple(map(id, pairs.of_torch(ref.output_err))),
-           id(passes.matmul.get(pair.torch)), id(ref.condition),
-           tuple(sorted((f, tuple(pairs.of_torch(r[pair.torch].output_rms)))
-                                                      for f, r in passes.rounded_64.items() if pair.torch in r)))
-    found = passes.local.get(key) if passes.local is not None else None
-    if found is None:
-        found = _local(session, pair, passes, ref, y_local, y_t, pairs)
-        if passes.local is not None:
-            passes.local[key] = found
+    found = _local(session, pair, passes, ref, y_local, y_t, pairs)
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
         found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)
@@ -328,10 +308,6 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
             result.worst_input = child.torch
             add_note(result, f"worst at the input of {child.torch}, as this layer's own code computed it")
     return result
-
-
-def _identity(a: np.ndarray) -> tuple:
-    return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str
 
 
 def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> tuple:

@@ -63,7 +63,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     handed = TorchCopies()
     handles = []
 
-    converted = ByIdentity()  # each tensor converted to numpy once
+    converted = ByIdentity("converted")  # each tensor converted to numpy once
 
     def as_numpy(value):
         version = value._inplace_version() if hasattr(value, "_inplace_version") else None
@@ -193,14 +193,11 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
     keep = fmt is None
     refs: dict[str, Reference] = {}
     import torch
-    known = ByIdentity()  # errors found so far in this pass
+    known = ByIdentity("known")  # errors found so far in this pass
     conditions = ByIdentity()  # float64 output -> the condition of the elementwise layer that made it
-    widened = ByIdentity()  # recorded tensor -> its float64 copy, by weak reference
 
     def widen(r):
-        """A recorded tensor's float64 copy: one per tensor (a parent hands its input on, siblings
-        take the same tensor), for as long as the forward holds it unchanged."""
-        return widened.weakly_kept(r, lambda: r.detach().cpu().double(), r._version, usable=lambda c: c._version == 0)
+        return r.detach().cpu().double()
 
     handles = []
     for path in paths:
