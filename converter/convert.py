@@ -264,8 +264,10 @@ def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):
     from .io.torch_io import StateDictSource
     from .rules.infer import infer_ruleset
     ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
-    source = StateDictSource(torch_model.state_dict())
-    plan = build_plan(source.infos, ruleset, state_dict_infos(paddle_model))
+    state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
+    left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
+    source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
+    plan = build_plan(source.infos, ruleset, targets)
     state = {}
     for entry in plan.entries:
         array = np.ascontiguousarray(entry.compute(source.read))
@@ -273,3 +275,30 @@ def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):
         for alias in entry.aliases:
             state[alias] = array
     return state, plan, ruleset, source
+
+
+def _tied_copies_paddle_lacks(state_dict, ruleset, targets) -> set[str]:
+    """Keys of tensors that torch ties to an earlier key (one storage, one layout) and whose mapped
+    names the paddle model does not have: a head tied to the embeddings where the paddle model
+    computes its head from the embedding itself (PaddleNLP's T5 with a tied head has no
+    lm_head.weight). A rule set that covers both tied and untied checkpoints maps the head."""
+    from .io.torch_io import StateDictSource
+    first, copies = set(), []
+    for key, t in state_dict.items():
+        if t.numel() == 0:
+            continue
+        layout = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if layout in first:
+            copies.append(key)
+        first.add(layout)
+    if not copies:
+        return set()
+    try:
+        loose = build_plan(StateDictSource(state_dict).infos, ruleset, None)
+    except UserError:
+        return set()  # the plan with the paddle model's names will say what is wrong
+    names = {}
+    for entry in loose.entries:
+        for part in entry.parts:
+            names.setdefault(part.source, []).extend([entry.name, *entry.aliases])
+    return {k for k in copies if k in names and not any(n in targets for n in names[k])}

@@ -5,6 +5,7 @@ their own convention, and an elementwise formula that cancels."""
 import math
 
 import numpy as np
+import pytest
 import paddle
 import torch
 
@@ -70,3 +71,53 @@ def test_an_elementwise_formula_that_cancels_is_not_a_false_alarm():
     rows = {r.torch: r for r in report.layers}
     assert report.verdict == "pass", [(r.torch, r.ratio, r.local_max_abs, r.budget) for r in report.layers]
     assert rows["act"].ratio is not None and rows["act"].local_max_abs > 0
+
+
+class _TiedTorch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight  # HF ties the head to the embedding (T5 v1.0, GPT-2)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+
+
+class _TiedPaddle(paddle.nn.Layer):  # the head computed from the embedding: no head parameter
+    def __init__(self):
+        super().__init__()
+        self.emb = paddle.nn.Embedding(20, 8)
+
+    def forward(self, ids):
+        return paddle.matmul(self.emb(ids), self.emb.weight, transpose_y=True)
+
+
+def test_a_tied_head_the_paddle_model_computes_from_its_embedding_is_left_out_in_memory(tmp_path):
+    """A rule set for tied and untied checkpoints maps the head (PaddleNLP's T5 rule set does);
+    converting in memory for a paddle model without a head parameter leaves torch's tied copy
+    out instead of stopping at 'not in the paddle model'."""
+    import json
+
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    rules = tmp_path / "tied.json"
+    rules.write_text(json.dumps({"name": "tied", "rules": [
+        {"kind": "rename", "key": "emb.weight", "to": "emb.weight"},
+        {"kind": "rename", "key": "head.weight", "to": "head.weight"},
+        {"kind": "transpose", "key": "head.weight"}]}))
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TiedTorch()
+    ids = np.random.default_rng(0).integers(0, 20, (2, 5))
+    spec = spec_from_functions(torch_model, _TiedPaddle, lambda: (ids,), mapping=str(rules))
+    report = verify(spec, Options(device="cpu"), bisect=True)
+    assert report.verdict == "pass", report.first_bad
+    torch_untied = torch_model()
+    torch_untied.head.weight = torch.nn.Parameter(torch_untied.emb.weight.detach().clone())  # no tie: head kept
+    from converter.errors import UserError
+    with pytest.raises(UserError) as refused:
+        verify(spec_from_functions(lambda: torch_untied, _TiedPaddle, lambda: (ids,), mapping=str(rules)),
+               Options(device="cpu"))
+    assert "target 'head.weight' (from 'head.weight') is not in the paddle model" in refused.value.render()
