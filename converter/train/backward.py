@@ -144,7 +144,7 @@ def _record_paddle(model, paths, inputs) -> dict:
     recorder = record(paddle_side, model, Recorder(set(paths)))
     try:
         with paddle.no_grad():
-            call_model(model, to_paddle(inputs))
+            call_model(model, to_paddle(inputs))  # the same call as the loss probe's, which succeeded
     finally:
         recorder.remove()
     return recorder.calls

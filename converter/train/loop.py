@@ -4,7 +4,10 @@ statistics (to replay the running statistics under either framework's rule)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,11 +49,37 @@ def to_paddle(value):
         return {k: to_paddle(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(to_paddle(v) for v in value)
-    return paddle.to_tensor(np.array(value))
+    array = np.array(value)
+    # floating arrays in float32, as torch's fp32 runs take them (to_torch)
+    return paddle.to_tensor(array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array)
 
 
 def call_model(model, inputs):
     return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+BACKWARD_HINT = "the model or the loss computes something its framework cannot differentiate on this batch"
+
+
+@contextlib.contextmanager
+def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
+    """What the spec's models (and losses, in their backward) raise on step k's batch is bad input:
+    one line saying what failed, on which batch, and at which line of the spec."""
+    from ..spec import spec_line
+    try:
+        yield
+    except (UserError, KeyboardInterrupt, MemoryError):
+        raise
+    except SystemExit as exc:
+        raise UserError(f"spec '{tspec.path}': {what} called sys.exit({exc.code!r}) on {tspec.batch_name(k)}"
+                        f"{spec_line(exc, tspec.path)}; a model must return its outputs") from None
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = spec_line(exc, tspec.path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
+        hint = hint or ("the batches must fit the models as inputs() does" if tspec.has["batches"]
+                        else "fix the model or inputs()")
+        raise UserError(f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}{where}; {hint}") from None
 
 
 def float_outputs(out, framework: str) -> list:
@@ -65,28 +94,46 @@ def torch_loss(tspec, out, target, dtype):
     """The spec's torch loss, or the fixed projection of the outputs."""
     import torch
     if tspec.has["torch_loss"]:
-        loss = tspec.call("torch_loss", out, target)
+        loss = tspec.loss("torch_loss", out, target)
     else:
-        outs = float_outputs(out, "torch")
+        outs = _projected(tspec, float_outputs(out, "torch"), "torch_model()")
         weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
         loss = sum((o * torch.from_numpy(w).to(o.dtype).to(o.device)).sum() for o, w in zip(outs, weights))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise UserError(f"spec '{tspec.path}': torch_loss(output, target) must return a scalar tensor")
+        raise UserError(f"spec '{tspec.path}': torch_loss(output, target) must return a scalar tensor; got "
+                        f"{_what(loss, torch.Tensor)}")
     return loss.reshape(())
 
 
 def paddle_loss(tspec, out, target):
     import paddle
     if tspec.has["paddle_loss"]:
-        loss = tspec.call("paddle_loss", out, target)
+        loss = tspec.loss("paddle_loss", out, target)
     else:
-        outs = float_outputs(out, "paddle")
+        outs = _projected(tspec, float_outputs(out, "paddle"), "paddle_model()")
         weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
         loss = sum((o * paddle.to_tensor(w.astype(str(o.dtype).replace("paddle.", "")))).sum()
                    for o, w in zip(outs, weights))
     if not isinstance(loss, paddle.Tensor) or int(np.prod(loss.shape)) != 1:
-        raise UserError(f"spec '{tspec.path}': paddle_loss(output, target) must return a scalar tensor")
+        raise UserError(f"spec '{tspec.path}': paddle_loss(output, target) must return a scalar tensor; got "
+                        f"{_what(loss, paddle.Tensor)}")
     return loss.reshape([])
+
+
+def _projected(tspec, outs: list, which: str) -> list:
+    """The outputs the default loss projects: there must be one."""
+    if not outs:
+        raise UserError(f"{which} from '{tspec.path}' returns no floating-point tensor, and the default loss is a "
+                        "projection of the floating outputs; define torch_loss(output, target) and "
+                        "paddle_loss(output, target) in the spec")
+    return outs
+
+
+def _what(value, tensor_type) -> str:
+    """A loss that is not a scalar tensor, in a few words."""
+    if isinstance(value, tensor_type):
+        return f"a tensor of shape {list(value.shape)} (reduce it, e.g. with .mean())"
+    return f"{type(value).__name__} (return a tensor of the loss's framework)"
 
 
 def _bn_recorder(model, record: RunRecord) -> list:
@@ -118,15 +165,18 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
     record = RunRecord()
     handles = session.emulation.apply_torch(model, fmt) + _bn_recorder(model, record)
     names = {id(p): n for n, p in model.named_parameters()}
+    forward, hint = _forward_of("torch_model()", dtype)
     try:
         for k, (inputs, target) in enumerate(batches):
             record.lrs.append(float(opt.param_groups[0]["lr"]))
             opt.zero_grad(set_to_none=True)
-            out = call_model(model, to_torch(inputs, dtype, device))
+            with spec_errors(tspec, forward, k, hint):
+                out = call_model(model, to_torch(inputs, dtype or torch.float32, device))
             if keep_outputs and k == 0:
                 record.outputs0 = [o.detach().clone() for o in float_outputs(out, "torch")]
-            loss = torch_loss(tspec, out, to_torch(target, dtype, device), dtype)
-            loss.backward()
+            loss = torch_loss(tspec, out, to_torch(target, dtype or torch.float32, device), dtype)
+            with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
+                loss.backward()
             record.losses.append(float(loss.detach()))
             grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
             if k == 0:
@@ -149,6 +199,15 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
     return record
 
 
+def _forward_of(which: str, dtype) -> tuple:
+    """(what, hint) for spec_errors around a torch forward in `dtype` (None: as the model is)."""
+    import torch
+    if dtype == torch.float64:
+        return (f"{which} in float64", "--train calibrates its budgets against a float64 torch run: make the "
+                "forward work in float64 (no float32 constants forced)")
+    return f"{which} in training mode", None
+
+
 def paddle_optimizer(session, tspec, model):
     """The paddle side's (optimizer, scheduler): the spec's own, else torch's translated."""
     given = tspec.paddle_optimizer(model)
@@ -165,9 +224,11 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
     try:
         for k, (inputs, target) in enumerate(batches):
             record.lrs.append(float(opt.get_lr()))
-            out = call_model(model, to_paddle(inputs))
+            with spec_errors(tspec, "paddle_model() in training mode", k):
+                out = call_model(model, to_paddle(inputs))
             loss = paddle_loss(tspec, out, to_paddle(target))
-            loss.backward()
+            with spec_errors(tspec, "paddle's backward (paddle_model() and paddle_loss)", k, BACKWARD_HINT):
+                loss.backward()
             record.losses.append(float(loss.numpy()))
             if k == 0:  # a trainable parameter the backward did not reach has a zero gradient
                 record.grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)

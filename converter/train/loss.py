@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UserError
 from ._verify import U32
 from .judge import judge
-from .loop import call_model, float_outputs, paddle_loss, to_paddle, to_torch, torch_loss
+from .loop import BACKWARD_HINT, call_model, float_outputs, paddle_loss, spec_errors, to_paddle, to_torch, torch_loss
 
 
 def replace_leaves(value, is_leaf, leaves: list):
@@ -39,12 +40,19 @@ class LossProbe:
     grads_paddle: list
 
 
+_NOT_DIFFERENTIABLE = ("spec '{path}': {name}(output, target) returns a loss that does not depend on the output "
+                       "(it {how}: a constant, a detached value or a count such as an accuracy); return a "
+                       "differentiable loss of the output")
+
+
 def _torch_side(tspec, structure, outputs, target, dtype):
     import torch
     leaves = [torch.from_numpy(o).to(dtype).requires_grad_(True) for o in outputs]
     is_leaf = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
     out = replace_leaves(structure, is_leaf, list(leaves))
     loss = torch_loss(tspec, out, to_torch(target, dtype, "cpu"), dtype)
+    if not loss.requires_grad:
+        raise UserError(_NOT_DIFFERENTIABLE.format(path=tspec.path, name="torch_loss", how="has no grad_fn"))
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
     return float(loss.detach()), [np.zeros_like(o) if g is None else g.numpy() for g, o in zip(grads, outputs)]
 
@@ -55,6 +63,8 @@ def _paddle_side(tspec, structure, outputs, target):
     is_leaf = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64)
     out = replace_leaves(structure, is_leaf, list(leaves))
     loss = paddle_loss(tspec, out, to_paddle(target))
+    if loss.stop_gradient:
+        raise UserError(_NOT_DIFFERENTIABLE.format(path=tspec.path, name="paddle_loss", how="has stop_gradient=True"))
     grads = paddle.grad([loss], leaves, allow_unused=True)
     return float(loss.numpy()), [np.zeros_like(o) if g is None else np.array(g.numpy()) for g, o in zip(grads, outputs)]
 
@@ -64,15 +74,20 @@ def probe(session, tspec, batch) -> LossProbe:
     import torch
     inputs, target = batch
     model = session.torch_copy()
-    structure = call_model(model, to_torch(inputs, torch.float32, session.device))
+    with spec_errors(tspec, "torch_model() in training mode"):
+        structure = call_model(model, to_torch(inputs, torch.float32, session.device))
     outputs = [o.detach().cpu().numpy() for o in float_outputs(structure, "torch")]
     structure = _to_cpu(structure)
-    lt, gt = _torch_side(tspec, structure, outputs, target, torch.float32)
-    l64, g64 = _torch_side(tspec, structure, [o.astype(np.float64) for o in outputs], target, torch.float64)
+    with spec_errors(tspec, "torch_loss's backward", hint=BACKWARD_HINT):
+        lt, gt = _torch_side(tspec, structure, outputs, target, torch.float32)
+    with spec_errors(tspec, "torch_loss in float64", hint="--train calibrates the loss's budget against torch_loss "
+                     "in float64: make it work in float64 (no float32 constants forced)"):
+        l64, g64 = _torch_side(tspec, structure, [o.astype(np.float64) for o in outputs], target, torch.float64)
     pmodel = session.paddle_copy()
-    with paddle.no_grad():
+    with paddle.no_grad(), spec_errors(tspec, "paddle_model() in training mode"):
         pstructure = call_model(pmodel, to_paddle(inputs))
-    lp, gp = _paddle_side(tspec, pstructure, outputs, target)
+    with spec_errors(tspec, "paddle_loss's backward", hint=BACKWARD_HINT):
+        lp, gp = _paddle_side(tspec, pstructure, outputs, target)
     return LossProbe(outputs, target, lt, l64, lp, gt, g64, gp)
 
 

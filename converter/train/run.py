@@ -9,7 +9,7 @@ import numpy as np
 
 from ..api import DEFAULT_STEPS
 from ..errors import UserError
-from .loop import call_model, float_outputs, paddle_run, to_torch, torch_run
+from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
@@ -66,11 +66,17 @@ def translation_of(spec):
                         "itself: there is nothing to write; drop --emit-optimizer") from None
 
 
+def _check_trainable(session, tspec) -> None:
+    if not any(p.requires_grad for p in session.torch_model.parameters()):
+        raise UserError(f"torch_model() from '{tspec.path}' has no trainable parameter (requires_grad is False on "
+                        "every one): --train has nothing to check; unfreeze the parameters the port trains")
+
+
 def _check_deterministic(session, tspec, batch) -> None:
     import torch
     model = session.torch_copy()
     inputs = to_torch(batch[0], torch.float32, session.device)
-    with torch.no_grad():
+    with torch.no_grad(), spec_errors(tspec, "torch_model() in training mode"):
         torch.manual_seed(0)
         a = [o.cpu().numpy() for o in float_outputs(call_model(model, inputs), "torch")]
         torch.manual_seed(1)
@@ -101,6 +107,7 @@ def _train_check(spec, steps, device, precision, emulate, weights, converted, ma
     session = TrainSession(spec, device, precision, emulate, weights, converted, mapping)
     try:
         batches = tspec.batches(steps)
+        _check_trainable(session, tspec)
         session.translation = _translation(session, tspec)
         _check_deterministic(session, tspec, batches[0])
         rows = structure_rows(session, tspec)

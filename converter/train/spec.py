@@ -29,24 +29,38 @@ class TrainSpec:
     def __init__(self, spec):
         self.spec = spec
         self.path = spec.path
-        self.has = {name: callable(spec.training_part(name)) for name in TRAINING}
+        self.has = {name: _given(spec, name) for name in TRAINING}
+        _check_pairs(self.path, self.has)
         clip = spec.training_part("clip_grad_norm")
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
             raise UserError(f"spec '{self.path}': clip_grad_norm must be a positive number (the max global norm); "
                             f"got {clip!r}")
         self.clip_grad_norm = float(clip) if clip is not None else None
         self._projections: dict = {}
+        self._count = 0  # how many batches batches() gave
 
     def call(self, name: str, *args):
         """The spec's function `name` on args; what it raises is bad input naming its line."""
         return call_spec_function(self.path, self.spec.module, name, *args)
+
+    def loss(self, name: str, output, target):
+        """The spec's loss `name` on (output, target); without batches() the target is None, which a
+        loss that fails on it is told."""
+        try:
+            return self.call(name, output, target)
+        except UserError as exc:
+            if target is not None or self.has["batches"]:
+                raise
+            raise UserError(f"{exc.message}; the target is None: the spec has no batches(), so every step "
+                            "trains on inputs() alone; define batches() returning (inputs, target) pairs") from None
 
     # batches ---------------------------------------------------------------------------------
     def batches(self, steps: int) -> list:
         if not self.has["batches"]:
             inputs = self.spec.inputs()
             return [(inputs, None)] * steps
-        got = self.call("batches")
+        given = self.spec.training_part("batches")
+        got = given if isinstance(given, (list, tuple)) else self.call("batches")
         if not isinstance(got, (list, tuple)) or not got:
             raise UserError(f"spec '{self.path}': batches() must return a non-empty list of (inputs, target) pairs")
         out = []
@@ -57,7 +71,14 @@ class TrainSpec:
             _check_arrays(inputs, f"spec '{self.path}': batches()[{i}] inputs", allow_none=False)
             _check_arrays(target, f"spec '{self.path}': batches()[{i}] target", allow_none=True)
             out.append((inputs, target))
+        self._count = len(out)
         return [out[k % len(out)] for k in range(steps)]
+
+    def batch_name(self, k: int) -> str:
+        """Where step k's batch comes from, as the spec gives it."""
+        if not self.has["batches"]:
+            return "inputs()"
+        return f"batches()[{k % self._count}]" if self._count else "batches()"
 
     # losses ----------------------------------------------------------------------------------
     def projection(self, shapes: tuple) -> list:
@@ -78,6 +99,8 @@ class TrainSpec:
         if not isinstance(opt, torch.optim.Optimizer):
             raise UserError(f"spec '{self.path}': torch_optimizer(model) must return a torch optimizer or "
                             f"(optimizer, scheduler); got {type(opt).__name__}")
+        _check_scheduler(self.path, "torch_optimizer", sched, torch.optim.lr_scheduler.LRScheduler,
+                         torch.optim.lr_scheduler.ReduceLROnPlateau)
         return opt, sched
 
     def paddle_optimizer(self, model):
@@ -92,6 +115,8 @@ class TrainSpec:
                             f"(optimizer, scheduler); got {type(opt).__name__}")
         if sched is None and isinstance(getattr(opt, "_learning_rate", None), paddle.optimizer.lr.LRScheduler):
             sched = opt._learning_rate
+        _check_scheduler(self.path, "paddle_optimizer", sched, paddle.optimizer.lr.LRScheduler,
+                         paddle.optimizer.lr.ReduceOnPlateau)
         return opt, sched
 
 
@@ -101,3 +126,39 @@ def _check_arrays(value, what: str, allow_none: bool) -> None:
     items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else [value]
     if not all(isinstance(v, np.ndarray) for v in items):
         raise UserError(f"{what} must be a numpy array, or a dict or tuple of them")
+
+
+def _given(spec, name: str) -> bool:
+    """Whether the spec gives training part `name`; one it gives as something unusable is bad input."""
+    value = spec.training_part(name)
+    if value is None:
+        return False
+    if callable(value) or (name == "batches" and isinstance(value, (list, tuple))):
+        return True
+    raise UserError(f"spec '{spec.path}': {name} must be {TRAINING[name]}, not {type(value).__name__}")
+
+
+def _check_pairs(path: str, has: dict) -> None:
+    """Parts that only make sense together: a loss on one side only would be compared with the
+    default projection on the other, a paddle optimizer alone with torch's default SGD."""
+    if has["torch_loss"] != has["paddle_loss"]:
+        given, missing = ("torch_loss", "paddle_loss") if has["torch_loss"] else ("paddle_loss", "torch_loss")
+        raise UserError(f"spec '{path}' defines {given} but not {missing}: give both (the port's loss is "
+                        "checked against torch's), or neither for the default loss (a fixed random projection "
+                        "of the outputs)")
+    if has["paddle_optimizer"] and not has["torch_optimizer"]:
+        raise UserError(f"spec '{path}' defines paddle_optimizer but not torch_optimizer: torch would train with "
+                        f"the default SGD(lr={DEFAULT_LR}); give torch_optimizer(model) too")
+
+
+def _check_scheduler(path: str, name: str, sched, base, on_metric) -> None:
+    """A scheduler --train can step: one of the framework's schedulers, stepped once per step
+    without a metric."""
+    if sched is None:
+        return
+    if isinstance(sched, on_metric):
+        raise UserError(f"spec '{path}': {name}(model) returns {type(sched).__name__}, which steps on a metric "
+                        "that --train does not have; return a schedule by step, or the optimizer alone")
+    if not isinstance(sched, base):
+        raise UserError(f"spec '{path}': {name}(model) must return an optimizer or (optimizer, scheduler), the "
+                        f"scheduler one of {base.__module__}'s; got {type(sched).__name__} as the scheduler")
