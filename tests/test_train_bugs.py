@@ -171,6 +171,8 @@ CASES = {
                          "loss", "loss", ["soft labels", "paddle's loss takes the targets as probabilities"]),
     "loss-class-axis": (lambda: _tagger(paddle_loss=lambda o, t: F.cross_entropy(o, t, soft_label=True)),
                         "loss", "loss", ["class axis", "classes on axis 2", "axis=-1", "torch's on axis 1"]),
+    "loss-nan": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t) + 0 * paddle.log(o.abs().min() * 0)),
+                 "loss", "loss", ["paddle's loss is nan", "overflows or divides by zero"]),
     "adam-epsilon": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, epsilon=1e-6)), "optimizer", "fc",
                      ["epsilon", "1e-06"]),
     "adam-beta2": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, beta2=0.99)), "optimizer", "",

@@ -78,8 +78,8 @@ def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | 
 
 def lands(got: Side | None, side: Side, gradient: bool = True) -> bool:
     """`got`'s loss (and, with `gradient`, its gradient) is `side`'s within LANDS."""
-    if got is None or not np.isfinite(got.loss):
-        return False
+    if got is None or not np.isfinite(got.loss) or not np.isfinite(side.loss):
+        return False  # a NaN loss compares as equal to nothing (a NaN difference passed every test)
     scale = max(abs(got.loss), abs(side.loss), 1e-12)
     if abs(got.loss - side.loss) > LANDS * scale:
         return False

@@ -57,6 +57,11 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
 def _loss(session, tspec, report, fb, runs):
     p = runs["loss"]
     lt, lp = p.loss_torch, p.loss_paddle
+    if not math.isfinite(lp) and math.isfinite(lt):
+        return [D("loss", f"paddle's loss is {lp} on torch's outputs and targets, torch's {lt:.7g}: paddle_loss "
+                  "overflows or divides by zero (a log of 0, a softmax taken by hand, a mask of -inf)",
+                  "compute paddle's loss as torch's does (paddle.nn.functional.cross_entropy on the logits rather "
+                  "than log(softmax))")]
     out = _cross_entropy_whatifs(p)
     if out:
         return out
