@@ -172,130 +172,159 @@ def _names_written_twice(entries) -> list[str]:
 def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
                targets: dict[str, TensorInfo] | None = None, dtype: str | None = None) -> MappingPlan:
     """Map every source key through the rules; check against the target model's keys when given."""
-    b = _Builder(sources, ruleset)
-    entries: dict[str, TargetEntry] = {}
-    order: dict[str, tuple[int, int]] = {}
-    dropped: list[str] = []
-    leftover: list[str] = []
-    merges: dict[tuple[str, str], dict[int, str]] = {}
-
-    def add(name: str, entry: TargetEntry, position: tuple[int, int], key: str):
-        if name in entries:
-            b.problems.append(f"target '{name}' is produced twice (from '{key}' and from "
-                              f"'{entries[name].parts[0].source}'); fix the rename rules")
-            return
-        entries[name] = entry
-        order[name] = position
-
+    b = _PlanBuilder(sources, ruleset, dtype)
     for index, (key, info) in enumerate(sources.items()):
-        hit = b.claim(key, "naming")
+        b.map_key(index, key, info)
+    b.join_merges()
+    b.report_unmapped()
+    if targets is not None:
+        b.check_against(targets)
+    b.problems.extend(_names_written_twice(b.entries.values()))
+    if b.problems:
+        raise UserError(f"mapping '{ruleset.name}' does not fit the checkpoint ({len(b.problems)} problem(s)); "
+                        "fix the rules (or --mapping) so that every key is mapped or dropped:",
+                        sorted(set(b.problems)))
+    return b.plan()
+
+
+class _PlanBuilder(_Builder):
+    """The steps of build_plan: each source key mapped by its naming rule, merge parts joined,
+    then what is left unmapped and what does not fit the target model, as problems."""
+
+    def __init__(self, sources: dict[str, TensorInfo], ruleset: RuleSet, dtype: str | None):
+        super().__init__(sources, ruleset)
+        self.dtype = dtype
+        self.entries: dict[str, TargetEntry] = {}
+        self.order: dict[str, tuple[int, int]] = {}  # target -> (source position, part): the output order
+        self.dropped: list[str] = []
+        self.leftover: list[str] = []
+        self.merges: dict[tuple[str, str], dict[int, str]] = {}  # (rule, target) -> part index -> key
+
+    def add(self, name: str, entry: TargetEntry, position: tuple[int, int], key: str) -> None:
+        if name in self.entries:
+            self.problems.append(f"target '{name}' is produced twice (from '{key}' and from "
+                                 f"'{self.entries[name].parts[0].source}'); fix the rename rules")
+            return
+        self.entries[name] = entry
+        self.order[name] = position
+
+    def map_key(self, index: int, key: str, info: TensorInfo) -> None:
+        hit = self.claim(key, "naming")
         if not hit:
-            if hit is None and ruleset.unmatched == "keep":  # no naming rule touches it: it keeps its name
-                built = b.part_for(key)
-                if built is not None:
-                    add(key, TargetEntry(key, [built[0]], None, info.dtype, b.cast_for(key, dtype), built[1]),
-                        (index, 0), key)
+            if hit is None and self.ruleset.unmatched == "keep":  # no naming rule touches it: it keeps its name
+                self._rename(index, key, info, key, ())
             elif hit is None:
-                leftover.append(key)
-            continue
+                self.leftover.append(key)
+            return
         rule, (part_index, match) = hit
         if rule.kind == "drop":
-            dropped.append(key)
-            continue
-        out_dtype = b.cast_for(key, dtype)
-        if rule.kind == "rename":
-            built = b.part_for(key)
-            if built is None:
-                continue
-            part, shape = built
+            self.dropped.append(key)
+        elif rule.kind == "rename":
             aliases = tuple(rule.expand(match, a) for a in rule.spec.get("aliases", ()))
-            add(rule.expand(match, rule.spec["to"]), TargetEntry(rule.expand(match, rule.spec["to"]), [part], None,
-                                                          info.dtype, out_dtype, shape, aliases), (index, 0), key)
+            self._rename(index, key, info, rule.expand(match, rule.spec["to"]), aliases)
         elif rule.kind == "split":
-            names = [rule.expand(match, t) for t in rule.spec["to"]]
-            reshaped = b.part_for(key)
-            if reshaped is None:
-                continue
-            axis = int(rule.spec["axis"])
-            base_shape = reshaped[0].reshape or info.shape
-            if not -len(base_shape) <= axis < len(base_shape):
-                b.problems.append(f"source '{key}' {_shape(info)} has no axis {axis} to split ({rule.where})")
-                continue
-            axis %= len(base_shape)
-            sizes = rule.spec.get("sizes")
-            if sizes is None:
-                if base_shape[axis] % len(names):
-                    b.problems.append(f"source '{key}' {_shape(info)}: axis {axis} of size {base_shape[axis]} "
-                                      f"does not split into {len(names)} equal parts ({rule.where})")
-                    continue
-                sizes = [base_shape[axis] // len(names)] * len(names)
-            if sum(sizes) != base_shape[axis]:
-                b.problems.append(f"source '{key}' {_shape(info)}: split sizes {sizes} do not add up to {base_shape[axis]} ({rule.where})")
-                continue
-            start = 0
-            for i, (name, size) in enumerate(zip(names, sizes)):
-                part, shape = b.part_for(key, (axis, start, start + size))
-                start += size
-                add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape), (index, i), key)
+            self._split(index, key, info, rule, [rule.expand(match, t) for t in rule.spec["to"]])
         elif rule.kind == "merge":
             name = rule.expand(match, rule.spec["to"])
-            group = merges.setdefault((rule.where, name), {})
+            group = self.merges.setdefault((rule.where, name), {})
             if part_index in group:
-                b.problems.append(f"target '{name}': part {part_index + 1} matched by both '{group[part_index]}' and '{key}'")
+                self.problems.append(f"target '{name}': part {part_index + 1} matched by both "
+                                     f"'{group[part_index]}' and '{key}'")
             group[part_index] = key
 
-    for (where, name), keys in merges.items():
-        rule = next(r for r in ruleset.rules if r.where == where)
-        if len(keys) != len(rule.patterns):
-            missing = [str(i + 1) for i in range(len(rule.patterns)) if i not in keys]
-            b.problems.append(f"target '{name}' is missing merge part(s) {', '.join(missing)} ({where})")
-            continue
-        built = [b.part_for(keys[i]) for i in range(len(keys))]
+    def _rename(self, index: int, key: str, info: TensorInfo, name: str, aliases: tuple) -> None:
+        out_dtype = self.cast_for(key, self.dtype)
+        built = self.part_for(key)
+        if built is not None:
+            part, shape = built
+            self.add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape, aliases), (index, 0), key)
+
+    def _split(self, index: int, key: str, info: TensorInfo, rule, names: list[str]) -> None:
+        out_dtype = self.cast_for(key, self.dtype)
+        reshaped = self.part_for(key)
+        if reshaped is None:
+            return
+        axis = int(rule.spec["axis"])
+        base_shape = reshaped[0].reshape or info.shape
+        if not -len(base_shape) <= axis < len(base_shape):
+            self.problems.append(f"source '{key}' {_shape(info)} has no axis {axis} to split ({rule.where})")
+            return
+        axis %= len(base_shape)
+        sizes = rule.spec.get("sizes")
+        if sizes is None:
+            if base_shape[axis] % len(names):
+                self.problems.append(f"source '{key}' {_shape(info)}: axis {axis} of size {base_shape[axis]} "
+                                     f"does not split into {len(names)} equal parts ({rule.where})")
+                return
+            sizes = [base_shape[axis] // len(names)] * len(names)
+        if sum(sizes) != base_shape[axis]:
+            self.problems.append(f"source '{key}' {_shape(info)}: split sizes {sizes} do not add up to "
+                                 f"{base_shape[axis]} ({rule.where})")
+            return
+        start = 0
+        for i, (name, size) in enumerate(zip(names, sizes)):
+            part, shape = self.part_for(key, (axis, start, start + size))
+            start += size
+            self.add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape), (index, i), key)
+
+    def join_merges(self) -> None:
+        for (where, name), keys in self.merges.items():
+            rule = next(r for r in self.ruleset.rules if r.where == where)
+            if len(keys) != len(rule.patterns):
+                missing = [str(i + 1) for i in range(len(rule.patterns)) if i not in keys]
+                self.problems.append(f"target '{name}' is missing merge part(s) {', '.join(missing)} ({where})")
+                continue
+            self._join(name, rule, where, [keys[i] for i in range(len(keys))])
+
+    def _join(self, name: str, rule, where: str, keys: list[str]) -> None:
+        built = [self.part_for(k) for k in keys]
         if any(x is None for x in built):
-            continue
+            return
         axis = int(rule.spec["axis"])
         shapes = [s for _, s in built]
         ndim = len(shapes[0])
         if not -ndim <= axis < ndim or any(len(s) != ndim for s in shapes):
-            b.problems.append(f"target '{name}': parts {shapes} cannot be joined on axis {axis} ({where})")
-            continue
+            self.problems.append(f"target '{name}': parts {shapes} cannot be joined on axis {axis} ({where})")
+            return
         axis %= ndim
         if any(s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for s in shapes):
-            b.problems.append(f"target '{name}': parts {[list(s) for s in shapes]} differ off axis {axis} ({where})")
-            continue
-        src_dtypes = {sources[k].dtype for k in keys.values()}
+            self.problems.append(f"target '{name}': parts {[list(s) for s in shapes]} differ off axis {axis} ({where})")
+            return
+        src_dtypes = {self.sources[k].dtype for k in keys}
         if len(src_dtypes) > 1:
-            b.problems.append(f"target '{name}': parts have different dtypes {sorted(src_dtypes)} ({where})")
-            continue
+            self.problems.append(f"target '{name}': parts have different dtypes {sorted(src_dtypes)} ({where})")
+            return
         shape = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
         first = keys[0]
-        out_dtype = b.cast_for(first, dtype)
-        position = min(list(sources).index(k) for k in keys.values())
-        add(name, TargetEntry(name, [p for p, _ in built], axis, sources[first].dtype, out_dtype, shape), (position, 0), first)
+        position = min(list(self.sources).index(k) for k in keys)
+        self.add(name, TargetEntry(name, [p for p, _ in built], axis, self.sources[first].dtype,
+                                   self.cast_for(first, self.dtype), shape), (position, 0), first)
 
-    for key in leftover:
-        b.problems.append(f"source '{key}' {_shape(sources[key])} is not mapped by any rule; "
-                          "add a rename or drop rule for it")
-    if targets is not None:
+    def report_unmapped(self) -> None:
+        for key in self.leftover:
+            self.problems.append(f"source '{key}' {_shape(self.sources[key])} is not mapped by any rule; "
+                                 "add a rename or drop rule for it")
+
+    def check_against(self, targets: dict[str, TensorInfo]) -> None:
+        """Every target filled, in its shape, and nothing written that the target model lacks."""
         produced = {}
-        for e in entries.values():
+        for e in self.entries.values():
             produced[e.name] = e
             for a in e.aliases:
                 produced[a] = e
         for name, tinfo in targets.items():
             e = produced.get(name)
             if e is None:
-                b.problems.append(f"target '{name}' {_shape(tinfo)} is not filled by any source key")
+                self.problems.append(f"target '{name}' {_shape(tinfo)} is not filled by any source key")
             elif tuple(e.shape) != tuple(tinfo.shape):
-                srcs = ", ".join(f"'{p.source}' {_shape(sources[p.source])}" for p in e.parts)
-                b.problems.append(f"target '{name}' expects shape {list(tinfo.shape)} but gets {list(e.shape)} from {srcs}")
+                srcs = ", ".join(f"'{p.source}' {_shape(self.sources[p.source])}" for p in e.parts)
+                self.problems.append(f"target '{name}' expects shape {list(tinfo.shape)} but gets {list(e.shape)} "
+                                     f"from {srcs}")
         for name in produced:
             if name not in targets:
-                b.problems.append(f"target '{name}' (from '{produced[name].parts[0].source}') is not in the paddle model")
-    b.problems.extend(_names_written_twice(entries.values()))
-    if b.problems:
-        raise UserError(f"mapping '{ruleset.name}' does not fit the checkpoint ({len(b.problems)} problem(s)); "
-                        "fix the rules (or --mapping) so that every key is mapped or dropped:",
-                        sorted(set(b.problems)))
-    ordered = sorted(entries.values(), key=lambda e: order[e.name])
-    return MappingPlan(ordered, dropped, ruleset.name)
+                self.problems.append(f"target '{name}' (from '{produced[name].parts[0].source}') is not in the "
+                                     "paddle model")
+
+    def plan(self) -> MappingPlan:
+        ordered = sorted(self.entries.values(), key=lambda e: self.order[e.name])
+        return MappingPlan(ordered, self.dropped, self.ruleset.name)
