@@ -180,6 +180,10 @@ CASES = {
     "l2-not-decoupled": (lambda: _mlp(paddle_optimizer=lambda m: _l2_adam(m)), "optimizer", "",
                          ["weight decay", "L2"]),
     "warmup-length": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, warmup=2)), "lr", "lr", ["warmup"]),
+    "scheduler-on-torch-only": (lambda: _mlp(paddle_optimizer=lambda m: _adamw(m)), "lr", "lr",
+                                ["paddle's learning rate stays at 0.003", "no scheduler"]),
+    "scheduler-one-step-late": (lambda: _mlp(paddle_optimizer=lambda m: _late(m)), "lr", "lr",
+                                ["one step late", "stepped once less"]),
     "schedule-per-epoch": (lambda: _mlp(paddle_optimizer=lambda m: _per_epoch(m)), "lr", "lr", ["per epoch"]),
     "no-clipping": (lambda: _mlp(clip_grad_norm=0.05, paddle_optimizer=lambda m: _sched(m)), "optimizer", "",
                     ["clipping", "none"]),
@@ -220,6 +224,22 @@ def _per_epoch(model):
             super().step()
     cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
     sched = EveryOther(paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3))
+    return _adamw(model, learning_rate=sched), sched
+
+
+def _late(model):
+    """Warmup and cosine one step behind: paddle's rate at step k is torch's at step k - 1."""
+    cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
+    right = paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3)
+    rates = []
+    for _ in range(40):
+        rates.append(right.last_lr)
+        right.step()
+
+    class Late(paddle.optimizer.lr.LRScheduler):
+        def get_lr(self):
+            return rates[max(self.last_epoch - 1, 0)]
+    sched = Late(rates[0])
     return _adamw(model, learning_rate=sched), sched
 
 

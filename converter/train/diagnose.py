@@ -114,10 +114,18 @@ def _lr(session, tspec, report, fb, runs):
     p = np.array([s.lr_paddle for s in report.steps])
     k = fb.step
     same = lambda a, b: np.allclose(a, b, rtol=1e-6, atol=1e-15)
+    moves = lambda a: int(np.argmax(~np.isclose(a, a[0], rtol=1e-6, atol=1e-15)))  # the first step it changed
+    if same(p, p[0]) and not same(t, t[0]):
+        return [D("lr", f"paddle's learning rate stays at {p[0]:.6g} while torch's changes from step {moves(t)}: "
+                  "paddle's optimizer has no scheduler, or it is never stepped", "give paddle's optimizer the "
+                  "scheduler torch's has (learning_rate=scheduler) and step it after every optimizer.step()")]
+    if same(t, t[0]) and not same(p, p[0]):
+        return [D("lr", f"torch's learning rate stays at {t[0]:.6g} while paddle's changes from step {moves(p)}: a "
+                  "scheduler on paddle's side only", "drop paddle's scheduler, or give torch's optimizer the same one")]
     if len(t) > 2 and same(p[1:], t[:-1]):
-        return [D("lr", f"paddle's learning rates are torch's one step late (from step {k}): its scheduler steps "
-                  "before the optimizer, or once more at the start", "step paddle's scheduler after optimizer.step(), "
-                  "as torch's")]
+        return [D("lr", f"paddle's learning rates are torch's one step late (from step {k}): paddle's scheduler is "
+                  "stepped once less (not after the first step, or its count starts one behind torch's)",
+                  "step paddle's scheduler once after every optimizer.step(), as torch's")]
     if len(t) > 2 and same(p[:-1], t[1:]):
         return [D("lr", f"paddle's learning rates are torch's one step early (from step {k})",
                   "step paddle's scheduler after optimizer.step(), and not before the first step")]
