@@ -174,7 +174,8 @@ def torch_settings_of(popt) -> dict:
 
 def _torch_settings(opt, clip_norm) -> dict:
     g = opt.param_groups[0]
-    out = {"class": type(opt).__name__, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None}
+    kind = "AdamW" if type(opt).__name__ == "Adam" and g.get("decoupled_weight_decay") else type(opt).__name__
+    out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None}
     for key in ("betas", "eps", "weight_decay", "momentum", "nesterov", "alpha", "centered"):
         if key in g:
             out[key] = tuple(g[key]) if key == "betas" else g[key]

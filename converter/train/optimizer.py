@@ -33,10 +33,25 @@ class Recipe:
 
 
 class _Parameters:
-    """Placeholder for the model's parameters inside a recipe."""
+    """Placeholder for the model's parameters inside a recipe: all of them, or those named (the
+    paddle counterparts of what torch's optimizer holds, where it holds only some)."""
+
+    def __init__(self, names: tuple | None = None):
+        self.names = names
 
     def __repr__(self):
-        return PARAMETERS
+        if self.names is None:
+            return PARAMETERS
+        return "[p for n, p in model.named_parameters() if n in names]"
+
+    def literal(self) -> str:
+        """The names as a set literal, sorted (the same text on every run)."""
+        return "{" + ", ".join(repr(n) for n in self.names) + "}"
+
+    def of(self, model) -> list:
+        if self.names is None:
+            return model.parameters()
+        return [p for n, p in model.named_parameters() if n in set(self.names)]
 
 
 PARAMS = _Parameters()
@@ -45,7 +60,7 @@ PARAMS = _Parameters()
 def _built(value, parameters):
     if isinstance(value, Recipe):
         return value.build(parameters)
-    return parameters if value is PARAMS else value
+    return parameters if isinstance(value, _Parameters) else value
 
 
 def _code(value) -> str:
@@ -63,21 +78,29 @@ class Translation:
     optimizer: Recipe
     scheduler: Recipe | None = None
     notes: list = field(default_factory=list)
+    parameters: _Parameters = PARAMS  # what it optimizes: all the model's parameters, or those named
 
     def build(self, model):
         """(optimizer, scheduler) for the paddle model; the scheduler is the optimizer's lr."""
         scheduler = self.scheduler.build(None) if self.scheduler is not None else None
-        kwargs = dict(self.optimizer.kwargs, parameters=PARAMS)
+        kwargs = dict(self.optimizer.kwargs, parameters=self.parameters)
         if scheduler is not None:
             kwargs["learning_rate"] = scheduler
-        optimizer = Recipe(self.optimizer.path, kwargs).build(model.parameters())
+        optimizer = Recipe(self.optimizer.path, kwargs).build(self.parameters.of(model))
         return optimizer, scheduler
 
+    def only(self, names) -> None:
+        """Optimize only the paddle parameters named (torch's optimizer holds only their counterparts)."""
+        self.parameters = _Parameters(tuple(sorted(names)))
+        self.notes.append("torch's optimizer holds only some of the model's trainable parameters: paddle's holds "
+                          "their counterparts")
+
     def describe(self) -> str:
-        opt = Recipe(self.optimizer.path, dict(self.optimizer.kwargs, parameters=PARAMS))
+        opt = Recipe(self.optimizer.path, dict(self.optimizer.kwargs, parameters=self.parameters))
         if self.scheduler is not None:
             opt.kwargs["learning_rate"] = self.scheduler
-        return opt.code()
+        text = opt.code()
+        return text if self.parameters.names is None else f"{text} with names = {self.parameters.literal()}"
 
     def code(self) -> str:
         """A spec's `paddle_optimizer(model)` that builds the same objects."""
@@ -85,10 +108,12 @@ class Translation:
         if self.notes:
             lines[1:1] = [f"# {note}" for note in self.notes]
         kwargs = dict(self.optimizer.kwargs)
+        if self.parameters.names is not None:
+            lines.append(f"    names = {self.parameters.literal()}")
         if self.scheduler is not None:
             lines.append(f"    scheduler = {self.scheduler.code()}")
             kwargs["learning_rate"] = _Name("scheduler")
-        kwargs["parameters"] = PARAMS
+        kwargs["parameters"] = self.parameters
         call = f"{self.optimizer.path}({', '.join(f'{k}={_code(v)}' for k, v in kwargs.items())})"
         lines.append(f"    optimizer = {call}")
         lines.append("    return optimizer, scheduler" if self.scheduler is not None else "    return optimizer")
@@ -104,18 +129,29 @@ class _Name:
 
 
 # optimizers -------------------------------------------------------------------------------
+# what a parameter group holds besides its hyperparameters: how torch computes, and what schedulers add
+NOT_SETTINGS = {"params", "param_names", "foreach", "fused", "capturable", "differentiable", "initial_lr", "max_lr",
+                "min_lr", "base_momentum", "max_momentum"}
+
+
 def _one_group(opt) -> dict:
     groups = opt.param_groups
-    keys = ("lr", "weight_decay", "betas", "eps", "momentum", "alpha", "dampening", "nesterov")
     first = groups[0]
     for g in groups[1:]:
-        if any(g.get(k) != first.get(k) for k in keys):
-            raise UserError(f"torch_optimizer() has {len(groups)} parameter groups with different settings; "
-                            "give paddle_optimizer(model) in the spec (--emit-optimizer prints a start)")
-    if first.get("maximize") or first.get("differentiable"):
+        differ = sorted(k for k in set(g) | set(first) if k not in NOT_SETTINGS and _differs(g.get(k), first.get(k)))
+        if differ:
+            raise UserError(f"torch_optimizer() has {len(groups)} parameter groups that differ in {', '.join(differ)}: "
+                            "give paddle_optimizer(model) in the spec, with paddle's parameter groups "
+                            "(parameters=[{'params': ..., 'learning_rate': a factor of the optimizer's rate, "
+                            "'weight_decay': ...}, ...])")
+    if any(g.get("maximize") for g in groups):
         raise UserError("torch_optimizer() maximizes: paddle's optimizers have no counterpart; "
                         "give paddle_optimizer(model) in the spec")
     return first
+
+
+def _differs(a, b) -> bool:
+    return bool(a != b) if not isinstance(a, (tuple, list)) else len(a) != len(b) or any(map(_differs, a, b))
 
 
 def _decay(group, kwargs, name="weight_decay"):
@@ -140,6 +176,8 @@ def _sgd(group):
 def _adam(group, path):
     kwargs = {"learning_rate": float(group["lr"]), "beta1": float(group["betas"][0]),
               "beta2": float(group["betas"][1]), "epsilon": float(group["eps"])}
+    if group.get("decoupled_weight_decay"):  # torch's Adam(decoupled_weight_decay=True) is AdamW
+        path = "paddle.optimizer.AdamW"
     if path.endswith("AdamW"):
         kwargs["weight_decay"] = float(group.get("weight_decay") or 0.0)
     else:

@@ -43,13 +43,29 @@ def first_bad(rows: list):
 def _translation(session, tspec):
     """Torch's optimizer translated to paddle's (None when it has no translation and the spec
     gives paddle_optimizer itself)."""
-    opt, sched = tspec.torch_optimizer(session.torch_copy())
+    model = session.torch_copy()
+    opt, sched = tspec.torch_optimizer(model)
     try:
-        return translate(opt, sched, tspec.clip_grad_norm)
+        translation = translate(opt, sched, tspec.clip_grad_norm)
     except UserError:
         if tspec.has["paddle_optimizer"]:
             return None
         raise
+    held = _held(session, model, opt)
+    if held is not None:
+        translation.only(held)
+    return translation
+
+
+def _held(session, model, opt):
+    """The paddle parameters whose torch counterparts torch's optimizer holds, where it does not
+    hold every trainable parameter (fine-tuning a part); None where it holds them all."""
+    ids = {id(p) for g in opt.param_groups for p in g["params"]}
+    if all(id(p) in ids for p in model.parameters() if p.requires_grad):
+        return None
+    names = {n for n, p in model.named_parameters(remove_duplicate=False) if id(p) in ids}
+    paddle_params = {n for n, _ in session.paddle_model.named_parameters()}
+    return [pair.paddle for pair in session.pairs if pair.paddle in paddle_params and set(pair.torch) <= names]
 
 
 def translation_of(spec):
