@@ -173,6 +173,16 @@ CASES = {
                         "loss", "loss", ["class axis", "classes on axis 2", "axis=-1", "torch's on axis 1"]),
     "loss-nan": (lambda: _mlp(paddle_loss=lambda o, t: F.cross_entropy(o, t) + 0 * paddle.log(o.abs().min() * 0)),
                  "loss", "loss", ["paddle's loss is nan", "overflows or divides by zero"]),
+    "parameter-group-lr": (lambda: _mlp(torch_optimizer=_torch_groups, paddle_optimizer=lambda m: _paddle_groups(m, 1.0)),
+                           "optimizer", "fc2", ["learning rate: torch 0.0003, paddle 0.003"]),
+    "learning-rate-factor-of-a-parameter": (lambda: _mlp(torch_optimizer=lambda m: torch.optim.AdamW(
+        m.parameters(), lr=3e-3, weight_decay=0.05), paddle_model=_head_at_half_rate, paddle_optimizer=_adamw),
+        "optimizer", "fc2.weight", ["learning rate: torch 0.003, paddle 0.0015", "ParamAttr(learning_rate=...)"]),
+    "rmsprop-paddle-defaults": (lambda: _mlp(torch_optimizer=lambda m: torch.optim.RMSprop(m.parameters(), lr=1e-3),
+                                             paddle_optimizer=lambda m: paddle.optimizer.RMSProp(
+                                                 1e-3, parameters=m.parameters())),
+                                "optimizer", "", ["RMSProp rho (torch alpha): torch 0.99, paddle 0.95",
+                                                  "epsilon: torch 1e-08, paddle 1e-06"]),
     "adam-epsilon": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, epsilon=1e-6)), "optimizer", "fc",
                      ["epsilon", "1e-06"]),
     "adam-beta2": (lambda: _mlp(paddle_optimizer=lambda m: _sched(m, beta2=0.99)), "optimizer", "",
@@ -225,6 +235,37 @@ def _per_epoch(model):
     cos = paddle.optimizer.lr.CosineAnnealingDecay(3e-3, T_max=16)
     sched = EveryOther(paddle.optimizer.lr.LinearWarmup(cos, warmup_steps=4, start_lr=3e-4, end_lr=3e-3))
     return _adamw(model, learning_rate=sched), sched
+
+
+def _torch_groups(model):
+    """AdamW with the head at a tenth of the rate and without weight decay."""
+    head = [model.fc2.weight, model.fc2.bias]
+    rest = [p for p in model.parameters() if all(p is not q for q in head)]
+    return torch.optim.AdamW([{"params": rest}, {"params": head, "lr": 3e-4, "weight_decay": 0.0}], lr=3e-3,
+                             weight_decay=0.05)
+
+
+def _paddle_groups(model, head_factor):
+    """paddle's parameter groups: 'learning_rate' is a factor of the optimizer's rate."""
+    head = [model.fc2.weight, model.fc2.bias]
+    rest = [p for p in model.parameters() if all(p is not q for q in head)]
+    return paddle.optimizer.AdamW(3e-3, parameters=[
+        {"params": rest}, {"params": head, "learning_rate": head_factor, "weight_decay": 0.0}], weight_decay=0.05)
+
+
+def _head_at_half_rate():
+    module = PortSpec.from_file(spec_path("train_mlp")).module
+    model = module.PaddleMLP()
+    model.fc2.weight.optimize_attr["learning_rate"] = 0.5  # what ParamAttr(learning_rate=0.5) sets
+    return model
+
+
+def test_clean_parameter_groups_pass():
+    """The parameter-group bug's clean twin: paddle's head group at a factor 0.1 of the rate."""
+    report = train_check(_mlp(torch_optimizer=_torch_groups, paddle_optimizer=lambda m: _paddle_groups(m, 0.1)),
+                         steps=STEPS, device="cpu")
+    assert report.first_bad is None, report.first_bad
+    assert any(r.phase == "optimizer" and r.paddle == "fc2.weight" for r in report.rows)
 
 
 def _late(model):

@@ -146,15 +146,22 @@ def _lr(session, tspec, report, fb, runs):
 
 
 # optimizer -----------------------------------------------------------------------------------
-def torch_settings_of(popt) -> dict:
-    """Paddle's optimizer in torch's terms: the torch class and hyperparameters that would do the same."""
+def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
+    """Paddle's optimizer in torch's terms: the torch class and hyperparameters that would do the same
+    (for `param`: those of its parameter group, its own L2 decay and its rate, `lr` times its factor)."""
     kind = type(popt).__name__
-    reg = getattr(popt, "regularization", None)
+    group = _paddle_group(popt, param)
+    if group is not None:
+        popt._update_param_group(group)  # the group's settings, as paddle sets them before the group's step
+    reg = getattr(param, "regularizer", None) or getattr(popt, "regularization", None)
     l2 = float(getattr(reg, "_coeff", 0.0) or 0.0) if reg is not None else float(getattr(
         popt, "_regularization_coeff", 0.0) or 0.0)
     clip = getattr(popt, "_grad_clip", None)
     clip_kind = None if clip is None else type(clip).__name__
     out = {"clip": (clip_kind, float(getattr(clip, "clip_norm", getattr(clip, "max", 0.0)) or 0.0)) if clip else None}
+    if lr is not None:
+        factor = float((getattr(param, "optimize_attr", None) or {}).get("learning_rate", 1.0))
+        out["lr"], out["lr_factor"] = lr * factor, factor
     if kind in ("Adam", "AdamW"):
         decoupled = float(getattr(popt, "_weight_decay", 0.0) or 0.0) if kind == "AdamW" else 0.0
         out.update({"class": "AdamW" if kind == "AdamW" else "Adam", "betas": (float(popt._beta1), float(popt._beta2)),
@@ -172,51 +179,80 @@ def torch_settings_of(popt) -> dict:
     return out
 
 
-def _torch_settings(opt, clip_norm) -> dict:
-    g = opt.param_groups[0]
-    kind = "AdamW" if type(opt).__name__ == "Adam" and g.get("decoupled_weight_decay") else type(opt).__name__
-    out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None}
+def _paddle_group(popt, param):
+    """The parameter group of paddle's optimizer holding `param`, or None (no groups)."""
+    if param is None:
+        return None
+    return next((g for g in getattr(popt, "_param_groups", None) or [] if isinstance(g, dict)
+                 and any(p is param for p in g.get("params", []))), None)
+
+
+def _torch_settings(opt, clip_norm, group: dict) -> dict:
+    """Torch's optimizer for the parameters of `group` (one of its state dict's param_groups)."""
+    kind = "AdamW" if type(opt).__name__ == "Adam" and group.get("decoupled_weight_decay") else type(opt).__name__
+    out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None,
+           "lr": float(group["lr"])}
     for key in ("betas", "eps", "weight_decay", "momentum", "nesterov", "alpha", "centered"):
-        if key in g:
-            out[key] = tuple(g[key]) if key == "betas" else g[key]
+        if key in group:
+            out[key] = tuple(group[key]) if key == "betas" else group[key]
     return out
 
 
 _WHAT = {
-    "eps": "epsilon", "betas": "beta1/beta2", "weight_decay": "weight decay", "momentum": "momentum",
-    "nesterov": "nesterov", "alpha": "RMSProp rho (torch alpha)", "centered": "centered", "clip": "gradient clipping",
-    "class": "the optimizer's kind",
+    "lr": "learning rate", "eps": "epsilon", "betas": "beta1/beta2", "weight_decay": "weight decay",
+    "momentum": "momentum", "nesterov": "nesterov", "alpha": "RMSProp rho (torch alpha)", "centered": "centered",
+    "clip": "gradient clipping", "class": "the optimizer's kind",
 }
+_OPTIMIZER_HINT = ("set paddle's optimizer as torch's (or drop paddle_optimizer from the spec and let --train translate "
+                   "torch's; --emit-optimizer prints it)")
 
 
 def _optimizer(session, tspec, report, fb, runs):
     check = runs.get("optimizer_check")
-    if check is None or check.failed is None:
+    pair = None if check is None else check.by_paddle.get(fb.paddle.split(" ")[0])
+    if check is None or check.failed is None or pair is None:
         return []
-    torch_side = _torch_settings(check.ref_opt, tspec.clip_grad_norm)
-    paddle_side = torch_settings_of(check.opt)
+    failed = check.failed
+    group = _group_of(failed["before"]["state"]["param_groups"], failed["index"], pair.torch[0])
+    torch_side = _torch_settings(check.ref_opt, tspec.clip_grad_norm, group)
+    paddle_side = torch_settings_of(check.opt, check.params[pair.paddle], report.steps[failed["step"]].lr_paddle)
     keys = [k for k in paddle_side if k in torch_side and _differs(torch_side[k], paddle_side[k])]
     if torch_side["class"] != paddle_side.get("class") and paddle_side.get("class"):
         keys = ["class"] + [k for k in keys if k != "class"]
-    results = []
-    for key in keys:
-        ratio = _what_if(check, tspec, torch_side, {key: paddle_side[key]}, fb)
-        if ratio is not None:
-            results.append((ratio, key))
-    results.sort()
-    if not results:
+    if not keys:
         return []
-    ratio, key = results[0]
-    t, p = torch_side[key], paddle_side[key]
-    if key == "class" and {t, p} == {"Adam", "AdamW"}:
-        cause = (f"weight decay: torch's {t} decays {'decoupled from' if t == 'AdamW' else 'through'} the gradient, "
-                 f"paddle's {p} {'through the gradient (L2)' if p == 'Adam' else 'decoupled'}")
-    else:
-        cause = f"{_WHAT[key]}: torch {_show(t)}, paddle {_show(p)}"
+    tried = [(_what_if(check, pair, group, torch_side, {key: paddle_side[key]}, fb), [key]) for key in keys]
+    if len(keys) > 1:  # settings that differ together (paddle's defaults are not torch's: RMSProp's rho and eps)
+        tried.append((_what_if(check, pair, group, torch_side, {k: paddle_side[k] for k in keys}, fb), keys))
+    tried = sorted((r, ks) for r, ks in tried if r is not None)
+    differ = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in keys)
+    if not tried or tried[0][0] >= fb.ratio:  # no what-if comes nearer paddle's step than torch's own
+        return [D(fb.torch, f"paddle's optimizer differs from torch's here: {differ}; torch's step with paddle's "
+                  "settings does not reproduce paddle's", _OPTIMIZER_HINT)]
+    ratio, changed = tried[0]
+    what = " and ".join(_WHAT[k] for k in changed)
     verdict = "reproduces paddle's step" if ratio <= 1 else f"comes closest to paddle's step (ratio {ratio:.3g})"
-    return [D(fb.torch, f"{cause}; torch's step with paddle's {_WHAT[key]} {verdict}",
-              "set paddle's optimizer as torch's (or drop paddle_optimizer from the spec and let --train translate "
-              "torch's; --emit-optimizer prints it)")]
+    cause = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in changed)
+    hint = _OPTIMIZER_HINT
+    if "lr" in changed and paddle_side["lr_factor"] != 1.0:
+        cause += (f" (paddle's rate times this parameter's learning-rate factor {paddle_side['lr_factor']:g}, from a "
+                  "parameter group's 'learning_rate' or its ParamAttr(learning_rate=...))")
+        hint = (f"give the parameter the factor {torch_side['lr'] / (paddle_side['lr'] / paddle_side['lr_factor']):g} "
+                "of paddle's rate, as torch's parameter group has it")
+    return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}", hint)]
+
+
+def _cause(key: str, t, p) -> str:
+    if key == "class" and {t, p} == {"Adam", "AdamW"}:
+        return (f"weight decay: torch's {t} decays {'decoupled from' if t == 'AdamW' else 'through'} the gradient, "
+                f"paddle's {p} {'through the gradient (L2)' if p == 'Adam' else 'decoupled'}")
+    return f"{_WHAT[key]}: torch {_show(t)}, paddle {_show(p)}"
+
+
+def _group_of(groups: list, index: list, name: str) -> dict:
+    """The group of torch's optimizer state dict holding parameter `name` (`index`: names by state index)."""
+    position = index.index(name)
+    return next((g for g in groups if position in g["params"]), groups[0])
 
 
 def _show(v) -> str:
@@ -238,13 +274,14 @@ def _differs(a, b) -> bool:
     return a != b
 
 
-def _what_if(check, tspec, torch_side: dict, change: dict, fb):
-    """Torch's teacher-forced step in float64 with `change` applied; its ratio against paddle's result."""
+def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
+    """Torch's teacher-forced step in float64 with `change` applied to the settings of `pair`'s group;
+    its ratio against paddle's result for that parameter."""
     import torch
 
     from .judge import judge
     failed = check.failed
-    before = failed["before"]
+    before, index = failed["before"], failed["index"]
     settings = dict(torch_side, **change)
     model = check.ref
     params = dict(model.named_parameters())
@@ -254,22 +291,19 @@ def _what_if(check, tspec, torch_side: dict, change: dict, fb):
             g = before["grads"].get(n)
             p.grad = None if g is None else g.double().cpu()
     cls = getattr(torch.optim, settings["class"])
-    group = before["state"]["param_groups"][0]
     kwargs = {k: settings[k] for k in ("betas", "eps", "weight_decay", "momentum", "nesterov", "alpha", "centered")
               if k in settings and k in _accepted(cls)}
     if kwargs.get("nesterov") and not kwargs.get("momentum"):
         kwargs["nesterov"] = False
     try:
-        opt = cls(model.parameters(), lr=group["lr"], **kwargs)
+        # one group over the parameters in the order of torch's state (its indices), with this parameter's settings
+        opt = cls([params[n] for n in index], lr=settings.get("lr", group["lr"]), **kwargs)
         state = {"state": before["state"]["state"], "param_groups": [dict(opt.state_dict()["param_groups"][0])]}
         opt.load_state_dict(state)
     except (ValueError, KeyError, TypeError, RuntimeError):
         return None
     _clip(model, settings.get("clip"))
     opt.step()
-    pair = check.by_paddle.get(fb.paddle.split(" ")[0])
-    if pair is None:
-        return None
     want = pair.to_paddle({pair.torch[0]: params[pair.torch[0]].detach().numpy()})
     got = failed["paddle"][pair.paddle]
     return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
