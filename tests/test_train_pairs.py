@@ -62,3 +62,29 @@ def test_bad_training_input_is_one_line_and_exit_2(tmp):
     r = run_verify("--spec", spec, "--train", "--device", "cpu", "--json", tmp / "r.json")
     assert r.code == 2 and "batches()[0] must be a pair (inputs, target)" in r.stderr
     assert not (tmp / "r.json").exists()
+
+
+def test_failing_report_has_the_issue_fields_and_a_verdict_on_every_row(tmp):
+    """The train section of --json holds the fields verify-port --train promises, each row of
+    `steps` and `checks` with its verdict; the HTML both loss curves and the band."""
+    spec = tmp / "bn_momentum.py"
+    spec.write_text(open(spec_path("train_cnn")).read() + "\n\ndef paddle_model():\n    return PaddleCNN(momentum=0.1)\n")
+    out, page = tmp / "r.json", tmp / "r.html"
+    r = run_verify("--spec", spec, "--train", "--steps", 6, "--device", "cpu", "--json", out, "--html", page)
+    assert r.code == 1, r
+    train = json.loads(out.read_text())["train"]
+    assert {"verdict", "first_bad", "steps", "diagnosis"} <= set(train) and train["verdict"] == "fail"
+    assert set(train["first_bad"]) == {"phase", "torch", "paddle", "step", "ratio"}
+    assert train["first_bad"]["phase"] == "steps" and train["first_bad"]["paddle"].startswith("bn._")
+    assert [s["step"] for s in train["steps"]] == list(range(6))
+    for s in train["steps"]:
+        assert set(s) == {"step", "loss_torch", "loss_paddle", "lr_torch", "lr_paddle", "band", "verdict"}
+        within = abs(s["loss_paddle"] - s["loss_torch"]) <= s["band"] and s["lr_paddle"] == pytest.approx(s["lr_torch"])
+        assert s["verdict"] == ("pass" if within else "fail")
+    assert train["diagnosis"] and all(set(d) == {"layer", "cause", "hint"} for d in train["diagnosis"])
+    assert all(c["verdict"] == ("fail" if c["ratio"] > 1 else "pass") for c in train["checks"] if c["ratio"] is not None)
+    assert any(c["verdict"] == "fail" and c["paddle"] == train["first_bad"]["paddle"] for c in train["checks"])
+    text = page.read_text()
+    assert "Training checks: FAIL" in text and "torch (solid), paddle (dashed), band around torch (shaded)" in text
+    section = text[text.index("Training checks: FAIL"):]
+    assert section.count("<polyline") >= 4 and section.count("<polygon") == 1  # two curves, the band, the gap plot

@@ -8,6 +8,14 @@ from dataclasses import dataclass, field
 from ._verify import Diagnosis
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
+LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
+
+
+def verdict_of(ratio: float | None) -> str:
+    """A compared value's verdict: within its budget or not; 'not compared' where nothing was."""
+    if ratio is None:
+        return "not compared"
+    return "fail" if math.isnan(ratio) or ratio > 1.0 else "pass"
 
 
 @dataclass
@@ -25,11 +33,12 @@ class Row:
 
     @property
     def bad(self) -> bool:
-        return self.ratio is not None and (math.isnan(self.ratio) or self.ratio > 1.0)
+        return verdict_of(self.ratio) == "fail"
 
     def to_json(self) -> dict:
         return {"phase": self.phase, "step": self.step, "torch": self.torch, "paddle": self.paddle,
-                "ratio": self.ratio, "max_abs": self.max_abs, "budget": self.budget, "note": self.note}
+                "verdict": verdict_of(self.ratio), "ratio": self.ratio, "max_abs": self.max_abs, "budget": self.budget,
+                "note": self.note}
 
 
 @dataclass
@@ -48,9 +57,18 @@ class StepRow:
             return float("inf")
         return d / self.band if self.band > 0 else (0.0 if d == 0 else float("inf"))
 
+    @property
+    def lr_ratio(self) -> float:
+        return abs(self.lr_paddle - self.lr_torch) / (LR_REL * abs(self.lr_torch) + 1e-15)
+
+    @property
+    def verdict(self) -> str:
+        """pass where the loss is within the band and the learning rate is torch's."""
+        return "pass" if verdict_of(self.ratio) == "pass" and verdict_of(self.lr_ratio) == "pass" else "fail"
+
     def to_json(self) -> dict:
         return {"step": self.step, "loss_torch": self.loss_torch, "loss_paddle": self.loss_paddle,
-                "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band}
+                "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band, "verdict": self.verdict}
 
 
 TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint

@@ -17,10 +17,9 @@ import numpy as np
 from ._verify import MARGIN, U32, tail
 from .backward import zero_note
 from .judge import judge
-from .result import Row, StepRow
+from .result import LR_REL, Row, StepRow
 
 BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a few values
-LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
 
 
 def loss_band(t32, t64, tfmt, conventions: list | None = None) -> list:
@@ -44,9 +43,7 @@ def step_rows(t32, t64, tfmt, paddle, conventions: list | None = None) -> tuple[
         s = StepRow(k, t32.losses[k], paddle.losses[k], t32.lrs[k], paddle.lrs[k], b)
         steps.append(s)
         loss.append(Row("steps", k, "loss", "loss", s.ratio, abs(s.loss_paddle - s.loss_torch), b))
-        tol = LR_REL * abs(s.lr_torch) + 1e-15
-        d = abs(s.lr_paddle - s.lr_torch)
-        lrs.append(Row("lr", k, "lr", "lr", d / tol, d, tol))
+        lrs.append(Row("lr", k, "lr", "lr", s.lr_ratio, abs(s.lr_paddle - s.lr_torch), LR_REL * abs(s.lr_torch) + 1e-15))
     return steps, loss, lrs
 
 
