@@ -323,3 +323,28 @@ def test_planted_training_bug_is_named_with_its_cause(case):
     for w in words:
         assert w in text, f"{case}: '{w}' not in {text!r}"
     assert report.exit_code == 1
+
+
+def _tied(tmp_path, tied):
+    import json
+    spec = PortSpec.from_file(spec_path("train_tied"))
+    rules = None
+    if tied:
+        rules = tmp_path / "tied.json"
+        rules.write_text(json.dumps(spec.module.RULES))
+    spec.module.paddle_model = lambda: spec.module.PaddleLM(tied)
+    return train_check(spec, steps=STEPS, device="cpu", mapping=None if rules is None else str(rules))
+
+
+def test_tied_weights_kept_pass_and_a_lost_tie_is_named_in_structure(tmp_path):
+    """Torch's head shares the embedding's weight: the port that keeps the tie passes every phase;
+    the port with a head of its own is named in phase structure, both names given, with the fix."""
+    kept = _tied(tmp_path, True)
+    assert kept.first_bad is None, kept.first_bad
+    assert {r.phase for r in kept.rows} >= {"loss", "backward", "optimizer", "steps"}
+    lost = _tied(tmp_path, False)
+    fb = lost.first_bad
+    assert fb.phase == "structure" and set(fb.torch.split(" = ")) == {"emb.weight", "head.weight"}, fb
+    assert set(fb.paddle.split(" , ")) == {"emb.weight", "head.weight"}
+    assert "tied in torch, separate tensors in paddle" in lost.diagnosis[0].cause
+    assert "share the weight in paddle" in lost.diagnosis[0].hint
