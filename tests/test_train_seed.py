@@ -31,3 +31,14 @@ def test_without_tf32_the_same_losses_would_be_over_the_fp32_band():
     noise = next(d for d in report.diagnosis if d.layer == "<loss curve>")
     times = float(noise.cause.split("), ")[1].split(" times")[0])
     assert times > 10
+
+
+def test_bf16_noise_on_a_clean_port_passes_and_is_called_noise():
+    """paddle's matmuls in bf16 (emulated) on the clean CNN: every phase passes and the loss drift
+    is called bf16 noise, with the way to compare in fp32 for bf16 (a float32 model, not a TF32 flag)."""
+    report = train_check(PortSpec.from_file(spec_path("train_cnn")), steps=10, device="cpu",
+                         emulate={"paddle": "bf16"})
+    assert report.first_bad is None, report.first_bad
+    noise = next(d for d in report.diagnosis if d.layer == "<loss curve>")
+    assert "bf16 noise, not a bug" in noise.cause
+    assert "float32" in noise.hint and "FLAGS_cublas_allow_tf32" not in noise.hint

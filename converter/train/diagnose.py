@@ -384,5 +384,6 @@ def _format_noise(session, runs):
         return None
     return D("<loss curve>", f"the loss curves differ by up to {max(diffs):.3g}: within the noise band of {fmt} "
              f"matmuls on paddle's side (ratio {r_fmt:.3g}), {r_32:.3g} times the fp32 band: {fmt} noise, not a bug",
-             f"expected while paddle computes its matmuls in {fmt}; to compare in fp32, turn {fmt} off "
-             "(FLAGS_cublas_allow_tf32=0, or --precision strict)")
+             f"expected while paddle computes its matmuls in {fmt}; to compare in fp32, "
+             + ("turn TF32 off (FLAGS_cublas_allow_tf32=0, or --precision strict)" if fmt == "tf32" else
+                f"run paddle's model in float32 (no {fmt} cast, no AMP)"))
