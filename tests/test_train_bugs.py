@@ -201,6 +201,11 @@ CASES = {
                                                                                 momentum=0.9, nesterov=True),
                                       paddle_optimizer=lambda m: paddle.optimizer.Momentum(
                                           0.05, 0.9, parameters=m.parameters())), "optimizer", "", ["nesterov"]),
+    "sgd-dampening": (lambda: _cnn(torch_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9,
+                                                                             dampening=0.5),
+                                   paddle_optimizer=lambda m: paddle.optimizer.Momentum(0.05, 0.9,
+                                                                                        parameters=m.parameters())),
+                      "optimizer", "", ["dampening: torch 0.5, paddle 0.0", "reproduces paddle's step"]),
     "bn-momentum-convention": (lambda: _bn_momentum(_cnn()), "steps", "bn.running", ["momentum convention"]),
     "trainable-one-side": (lambda: _stop_fc1(_mlp()), "structure", "fc1.weight", ["trainable in torch only"]),
     "missing-from-optimizer": (lambda: _mlp(paddle_optimizer=lambda m: _adamw(m, parameters=m.fc2.parameters())),

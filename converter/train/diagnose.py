@@ -166,11 +166,11 @@ def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
         decoupled = float(getattr(popt, "_weight_decay", 0.0) or 0.0) if kind == "AdamW" else 0.0
         out.update({"class": "AdamW" if kind == "AdamW" else "Adam", "betas": (float(popt._beta1), float(popt._beta2)),
                     "eps": float(popt._epsilon), "weight_decay": decoupled if kind == "AdamW" else l2})
-    elif kind == "Momentum":
+    elif kind == "Momentum":  # paddle's Momentum has no dampening
         out.update({"class": "SGD", "momentum": float(popt._momentum), "nesterov": bool(popt._use_nesterov),
-                    "weight_decay": l2})
+                    "dampening": 0.0, "weight_decay": l2})
     elif kind == "SGD":
-        out.update({"class": "SGD", "momentum": 0.0, "weight_decay": l2})
+        out.update({"class": "SGD", "momentum": 0.0, "dampening": 0.0, "weight_decay": l2})
     elif kind == "RMSProp":
         out.update({"class": "RMSprop", "alpha": float(popt._rho), "eps": float(popt._epsilon),
                     "momentum": float(popt._momentum), "centered": bool(popt._centered), "weight_decay": l2})
@@ -192,7 +192,7 @@ def _torch_settings(opt, clip_norm, group: dict) -> dict:
     kind = "AdamW" if type(opt).__name__ == "Adam" and group.get("decoupled_weight_decay") else type(opt).__name__
     out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None,
            "lr": float(group["lr"])}
-    for key in ("betas", "eps", "weight_decay", "momentum", "nesterov", "alpha", "centered"):
+    for key in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha", "centered"):
         if key in group:
             out[key] = tuple(group[key]) if key == "betas" else group[key]
     return out
@@ -200,7 +200,8 @@ def _torch_settings(opt, clip_norm, group: dict) -> dict:
 
 _WHAT = {
     "lr": "learning rate", "eps": "epsilon", "betas": "beta1/beta2", "weight_decay": "weight decay",
-    "momentum": "momentum", "nesterov": "nesterov", "alpha": "RMSProp rho (torch alpha)", "centered": "centered",
+    "momentum": "momentum", "dampening": "dampening", "nesterov": "nesterov", "alpha": "RMSProp rho (torch alpha)",
+    "centered": "centered",
     "clip": "gradient clipping", "class": "the optimizer's kind",
 }
 _OPTIMIZER_HINT = ("set paddle's optimizer as torch's (or drop paddle_optimizer from the spec and let --train translate "
@@ -234,6 +235,8 @@ def _optimizer(session, tspec, report, fb, runs):
     verdict = "reproduces paddle's step" if ratio <= 1 else f"comes closest to paddle's step (ratio {ratio:.3g})"
     cause = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in changed)
     hint = _OPTIMIZER_HINT
+    if "dampening" in changed:
+        hint = "paddle's Momentum has no dampening: train torch without it (dampening=0), or write paddle's update"
     if "lr" in changed and paddle_side["lr_factor"] != 1.0:
         cause += (f" (paddle's rate times this parameter's learning-rate factor {paddle_side['lr_factor']:g}, from a "
                   "parameter group's 'learning_rate' or its ParamAttr(learning_rate=...))")
@@ -291,9 +294,9 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
             g = before["grads"].get(n)
             p.grad = None if g is None else g.double().cpu()
     cls = getattr(torch.optim, settings["class"])
-    kwargs = {k: settings[k] for k in ("betas", "eps", "weight_decay", "momentum", "nesterov", "alpha", "centered")
-              if k in settings and k in _accepted(cls)}
-    if kwargs.get("nesterov") and not kwargs.get("momentum"):
+    kwargs = {k: settings[k] for k in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha",
+                                       "centered") if k in settings and k in _accepted(cls)}
+    if kwargs.get("nesterov") and (not kwargs.get("momentum") or kwargs.get("dampening")):
         kwargs["nesterov"] = False
     try:
         # one group over the parameters in the order of torch's state (its indices), with this parameter's settings
