@@ -88,3 +88,24 @@ def test_failing_report_has_the_issue_fields_and_a_verdict_on_every_row(tmp):
     assert "Training checks: FAIL" in text and "torch (solid), paddle (dashed), band around torch (shaded)" in text
     section = text[text.index("Training checks: FAIL"):]
     assert section.count("<polyline") >= 4 and section.count("<polygon") == 1  # two curves, the band, the gap plot
+
+
+def _strict(text):
+    def refuse(token):
+        raise ValueError(f"{token} is no JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_and_infinite_values_are_null_in_strict_json_with_their_verdicts(tmp):
+    """A paddle loss that is NaN on every step: the train section is strict JSON (Python wrote NaN
+    and Infinity, which JSON parsers refuse); the values are null and the verdicts say fail."""
+    spec = tmp / "nan_loss.py"
+    spec.write_text(open(spec_path("train_mlp")).read() + "\n\ndef paddle_loss(output, target):\n"
+                    "    return paddle.nn.functional.cross_entropy(output, target) * float('nan')\n")
+    out = tmp / "r.json"
+    r = run_verify("--spec", spec, "--train", "--steps", 3, "--device", "cpu", "--json", out)
+    assert r.code == 1, r
+    train = _strict(out.read_text())["train"]
+    assert train["first_bad"]["phase"] == "loss" and train["first_bad"]["ratio"] is None
+    assert all(s["loss_paddle"] is None and s["verdict"] == "fail" for s in train["steps"])
+    assert any(c["ratio"] is None and c["verdict"] == "fail" for c in train["checks"])

@@ -11,6 +11,12 @@ PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
 
 
+def number(value: float | None) -> float | None:
+    """A number for JSON: NaN and infinities have no JSON spelling (Python writes NaN and Infinity,
+    which strict parsers refuse), so they are null; the row's verdict says what they meant."""
+    return value if value is None or math.isfinite(value) else None
+
+
 def verdict_of(ratio: float | None) -> str:
     """A compared value's verdict: within its budget or not; 'not compared' where nothing was."""
     if ratio is None:
@@ -37,8 +43,8 @@ class Row:
 
     def to_json(self) -> dict:
         return {"phase": self.phase, "step": self.step, "torch": self.torch, "paddle": self.paddle,
-                "verdict": verdict_of(self.ratio), "ratio": self.ratio, "max_abs": self.max_abs, "budget": self.budget,
-                "note": self.note}
+                "verdict": verdict_of(self.ratio), "ratio": number(self.ratio), "max_abs": number(self.max_abs),
+                "budget": number(self.budget), "note": self.note}
 
 
 @dataclass
@@ -67,8 +73,9 @@ class StepRow:
         return "pass" if verdict_of(self.ratio) == "pass" and verdict_of(self.lr_ratio) == "pass" else "fail"
 
     def to_json(self) -> dict:
-        return {"step": self.step, "loss_torch": self.loss_torch, "loss_paddle": self.loss_paddle,
-                "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band, "verdict": self.verdict}
+        return {"step": self.step, "loss_torch": number(self.loss_torch), "loss_paddle": number(self.loss_paddle),
+                "lr_torch": number(self.lr_torch), "lr_paddle": number(self.lr_paddle), "band": number(self.band),
+                "verdict": self.verdict}
 
 
 TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint
@@ -101,7 +108,7 @@ class TrainReport:
         fb = self.first_bad
         return {"verdict": self.verdict,
                 "first_bad": None if fb is None else {"phase": fb.phase, "torch": fb.torch, "paddle": fb.paddle,
-                                                      "step": fb.step, "ratio": fb.ratio},
+                                                      "step": fb.step, "ratio": number(fb.ratio)},
                 "steps": [s.to_json() for s in self.steps],
                 "diagnosis": [d.to_json() for d in self.diagnosis],
                 "checks": [r.to_json() for r in self.rows],
