@@ -109,3 +109,16 @@ def test_nan_and_infinite_values_are_null_in_strict_json_with_their_verdicts(tmp
     assert train["first_bad"]["phase"] == "loss" and train["first_bad"]["ratio"] is None
     assert all(s["loss_paddle"] is None and s["verdict"] == "fail" for s in train["steps"])
     assert any(c["ratio"] is None and c["verdict"] == "fail" for c in train["checks"])
+
+
+def test_a_gradient_in_another_shape_is_compared_and_said_so():
+    """No silent reshape: paddle's value with torch's elements in another shape is compared in
+    torch's shape with a note naming both shapes; another element count is a shape mismatch."""
+    import numpy as np
+
+    from converter.train.judge import judge
+    want = np.arange(6, dtype=np.float32).reshape(2, 3)
+    row = judge("backward", 0, "x", "x", want, want.reshape(3, 2), np.full_like(want, 1e-7))
+    assert row.ratio == 0 and row.note == "paddle's [3, 2] compared as torch's [2, 3]"
+    row = judge("backward", 0, "x", "x", want, np.zeros(4, np.float32), np.zeros_like(want))
+    assert row.bad and row.note == "shapes differ: torch [2, 3], paddle [4]"

@@ -24,6 +24,9 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
         if got.size != want.size:
             return Row(phase, step, torch_name, paddle_name, float("inf"), None, None,
                        f"shapes differ: torch {list(want.shape)}, paddle {list(got.shape)}")
+        # the same elements in another shape (a layer called on its input flattened): compared in
+        # torch's shape, and said so
+        note = f"paddle's {list(got.shape)} compared as torch's {list(want.shape)}" + (f"; {note}" if note else "")
         got = got.reshape(want.shape)
     e_ref = np.asarray(e_ref, dtype=np.float32).reshape(want.shape)
     formats = formats or FP32
