@@ -122,3 +122,51 @@ def test_a_gradient_in_another_shape_is_compared_and_said_so():
     assert row.ratio == 0 and row.note == "paddle's [3, 2] compared as torch's [2, 3]"
     row = judge("backward", 0, "x", "x", want, np.zeros(4, np.float32), np.zeros_like(want))
     assert row.bad and row.note == "shapes differ: torch [2, 3], paddle [4]"
+
+
+SHARED = '''
+import numpy as np, paddle, torch
+
+
+class TorchShared(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.mid, self.fc2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.mid(torch.tanh(self.mid(torch.tanh(self.fc1(x)))))))
+
+
+class PaddleShared(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.mid, self.fc2 = paddle.nn.Linear(6, 8), paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(paddle.tanh(self.mid(paddle.tanh(self.mid(paddle.tanh(self.fc1(x)))))))
+
+
+def torch_model():
+    torch.manual_seed(0)
+    return TorchShared()
+
+
+def paddle_model():
+    return PaddleShared()
+
+
+def inputs():
+    return (np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32),)
+'''
+
+
+def test_a_layer_called_twice_is_said_to_be_left_out_of_the_per_layer_backward(tmp):
+    spec = tmp / "shared.py"
+    spec.write_text(SHARED)
+    out = tmp / "r.json"
+    r = run_verify("--spec", spec, "--train", "--steps", 3, "--device", "cpu", "--json", out)
+    assert r.code == 0, r
+    checks = json.loads(out.read_text())["train"]["checks"]
+    left = [c for c in checks if c["verdict"] == "not compared"]
+    assert [(c["torch"], c["paddle"]) for c in left] == [("mid", "mid")] and "called 2 times" in left[0]["note"]
+    assert any(c["paddle"] == "mid.weight" and "end-to-end" in c["note"] for c in checks)

@@ -327,9 +327,15 @@ def local_rows(session, tspec, batch) -> list:
     rows = []
     try:
         for call in sorted(calls.values(), key=lambda c: -c.order):
-            if call.calls > 1 or not any(g is not None for g in grads[call.path]):
+            if not any(g is not None for g in grads[call.path]):
                 continue
             ppath = pairs[call.path]
+            if call.calls > 1:  # one recorded call's output gradient is not the sum over the calls
+                from .result import Row
+                rows.append(Row("backward", 0, call.path or "<model>", ppath or "<model>", None, note=(
+                    f"called {call.calls} times in one forward: left out of the per-layer backward (its parameters' "
+                    "end-to-end gradients are compared)")))
+                continue
             rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
                                 players[ppath], p_calls.get(ppath))
     finally:
