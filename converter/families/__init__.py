@@ -9,7 +9,8 @@ what its epsilon is called on either side (`epsilon`), and its what-if diagnoses
 registered once. A layer type that no entry covers still converts (its parameters
 keep their names) and is still verified, with the generic budget.
 
-Adding a layer type is one file here, registered in `_load_families`.
+Adding a layer type is one file here: every module of this package is imported, and each
+registers its families.
 """
 
 from __future__ import annotations
@@ -169,7 +170,12 @@ def paddle_rounds_inputs(paddle_layer) -> bool:
 
 
 def _load_families() -> None:
-    from . import activation, attention, conv, dropout, embedding, linear, norm, pool, rnn, upsample  # noqa: F401
+    """Import every module of this package, in name order (a torch type registered twice is an
+    error whatever the order)."""
+    import importlib
+    import pkgutil
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{module}")
 
 
 _load_families()
