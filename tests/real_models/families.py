@@ -184,3 +184,43 @@ def deberta_paddle():
 
 def deberta_inputs(explicit_positions: bool) -> dict:
     return {"input_ids": token_ids()}  # relative positions only: the model takes no position ids
+
+
+# ---- T5: HF T5ForConditionalGeneration -> PaddleNLP T5ForConditionalGeneration (mapping "t5")
+
+T5 = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=INTERMEDIATE, num_layers=LAYERS,
+          num_heads=HEADS, relative_attention_num_buckets=8, dropout_rate=0.0, use_cache=False)
+T5_UNTIED = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)  # v1.1; v1.0 is relu and tied
+DECODER_SEQ = 7
+
+
+def _t5_config(untied: bool, **config):
+    return _hf().T5Config(**dict(T5, **(T5_UNTIED if untied else {}), **config))
+
+
+def t5_torch(untied: bool = False, **config):
+    return randomize(_hf().T5ForConditionalGeneration(_t5_config(untied, **config)))
+
+
+def t5_paddle(untied: bool = False, **config):
+    """The port's config is HF's translated field by field (converter.hfconfig), as convert-weights
+    writes it for a model directory."""
+    from converter.hfconfig import translate_config
+    nlp = _nlp()
+    _paddle_seeded()
+    translated = translate_config(_t5_config(untied, **config).to_dict()).config
+    return nlp.T5ForConditionalGeneration(nlp.T5Config(**translated)).eval()
+
+
+def t5_untied_torch(**config):
+    return t5_torch(untied=True, **config)
+
+
+def t5_untied_paddle(**config):
+    return t5_paddle(untied=True, **config)
+
+
+def t5_inputs(explicit_positions: bool) -> dict:
+    """Encoder and decoder tokens; relative positions only, so no position ids."""
+    decoder = np.random.default_rng(SEED + 1).integers(1, VOCAB, (BATCH, DECODER_SEQ)).astype("int64")
+    return {"input_ids": token_ids(), "decoder_input_ids": decoder}
