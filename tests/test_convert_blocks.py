@@ -19,6 +19,8 @@ def _arrays():
     wide = rng.standard_normal((3, 4000)).astype(np.float32)
     return {
         "transposed bf16 bits": base.T,
+        "transposed bf16 bits, rows of whole words": rng.integers(0, 1 << 16, size=(96, 40), dtype=np.uint16).T,
+        "transposed bytes, rows of whole words": rng.integers(0, 256, size=(64, 80), dtype=np.uint8).T,
         "transposed float64": rng.standard_normal((50, 33)).T,
         "transposed bool": (base % 3 == 0).T,
         "a slab of a transposed matrix": base.T[5:30],
@@ -31,7 +33,7 @@ def _arrays():
     }
 
 
-@pytest.mark.parametrize("nbytes", [64, 1000, 1 << 20])
+@pytest.mark.parametrize("nbytes", [64, 1000, 4096, 1 << 20])
 def test_blocks_are_the_c_ordered_bytes_of_each_tensor(nbytes):
     arrays = _arrays()
     infos = [TensorInfo(name, "float32", a.shape) for name, a in arrays.items()]
@@ -46,6 +48,32 @@ def test_blocks_are_the_c_ordered_bytes_of_each_tensor(nbytes):
     assert [name for name, last in lasts if last] == list(arrays)  # one last block per tensor, in order
     if nbytes == 64:
         assert len(got["transposed bf16 bits"]) == 45  # a row (140 bytes) per block
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.bool_, np.uint16, np.float32, np.float64])
+def test_transposes_match_numpy(dtype):
+    """Every path of layout.contiguous (bands of elements, 8-byte words for narrow ones, numpy's own
+    copy for small or other layouts) against numpy's C-ordered copy."""
+    rng = np.random.default_rng(1)
+    for shape in [(96, 40), (64, 48), (70, 45), (33, 8), (8, 200), (200, 1)]:
+        base = rng.integers(0, 200, size=shape).astype(dtype)
+        for view in (base.T, base.T[4:12], base.T[:, ::2], base[:, 1:].T):
+            assert layout.contiguous(view).tobytes() == np.ascontiguousarray(view).tobytes(), (shape, view.strides)
+
+
+def test_bit_equal_finds_a_flip_at_every_window_and_band_edge(monkeypatch):
+    """The check lays a transposed tensor out a window of rows at a time, in bands: here windows of
+    3 rows and bands of 16, and a flipped bit at each edge of either is found."""
+    monkeypatch.setattr(layout, "COMPARE_WINDOW", 64)
+    monkeypatch.setattr(layout, "COMPARE_ROWS", 3)
+    base = np.random.default_rng(2).integers(0, 1 << 16, size=(35, 10), dtype=np.uint16)
+    plain = np.ascontiguousarray(base.T)
+    assert layout.bit_equal(plain, base.T) and layout.bit_equal(base.T, plain)
+    for row in (0, 2, 3, 5, 6, 9):
+        for column in (0, 15, 16, 31, 32, 34):
+            other = plain.copy()
+            other[row, column] ^= 0x8000
+            assert not layout.bit_equal(other, base.T) and not layout.bit_equal(base.T, other), (row, column)
 
 
 def test_bit_equal_on_a_slab_of_a_transposed_matrix():
@@ -115,8 +143,8 @@ def test_a_flipped_bit_in_a_middle_block_fails_the_check(tmp, monkeypatch):
     original = layout.contiguous
     calls = [0]
 
-    def corrupt(a, out=None):
-        result = original(a, out)
+    def corrupt(a, *rest):
+        result = original(a, *rest)
         calls[0] += 1
         if calls[0] == 5 and result.size:
             result = np.array(result)
