@@ -28,6 +28,22 @@ class Options:
 
 
 @contextlib.contextmanager
+def _float64_by_default():
+    """Torch's default dtype float64 while the float64 reference runs, so that what a forward makes
+    in the default dtype is float64 too: HF OPT (transformers 4.44) fills its causal mask with
+    torch.full(..., torch.finfo(float64).min), which overflows a float32 tensor. The whole-model
+    runs are the only torch work then (on the worker thread, or alone in serial mode); the
+    setting is global, and is put back after."""
+    import torch
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
 def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs"):
     """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
     from .capture import CaptureTooLarge
@@ -186,7 +202,7 @@ class PortSession:
         with _forward_errors("torch_model() in float64", self.spec.path,
                              "verify-port calibrates every budget against a float64 run of the torch model: make its "
                              "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
-                rounded(self.torch64, fmt):
+                rounded(self.torch64, fmt), _float64_by_default():
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
