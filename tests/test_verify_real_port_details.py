@@ -18,9 +18,11 @@ def test_same_path_layers_without_weights_pair_only_when_their_outputs_can_agree
     def call(path, shape, end):
         return Call(path, "Dropout", 0, end, shapes=[shape])
     torch_calls = {"drop": call("drop", (2, 4, 3, 3), 0), "": Call("", "Model", 0, 2, shapes=[(2, 3)])}
-    paddle_calls = {"drop": call("drop", (8, 3, 3), 0), "": Call("", "Model", 0, 2, shapes=[(2, 3)])}
+    paddle_calls = {"drop": call("drop", (4, 2, 3, 3), 0), "": Call("", "Model", 0, 2, shapes=[(2, 3)])}
     assert [p.torch for p in align(torch_calls, paddle_calls)] == [""]
     paddle_calls["drop"] = call("drop", (2, 4, 3, 3), 0)
+    assert [p.torch for p in align(torch_calls, paddle_calls)] == ["drop", ""]
+    paddle_calls["drop"] = call("drop", (8, 3, 3), 0)  # Bloom's [B*H, T, T] against HF's [B, H, T, T]: a merge
     assert [p.torch for p in align(torch_calls, paddle_calls)] == ["drop", ""]
 
 
@@ -121,3 +123,51 @@ def test_a_tied_head_the_paddle_model_computes_from_its_embedding_is_left_out_in
         verify(spec_from_functions(lambda: torch_untied, _TiedPaddle, lambda: (ids,), mapping=str(rules)),
                Options(device="cpu"))
     assert "target 'head.weight' (from 'head.weight') is not in the paddle model" in refused.value.render()
+
+
+def test_merged_shape_is_only_a_merge_of_leading_axes():
+    from converter.verify.matching import common_shape, merged_shape
+    assert merged_shape((2, 12, 64), (24, 64)) == (24, 64) == merged_shape((24, 64), (2, 12, 64))
+    assert merged_shape((3, 8, 64), (8, 3, 64)) is None  # the same sizes in another order: not a merge
+    assert merged_shape((2, 768), (2, 12, 64)) is None  # trailing axes split: heads, not tokens
+    assert merged_shape((2, 12, 64), (25, 64)) is None
+    assert common_shape((1, 12, 64), (12, 64)) == (1, 12, 64)  # broadcasting first
+
+
+class _TorchTokensFlat(torch.nn.Module):  # HF OPT's layer: the feed-forward runs on [B*T, H]
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, h):
+        shape = h.shape
+        h = h.reshape(-1, shape[-1])
+        return (h + self.fc2(torch.relu(self.fc1(self.norm(h))))).view(shape)
+
+
+class _PaddleTokens(paddle.nn.Layer):  # PaddleNLP's: on [B, T, H]
+    def __init__(self, bias_bug: float = 0.0):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = paddle.nn.LayerNorm(16), paddle.nn.Linear(16, 32), paddle.nn.Linear(32, 16)
+        self.bias_bug = bias_bug
+
+    def forward(self, h):
+        return h + self.fc2(paddle.nn.functional.relu(self.fc1(self.norm(h)))) + self.bias_bug
+
+
+def test_layers_that_see_the_tokens_flattened_on_one_side_are_compared_and_judged():
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchTokensFlat()
+    x = np.random.default_rng(0).standard_normal((2, 6, 16)).astype(np.float32)
+    clean = verify(spec_from_functions(torch_model, _PaddleTokens, lambda: (x,)), Options(device="cpu"), bisect=True)
+    assert clean.verdict == "pass", clean.first_bad
+    fc1 = next(r for r in clean.layers if r.torch == "fc1")
+    assert fc1.ratio is not None and fc1.shape == (12, 32) and "leading axes merged" in fc1.note, fc1
+    buggy = verify(spec_from_functions(torch_model, lambda: _PaddleTokens(1e-3), lambda: (x,)), Options(device="cpu"),
+                   bisect=True)
+    assert buggy.verdict == "fail" and buggy.first_bad.torch == "", buggy.first_bad  # the bug is the block's own code

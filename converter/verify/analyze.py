@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .align import LayerPair, nearest_in
-from .matching import OutputPairs, common_shape, masked_alike, pair_outputs
+from .matching import OutputPairs, common_shape, lay_out, masked_alike, merged_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .metrics import compare, join, rms
@@ -34,7 +34,7 @@ class Evidence:
 
 def laid_out(arrays: list, shapes) -> np.ndarray:
     """The arrays broadcast to `shapes` and joined (see metrics.join)."""
-    return join([a if tuple(a.shape) == s else np.broadcast_to(a, s) for a, s in zip(arrays, shapes)])
+    return join([lay_out(a, s) for a, s in zip(arrays, shapes)])
 
 
 def outputs_of(t_out: list, p_out: list) -> OutputPairs:
@@ -49,8 +49,13 @@ def _pairing_note(t_out: list, p_out: list, pairs: OutputPairs) -> str:
                      f"(torch gives {len(t_out)}, paddle {len(p_out)})")
     differ = [(list(t_out[i].shape), list(p_out[j].shape)) for i, j in zip(pairs.torch, pairs.paddle)
               if tuple(t_out[i].shape) != tuple(p_out[j].shape)]
-    if differ:
-        notes.append("compared after broadcasting: " + ", ".join(f"torch {a} vs paddle {b}" for a, b in differ))
+    merged = [(a, b) for a, b in differ if merged_shape(tuple(a), tuple(b)) is not None]
+    broadcast = [d for d in differ if d not in merged]
+    if broadcast:
+        notes.append("compared after broadcasting: " + ", ".join(f"torch {a} vs paddle {b}" for a, b in broadcast))
+    if merged:
+        notes.append("the same elements with leading axes merged, compared as the merged shape: "
+                     + ", ".join(f"torch {a} vs paddle {b}" for a, b in merged))
     return "; ".join(notes)
 
 
@@ -62,7 +67,7 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     if matmul.sum_sq.shape == tuple(shape):
         return matmul
     if common_shape(matmul.sum_sq.shape, shape) == tuple(shape):
-        return MatmulStats(np.broadcast_to(matmul.sum_sq, shape), matmul.k)
+        return MatmulStats(lay_out(matmul.sum_sq, shape), matmul.k)
     if matmul.sum_sq.size != int(np.prod(shape)):
         return None
     return MatmulStats(matmul.sum_sq.reshape(shape), matmul.k)
@@ -211,7 +216,7 @@ def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: d
         else:
             rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
                         if child.torch in r and i in r[child.torch].input_rms}
-            budget = budget_from_error(session.formats, t, np.broadcast_to(ref.input_err[i], t.shape), None, rounding)
+            budget = budget_from_error(session.formats, t, lay_out(ref.input_err[i], t.shape), None, rounding)
             diff = np.abs(got - t)
             ratio, tol = budget.ratio(diff)
             found = (ratio, tol, float(diff.max()) if diff.size else 0.0)

@@ -24,7 +24,7 @@ from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten
 from .identity import ByIdentity, view_of
 from .precision import U32
-from .matching import POSITION, VALUE, common_shape
+from .matching import POSITION, VALUE, common_shape, lay_out
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
 
 
@@ -180,7 +180,7 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
                 continue
             if tuple(got.shape) == tuple(t.shape) and np.array_equal(got, t):
                 continue
-            got, t = np.broadcast_to(got, shape), np.broadcast_to(t, shape)
+            got, t = lay_out(got, shape), lay_out(t, shape)
             if not np.array_equal(got, t):
                 found.append((m.source, got, t))
         if found:

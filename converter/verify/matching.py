@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 SAME, VALUE, MASK, POSITION, NONE = "same", "value", "mask", "position", "none"
@@ -41,11 +43,46 @@ class InputMatch:
 
 
 def common_shape(a: tuple, b: tuple) -> tuple | None:
-    """The shape both broadcast to, or None when they cannot."""
+    """The shape both are compared in: the one both broadcast to, else the one that merges the
+    other's leading axes (see merged_shape); None when there is neither."""
     try:
         return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
     except ValueError:
+        return merged_shape(tuple(a), tuple(b))
+
+
+def merged_shape(a: tuple, b: tuple) -> tuple | None:
+    """Of two shapes that differ only in that one merges the other's leading axes into one (HF
+    OPT runs its feed-forward on [B*T, H] where PaddleNLP keeps [B, T, H]: the same elements in
+    the same order), the merged one; else None."""
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    lead_a, lead_b = a[:len(a) - n], b[:len(b) - n]
+    if min(len(lead_a), len(lead_b)) != 1 or max(len(lead_a), len(lead_b)) < 2 \
+            or math.prod(lead_a) != math.prod(lead_b):
         return None
+    return a if len(a) < len(b) else b
+
+
+def lay_out(array: np.ndarray, shape: tuple) -> np.ndarray:
+    """`array` in the shape common_shape gave: as it is, merged or split along its leading axes,
+    or broadcast."""
+    shape = tuple(shape)
+    if tuple(array.shape) == shape:
+        return array
+    if array.size == math.prod(shape) and merged_shape(tuple(array.shape), shape) is not None:
+        return array.reshape(shape)
+    return np.broadcast_to(array, shape)
+
+
+def _laid_out_alike(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two arrays numpy can broadcast against each other: as they are, or the one whose leading
+    axes the other merges reshaped to match."""
+    merged = merged_shape(tuple(a.shape), tuple(b.shape))
+    if merged is None or a.size != b.size:
+        return a, b
+    return a.reshape(merged), b.reshape(merged)
 
 
 def _kind(a: np.ndarray) -> str:
@@ -68,6 +105,7 @@ def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float
         return None
     if a.size == 0 or b.size == 0:
         return 0.0 if a.size == b.size else None
+    a, b = _laid_out_alike(a, b)
     if _kind(a) != "f":
         return 0.0 if np.array_equal(*np.broadcast_arrays(a, b)) else None
     with np.errstate(invalid="ignore", over="ignore"):
@@ -139,7 +177,7 @@ def same_mask(a: np.ndarray, b: np.ndarray) -> bool:
         return False
     for flip in (False, True) if a.dtype == np.bool_ else (False,):
         ma = masked_positions(a, flip)
-        if ma is not None and np.array_equal(*np.broadcast_arrays(ma, mb)):
+        if ma is not None and np.array_equal(*np.broadcast_arrays(*_laid_out_alike(ma, mb))):
             return True
     return False
 
@@ -150,8 +188,8 @@ def fit(array: np.ndarray, shape: tuple) -> np.ndarray | None:
     shape = tuple(shape)
     if tuple(array.shape) == shape:
         return array
-    if common_shape(array.shape, shape) == shape:
-        return np.broadcast_to(array, shape)
+    if common_shape(array.shape, shape) == shape or merged_shape(tuple(array.shape), shape) is not None:
+        return lay_out(array, shape)
     if len(shape) != array.ndim:
         return None
     out = array
