@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import numbers
 import os
 import sys
 
@@ -34,8 +36,11 @@ def one_line_errors(func):
             say("error: out of memory; close other programs or convert on a larger machine")
             sys.exit(2)
         except OSError as exc:
-            say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
-                "check the paths and free disk space")
+            if exc.errno is None:  # not the operating system's: paddle raises OSError for its kernels' errors
+                say(f"error: {one_line(exc)}")
+            else:
+                say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
+                    "check the paths and free disk space")
             sys.exit(2)
         except Exception as exc:  # an internal bug: one line, the traceback only on request
             if os.environ.get("CONVERTER_DEBUG"):
@@ -57,4 +62,17 @@ def write_output(path: str | None, text: str, force: bool) -> None:
 
 
 def write_json(path: str | None, body: dict, force: bool = False) -> None:
-    write_output(path, json.dumps(body, indent=1, default=str) + "\n", force)
+    """Strict JSON: NaN and infinite numbers (a ratio over every budget, an output that is NaN)
+    are null, since parsers other than Python's refuse NaN and Infinity; the rows' verdicts say
+    what they meant."""
+    write_output(path, json.dumps(_finite_or_null(body), indent=1, default=str, allow_nan=False) + "\n", force)
+
+
+def _finite_or_null(value):
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value

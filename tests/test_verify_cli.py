@@ -185,3 +185,46 @@ def test_an_output_naming_the_specs_own_rule_file_is_refused_and_the_file_kept(t
     r = run_verify("--spec", tmp / "spec.py", "--json", rules, "--force")
     assert r.code == 2 and "is also an input" in r.stderr and "rules.json" in r.stderr, r
     assert rules.read_text() == '{"rules": []}\n'
+
+
+def test_the_json_report_is_strict_json_when_paddle_gives_nan(tmp):
+    (tmp / "nan.py").write_text(
+        "import numpy as np, paddle, torch\n"
+        "class T(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.inner = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return self.inner(x)\n"
+        "def torch_model():\n    torch.manual_seed(0)\n    return T()\n"
+        "class P(paddle.nn.Layer):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.inner = paddle.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return self.inner(x) * float('nan')\n"
+        "def paddle_model():\n    return P()\n"
+        "def inputs():\n    return (np.ones((2, 4), np.float32),)\n"
+        "mapping = None\n")
+    r = run_verify("--spec", tmp / "nan.py", "--json", tmp / "r.json", "--device", "cpu")
+    assert r.code == 1, r
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+    body = json.loads((tmp / "r.json").read_text(), parse_constant=refuse)
+    assert body["verdict"] == "fail" and body["first_bad_layer"]["ratio"] is None, body["first_bad_layer"]
+    worst = next(row for row in body["layers"] if row["torch"] == body["first_bad_layer"]["torch"])
+    assert worst["within_budget"] is False and worst["nan"] > 0, worst
+
+
+def test_an_oserror_from_a_library_gets_no_disk_hint(capsys):
+    import errno
+
+    from converter.cli_common import one_line_errors
+
+    def fails(exc):
+        @one_line_errors
+        def run():
+            raise exc
+        with pytest.raises(SystemExit) as stop:
+            run()
+        assert stop.value.code == 2
+        return capsys.readouterr().err
+    kernel = fails(OSError("(Unimplemented) CrossEntropyGradKernel is not implemented for float32"))
+    assert "not implemented for float32" in kernel and "disk" not in kernel, kernel
+    full = fails(OSError(errno.ENOSPC, "No space left on device", "out.pdparams"))
+    assert "No space left on device (out.pdparams)" in full and "free disk space" in full, full
