@@ -1,5 +1,5 @@
 """verify-port on real model pairs: every case of tests/real_models/cases.py, under each strategy,
-printed as a table (case, strategy, expected culprit, culprit named, verdict, rows without a ratio, time, diagnosis).
+printed as a table (case, strategy, expected culprit, culprit named, verdict, rows without a verdict, time, diagnosis).
 A wrong answer that a case's known verifier defect explains is marked "known"; a right one where
 that defect was expected, "fixed?". Exit 1 when any answer is wrong and not known, or known and right.
 
@@ -56,7 +56,7 @@ def main() -> int:
     strategies = args.strategy or list(STRATEGIES)
     cases = [c for c in CASES if not args.case or any(part in c.name for part in args.case)]
     print(f"{'case':34s} {'strat.':6s} {'expected culprit':48s} {'culprit named':48s} {'verdict':14s} "
-          f"{'no ratio':>8s} {'time':>6s} {'':6s} diagnosis")
+          f"{'no verd.':>8s} {'time':>6s} {'':6s} diagnosis")
     wrong, known = [], []
     for case in cases:
         for strategy in strategies:

@@ -2,7 +2,7 @@
 
 The command is invoked as the CLI invokes it (click's CliRunner on
 `converter.verify.command.verify_port`, `--json FILE`), and only the JSON report is read:
-`verdict`, `first_bad_layer.torch`, `diagnosis`, and the rows' notes.
+`verdict`, `first_bad_layer.torch`, `diagnosis`, and the rows' verdicts (`within_budget`) and notes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Outcome:
     verdict: str | None = None
     named: str | None = None  # first_bad_layer.torch
     causes: list = field(default_factory=list)
-    unjudged: int = 0  # compared pairs without a ratio
+    unjudged: int = 0  # compared pairs without a verdict
     notes: list = field(default_factory=list)  # distinct row and report notes
     error: str = ""  # stderr, or the output when no JSON was written
 
@@ -38,7 +38,7 @@ class Outcome:
         if self.verdict is None:
             return [f"no report (exit {self.exit_code}): {self.error.strip()[-300:]}"]
         if self.unjudged:  # every compared pair gets a verdict
-            out.append(f"{self.unjudged} compared pairs carry no ratio")
+            out.append(f"{self.unjudged} compared pairs carry no verdict")
         if case.clean:
             if self.exit_code != 0 or self.verdict != "pass":
                 out.append(f"clean pair: exit {self.exit_code}, verdict {self.verdict}, named {self.named!r}")
@@ -83,7 +83,8 @@ def run_case(case: Case, strategy: str) -> Outcome:
     outcome.named = (report.get("first_bad_layer") or {}).get("torch")
     outcome.causes = [d.get("cause", "") for d in report.get("diagnosis") or []]
     rows = report.get("layers") or []
-    outcome.unjudged = sum(1 for row in rows if row.get("ratio") is None)
+    # a row's verdict, not its ratio: the JSON writes an infinite ratio (over every budget) as null
+    outcome.unjudged = sum(1 for row in rows if row.get("within_budget") is None)
     notes = [row["note"] for row in rows if row.get("note")] + list(report.get("notes") or [])
     outcome.notes = list(dict.fromkeys(notes))
     outcome.error = result.stderr or ""
