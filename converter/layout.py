@@ -124,9 +124,14 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 def _flat_equal(got: np.ndarray, expected: np.ndarray) -> bool:
     """Two C-ordered arrays hold the same bytes; compared a few MiB at a time (no array of
-    booleans the size of the tensor)."""
+    booleans the size of the tensor), as 8-byte words."""
     got, expected = got.reshape(-1).view(np.uint8), expected.reshape(-1).view(np.uint8)
-    return all(np.array_equal(got[i:i + CHUNK], expected[i:i + CHUNK]) for i in range(0, got.size, CHUNK))
+    return all(np.array_equal(_words(got[i:i + CHUNK]), _words(expected[i:i + CHUNK])) for i in range(0, got.size, CHUNK))
+
+
+def _words(raw: np.ndarray) -> np.ndarray:
+    """Bytes as 8-byte words where their count allows (a compare per word is 8 times fewer steps)."""
+    return raw.view(np.uint64) if raw.size % WORD == 0 else raw
 
 
 def _check_scratch(nbytes: int) -> np.ndarray:

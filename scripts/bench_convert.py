@@ -67,6 +67,14 @@ def make_checkpoints(workdir):
     return st, bn, largest
 
 
+def convert_command():
+    """This Python's convert-weights console script (a version manager's shim found first in PATH
+    would add its own start-up to every timed run; `cp` has none)."""
+    script = os.path.join(os.path.dirname(sys.executable), "convert-weights")
+    found = script if os.path.exists(script) else shutil.which("convert-weights")
+    return found or sys.exit("convert-weights is not installed (pip install -e .)")
+
+
 def timed(cmd, env=None):
     """(wall seconds, max RSS bytes) of a command run under /usr/bin/time -v."""
     t0 = time.perf_counter()
@@ -227,7 +235,7 @@ def main():
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-convert-")
     os.makedirs(workdir, exist_ok=True)
     if args.llama_sharded:
-        conv = shutil.which("convert-weights") or sys.exit("convert-weights is not installed (pip install -e .)")
+        conv = convert_command()
         try:
             bench_llama_sharded(workdir, args.repeat, conv)
         finally:
@@ -238,7 +246,7 @@ def main():
         st, bn, largest = make_checkpoints(workdir)
         size = os.path.getsize(st)
         out = os.path.join(workdir, "out.pdparams")
-        conv = shutil.which("convert-weights") or sys.exit("convert-weights is not installed (pip install -e .)")
+        conv = convert_command()
         print(f"checkpoint: {size / MB:.0f} MiB safetensors, {os.path.getsize(bn) / MB:.0f} MiB .bin; "
               f"largest tensor {largest / MB:.0f} MiB")
 

@@ -21,6 +21,8 @@ import tempfile
 
 from ..errors import UserError, quoted
 
+BUFFER = 64 << 10  # the output file's buffer: small writes gather in it, tensor data (base.WRITE_PIECE) passes it by
+
 
 def _link_anonymous(fd: int, dst: str) -> int:
     """Give an O_TMPFILE inode a name: linkat through /proc (any user), or AT_EMPTY_PATH (root).
@@ -188,7 +190,7 @@ class AtomicOutput:
         if self._fd is None:
             self._fd, self._tmp_name = tempfile.mkstemp(prefix=_hidden_name(self.path), suffix=".partial",
                                                         dir=self.directory)
-        self.file = os.fdopen(self._fd, "wb", buffering=1 << 20)
+        self.file = os.fdopen(self._fd, "wb", buffering=BUFFER)
         return self.file
 
     def __exit__(self, exc_type, exc, tb):

@@ -54,10 +54,16 @@ def valid_bools(path: str, name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
+WRITE_PIECE = 256 << 10  # bytes per write() of tensor data; larger than the output's buffer (atomic.BUFFER)
+
+
 def write_block(file, block: np.ndarray) -> None:
-    """A C-ordered array's bytes, straight from its buffer."""
-    if block.nbytes:
-        file.write(memoryview(block.reshape(-1)).cast("B"))
+    """A C-ordered array's bytes, straight from its buffer, 256 KiB a write: the kernel backs a
+    larger write with larger page-cache folios, and on a virtual machine those cost far more per
+    byte (measured here: 16 MiB writes 4.5 s per GB, 256 KiB writes 0.35 s, after memory was freed)."""
+    raw = memoryview(block.reshape(-1)).cast("B")
+    for start in range(0, len(raw), WRITE_PIECE):
+        file.write(raw[start:start + WRITE_PIECE])
 
 
 @dataclass(frozen=True)
