@@ -10,7 +10,9 @@ import torch
 def test_every_family_names_real_classes_on_both_sides():
     from converter.families import REGISTRY
     for torch_type, family in REGISTRY.items():
-        assert hasattr(torch.nn, torch_type) or torch_type == "Conv1D", (family.name, torch_type)
+        # HF transformers' own classes (hf- families) are checked where transformers is installed
+        # (tests/real_models/test_real_models.py)
+        assert hasattr(torch.nn, torch_type) or family.name.startswith("hf-"), (family.name, torch_type)
         for paddle_type in family.paddle_types:
             assert hasattr(paddle.nn, paddle_type), (family.name, paddle_type)
 

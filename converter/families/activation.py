@@ -74,3 +74,11 @@ def recorded_variant(ctx) -> list:
 
 
 register(Family("activation", TORCH_TYPES, PADDLE_TYPES, _activation, kind="activation", what_ifs=(variant,)))
+
+# HF transformers' own activation modules (transformers/activations.py), by class name: they pair
+# with paddle's activation layers (T5 v1.1's NewGELUActivation against PaddleNLP's nn.GELU), and
+# their variant is found from what each side computes on the recorded input
+HF_TYPES = ("GELUActivation", "NewGELUActivation", "FastGELUActivation", "QuickGELUActivation", "PytorchGELUTanh",
+            "ClippedGELUActivation", "AccurateGELUActivation", "MishActivation",
+            "LinearActivation", "LaplaceActivation", "ReLUSquaredActivation")
+register(Family("hf-activation", HF_TYPES, (), kind="activation", what_ifs=(variant,)))

@@ -111,13 +111,13 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
     result.note = _pairing_note(t_out, p_out, pairs)
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
-    m = compare(*_unmasked(masked_alike(y_t, y_p), y_t, y_p))
+    m = compare(*unmasked(masked_alike(y_t, y_p), y_t, y_p))
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     return result, y_t, pairs
 
 
-def _unmasked(masked, *arrays) -> list:
+def unmasked(masked, *arrays) -> list:
     """The arrays with the positions both sides mask set to 0 (copies; as they are when None)."""
     if masked is None:
         return list(arrays)
@@ -337,7 +337,7 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
 
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
-    y_t, e_ref = _unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
+    y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
     matmul = _fitted(passes.matmul.get(pair.torch), y_t.shape)
     rounding = {f: max(pairs.of_torch(r[pair.torch].output_rms), default=0.0)
                 for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}

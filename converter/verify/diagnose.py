@@ -205,6 +205,7 @@ def diagnose(ctx) -> list[Diagnosis]:
     said = any("untransposed" in d.cause for d in found)
     for check in CHECKS + MODEL_CHECKS:
         found.extend(d for d in check(ctx) if not (said and "untransposed" in d.cause))
+    found = list({(d.layer, d.cause): d for d in found}.values())  # a family's what-if and a generic check may agree
     if not found:
         found = check_own_forward(ctx)
     if not found:

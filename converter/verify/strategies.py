@@ -19,12 +19,14 @@ import threading
 import numpy as np
 
 from .align import align, parent, shapes_fit, under
-from .analyze import Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of
+from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
+                      unmasked)
 from .forced import forced_paddle, torch_references
 from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
+from .matching import masked_alike
 from .metrics import compare, rms
 from .replay import to_numpy_list
 from ..errors import UserError
@@ -204,12 +206,15 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), shapes)
     y64 = laid_out(pairs.of_torch(references[None]), shapes)
+    masked = masked_alike(y_t, y_p)  # positions both sides mask (a position bias that carries its mask)
+    y_t, y_p, y64 = unmasked(masked, y_t, y_p, y64)
     if _implausible_drift(y_t, y64):
         _torch_deterministic(session, unit.torch, y_t, pairs, shapes)
     m = compare(y_t, y_p)
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
     result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    rounding = {f: rms(laid_out(pairs.of_torch(r), shapes), y64) for f, r in references.items() if f is not None}
+    rounding = {f: rms(unmasked(masked, laid_out(pairs.of_torch(r), shapes))[0], y64)
+                for f, r in references.items() if f is not None}
     if condition is not None and (len(shapes) != 1 or condition.size != y_t.size):
         condition = None
     budget = make_budget(session.formats, y_t, y64, None, rounding,

@@ -32,3 +32,17 @@ def test_real_pair(case, strategy):
     outcome = run_case(case, strategy)
     assert not outcome.problems(), (f"{command_line(case, strategy)}: {'; '.join(outcome.problems())}; "
                                     f"diagnosis {outcome.causes}; notes {outcome.notes[:3]}")
+
+
+def test_the_hf_layer_families_name_classes_transformers_has():
+    """The layer families keyed by HF transformers' own class names name real classes."""
+    import torch
+    import transformers.activations
+    import transformers.pytorch_utils
+
+    from converter.families import REGISTRY
+    hf = {t: f for t, f in REGISTRY.items() if f.name.startswith("hf-")}
+    assert hf, "no hf- family registered"
+    for torch_type, family in hf.items():
+        cls = getattr(transformers.activations, torch_type, None) or getattr(transformers.pytorch_utils, torch_type, None)
+        assert isinstance(cls, type) and issubclass(cls, torch.nn.Module), (family.name, torch_type)
