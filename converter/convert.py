@@ -14,7 +14,7 @@ from .errors import CheckFailed, UserError, one_line
 from .io import open_sink_format, open_source
 from .io.atomic import AtomicOutput, check_outputs
 from .io.base import Source, TensorInfo
-from .layout import bit_equal, bits
+from .layout import bit_equal, bits, row_blocks
 from .pipeline import BoundedWorkers
 from .rules import MappingPlan, build_plan, resolve_mapping
 from .rules.plan import TargetEntry
@@ -45,6 +45,7 @@ class ConversionResult:
 
 
 WRITEBACK_EVERY = 64 << 20  # start the kernel's writeback this often, so the final fsync is short
+CHECK_WINDOW = 32 << 20  # bytes of the written file mapped and compared at a time
 
 
 class _ReadCache:
@@ -91,31 +92,43 @@ def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None
     return build_plan(source.infos, ruleset, targets, dtypes.canonical(dtype) if dtype else None)
 
 
-def compare_entry(entry: TargetEntry, info: TensorInfo, got: np.ndarray, read) -> str | None:
-    """None when `got` holds exactly the plan's tensor, else why not. Recomputes the tensor from
-    views of the source (a transposed one laid out in bands), apart from the writer's copies."""
-    if tuple(got.shape) != tuple(entry.shape) or dtypes.storage(entry.dtype) != got.dtype:
-        return f"'{info.name}': wrote {got.dtype}{list(got.shape)}, planned {entry.dtype}{list(entry.shape)}"
+def compare_rows(entry: TargetEntry, info: TensorInfo, got: np.ndarray, rows, read) -> str | None:
+    """None when `got`, the written tensor's `rows` (a slice of its first axis, or `...`: all of
+    it), holds exactly those rows of the plan's tensor, else why not (with the index in the whole
+    tensor). Recomputes them from views of the source, apart from the writer's copies."""
+    start, stop = (rows.start, rows.stop) if isinstance(rows, slice) else (0, None)
     offset = 0
     for part in entry.parts:
-        expected = dtypes.cast(part.apply(read(part.source)), entry.source_dtype, entry.dtype)
-        block = got
-        if entry.merge_axis is not None:
-            index = [slice(None)] * got.ndim
-            size = expected.shape[entry.merge_axis]
-            index[entry.merge_axis] = slice(offset, offset + size)
-            offset += size
-            block = got[tuple(index)]
+        view = part.apply(read(part.source))
+        corner = [start] + [0] * (got.ndim - 1)
+        index = [slice(None)] * got.ndim
+        if entry.merge_axis == 0:  # the part's rows that fall in this window
+            first, offset = offset, offset + view.shape[0]
+            low, high = max(start, first), offset if stop is None else min(stop, offset)
+            if low >= high:
+                continue
+            index[0], corner[0] = slice(low - start, high - start), low
+            expected = view[low - first:high - first]
+        else:
+            expected = view[rows]
+            if entry.merge_axis is not None:
+                size = view.shape[entry.merge_axis]
+                index[entry.merge_axis], corner[entry.merge_axis] = slice(offset, offset + size), offset
+                offset += size
+        expected = dtypes.cast(expected, entry.source_dtype, entry.dtype)
+        block = got[tuple(index)]
         if not bit_equal(block, expected):
-            diff = np.argwhere(bits(block) != bits(expected))
-            return f"'{info.name}': differs from source '{part.source}' at index {tuple(int(i) for i in diff[0])}"
+            diff = np.argwhere(bits(block) != bits(expected))[0]
+            at = tuple(int(i) + c for i, c in zip(diff, corner))
+            return f"'{info.name}': differs from source '{part.source}' at index {at}"
     return None
 
 
 class ReadBack:
     """Reads each tensor back from the output file as soon as it is written, and compares it bit
     for bit with its source under the plan, on two worker threads while the next ones are
-    produced (the comparison of a transposed tensor is the slowest step of a conversion)."""
+    produced (the comparison of a transposed tensor is the slowest step of a conversion). The
+    file is mapped a window of rows at a time, so that a large tensor is never mapped whole."""
 
     def __init__(self, path: str, plan: MappingPlan, source: Source):
         self.fd = os.open(path, os.O_RDONLY)
@@ -127,19 +140,34 @@ class ReadBack:
         self.checker.submit(info.nbytes, info, offset)
 
     def _check(self, info: TensorInfo, offset: int) -> str | None:
-        start = offset - offset % mmap.ALLOCATIONGRANULARITY
-        if info.nbytes == 0:
-            got = np.empty(info.shape, dtype=dtypes.storage(info.dtype))
-            return compare_entry(self.table[info.name], info, got, self.source.read)
-        view = mmap.mmap(self.fd, offset + info.nbytes - start, offset=start, access=mmap.ACCESS_READ)
-        got = np.frombuffer(view, dtype=dtypes.storage(info.dtype), count=info.numel,
-                            offset=offset - start).reshape(info.shape)
+        entry = self.table[info.name]
+        if tuple(info.shape) != tuple(entry.shape) or info.dtype != entry.dtype:
+            return f"'{info.name}': wrote {info.describe()}, planned {entry.dtype}{list(entry.shape)}"
+        row_bytes = info.nbytes // info.shape[0] if info.shape and info.shape[0] else 0
         try:
-            return compare_entry(self.table[info.name], info, got, self.source.read)
+            for rows in row_blocks(info.shape, dtypes.itemsize(info.dtype), CHECK_WINDOW):
+                begin = offset + (rows.start * row_bytes if isinstance(rows, slice) else 0)
+                end = offset + (rows.stop * row_bytes if isinstance(rows, slice) else info.nbytes)
+                why = self._check_window(entry, info, rows, begin, end)
+                if why:
+                    return why
+            return None
+        finally:
+            for part in entry.parts:
+                self.source.release(part.source)
+
+    def _check_window(self, entry: TargetEntry, info: TensorInfo, rows, begin: int, end: int) -> str | None:
+        dtype = dtypes.storage(info.dtype)
+        shape = (rows.stop - rows.start, *info.shape[1:]) if isinstance(rows, slice) else info.shape
+        if end == begin:
+            return compare_rows(entry, info, np.empty(shape, dtype=dtype), rows, self.source.read)
+        start = begin - begin % mmap.ALLOCATIONGRANULARITY
+        view = mmap.mmap(self.fd, end - start, offset=start, access=mmap.ACCESS_READ)
+        got = np.frombuffer(view, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=begin - start).reshape(shape)
+        try:
+            return compare_rows(entry, info, got, rows, self.source.read)
         finally:
             del got
-            for part in self.table[info.name].parts:
-                self.source.release(part.source)
             try:
                 view.close()
             except BufferError:  # an error's traceback still holds the array; the mapping goes with it

@@ -8,12 +8,13 @@ instead and dealing each word out to its rows afterwards is faster still (about 
 Comparing a transposed view with a C-ordered array lays the transposed side out a window of
 rows at a time, in bands, with a loop of its own, and compares bytes.
 
-`row_blocks` cuts a tensor into slabs of whole leading-axis rows, so that a writer can lay out,
-write and check a large tensor a few MiB at a time.
+`row_blocks` cuts a tensor into slabs of whole leading-axis rows, so that a large tensor is laid
+out, written, and read back and checked a few MiB at a time.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -76,14 +77,15 @@ def contiguous(a: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray
     return out
 
 
-def row_blocks(a: np.ndarray, nbytes: int) -> list:
-    """Indexes that cut `a` into slabs of whole rows of its first axis, about `nbytes` each
-    (one row at least; `...`, the whole array, when it is small or has no axis)."""
-    if a.ndim == 0 or a.nbytes <= nbytes:
+def row_blocks(shape: tuple[int, ...], itemsize: int, nbytes: int) -> list:
+    """Indexes that cut a tensor of `shape` into slabs of whole rows of its first axis, about
+    `nbytes` each (one row at least; `...`, the whole tensor, when it is small or has no axis)."""
+    total = math.prod(shape) * itemsize
+    if not shape or total <= nbytes:
         return [...]
-    rows = max(1, nbytes // (a.nbytes // a.shape[0]))
+    rows = max(1, nbytes // (total // shape[0]))
     rows -= rows % WORD if rows > WORD else 0  # slabs of a transpose in whole words (see _transpose_words)
-    return [slice(i, i + rows) for i in range(0, a.shape[0], rows)]
+    return [slice(i, min(i + rows, shape[0])) for i in range(0, shape[0], rows)]
 
 
 def c_order_blocks(infos, produce, nbytes: int | None = None):
@@ -99,7 +101,7 @@ def c_order_blocks(infos, produce, nbytes: int | None = None):
     def slabs():
         for info in infos:
             array = produce(info)
-            index = row_blocks(array, nbytes)
+            index = row_blocks(array.shape, array.itemsize, nbytes)
             for k, rows in enumerate(index):
                 yield info, array[rows], k == len(index) - 1
 

@@ -94,14 +94,15 @@ def _rules(tmp, rules):
 def _state():
     torch.manual_seed(0)
     return {"w": torch.randn(300, 70), "fused": torch.randn(90, 40), "a": torch.randn(20, 30), "b": torch.randn(25, 30),
-            "h": torch.randn(50, 60).to(torch.bfloat16), "mask": torch.rand(40, 30) > 0.5,
-            "step": torch.tensor(7), "empty": torch.zeros(0, 5)}
+            "c": torch.randn(12, 9), "d": torch.randn(12, 14), "h": torch.randn(50, 60).to(torch.bfloat16),
+            "mask": torch.rand(40, 30) > 0.5, "step": torch.tensor(7), "empty": torch.zeros(0, 5)}
 
 
 RULES = [{"kind": "transpose", "key": "w"}, {"kind": "transpose", "key": "h"}, {"kind": "transpose", "key": "mask"},
          {"kind": "split", "key": "fused", "to": ["q", "k", "v"], "axis": 0},
          {"kind": "transpose", "match": "fused"},
-         {"kind": "merge", "match": ["a", "b"], "to": "ab", "axis": 0}]
+         {"kind": "merge", "match": ["a", "b"], "to": "ab", "axis": 0},
+         {"kind": "merge", "match": ["c", "d"], "to": "cd", "axis": 1}]
 
 
 def _numpy(state):
@@ -114,12 +115,15 @@ def _expected(state):
     n = _numpy(state)
     fused = n["fused"]
     return {"w": n["w"].T, "h": n["h"].T, "mask": n["mask"].T, "q": fused[:30].T, "k": fused[30:60].T,
-            "v": fused[60:].T, "ab": np.concatenate([n["a"], n["b"]]), "step": n["step"], "empty": n["empty"]}
+            "v": fused[60:].T, "ab": np.concatenate([n["a"], n["b"]]), "cd": np.concatenate([n["c"], n["d"]], axis=1),
+            "step": n["step"], "empty": n["empty"]}
 
 
 @pytest.mark.parametrize("suffix", [".pdparams", ".safetensors"])
 def test_a_conversion_in_tiny_blocks_is_bit_exact(tmp, monkeypatch, suffix):
+    from converter import convert
     monkeypatch.setattr(layout, "BLOCK", 256)
+    monkeypatch.setattr(convert, "CHECK_WINDOW", 300)
     state = _state()
     torch.save(state, tmp / "m.pt")
     r = run_convert(tmp / "m.pt", tmp / f"o{suffix}", "--mapping", _rules(tmp, RULES))
@@ -155,4 +159,29 @@ def test_a_flipped_bit_in_a_middle_block_fails_the_check(tmp, monkeypatch):
     r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", _rules(tmp, [{"kind": "transpose", "key": "w"}]))
     assert r.code == 1, r
     assert "'w': differs from source 'w' at index (" in r.stderr
+    assert not (tmp / "o.pdparams").exists()
+
+
+@pytest.mark.parametrize("name, index", [("w", (40, 150)), ("ab", (19, 29)), ("ab", (20, 0)), ("ab", (44, 3)),
+                                         ("cd", (5, 11)), ("cd", (11, 0)), ("h", (59, 49))])
+def test_the_check_names_the_flipped_element_in_any_window(tmp, monkeypatch, name, index):
+    """The file is read back 400 bytes of rows at a time (3 rows of 'ab', so that rows 18 to 20
+    straddle its two parts): a flipped bit is found in whichever window and merged part it
+    falls, and named by its index in the whole tensor."""
+    from converter import convert
+    from converter.rules.plan import TargetEntry
+    monkeypatch.setattr(convert, "CHECK_WINDOW", 400)
+    original = TargetEntry.compute
+
+    def corrupt(self, read):
+        array = np.ascontiguousarray(original(self, read))
+        if self.name == name:
+            array = array.copy()
+            array.view(f"u{array.itemsize}")[index] ^= 1
+        return array
+    monkeypatch.setattr(TargetEntry, "compute", corrupt)
+    torch.save(_state(), tmp / "m.pt")
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", _rules(tmp, RULES))
+    assert r.code == 1, r
+    assert f"'{name}': differs from source " in r.stderr and f"at index {index}" in r.stderr, r.stderr
     assert not (tmp / "o.pdparams").exists()
