@@ -171,3 +171,58 @@ def test_layers_that_see_the_tokens_flattened_on_one_side_are_compared_and_judge
     buggy = verify(spec_from_functions(torch_model, lambda: _PaddleTokens(1e-3), lambda: (x,)), Options(device="cpu"),
                    bisect=True)
     assert buggy.verdict == "fail" and buggy.first_bad.torch == "", buggy.first_bad  # the bug is the block's own code
+
+
+class _TorchEnc(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class _PaddleEnc(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.lin = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x) * 1.001  # the bug, in the encoder's own code
+
+
+class _TorchEncDec(torch.nn.Module):  # the decoder starts on its own input and reads the encoder last
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec_in, self.cross = _TorchEnc(), torch.nn.Linear(8, 8), torch.nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        return self.cross(torch.cat([self.dec_in(y), self.enc(x)], -1))
+
+
+class _PaddleEncDec(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec_in, self.cross = _PaddleEnc(), paddle.nn.Linear(8, 8), paddle.nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        return self.cross(paddle.concat([self.dec_in(y), self.enc(x)], -1))
+
+
+def test_binary_search_looks_back_when_the_unit_it_finds_only_inherited_the_error():
+    """Badness does not persist through a decoder that reads the encoder only at its end: the
+    search finds the cross layer, whose own error is within budget, and probes the earlier
+    units for the one the error came from."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchEncDec()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
+    spec = spec_from_functions(torch_model, _PaddleEncDec, lambda: (x, y))
+    for strategy in ("full", "binary"):
+        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
+        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)

@@ -252,21 +252,39 @@ class BinarySearch:
             bad, probes[index] = self._probe(session, units[index])
             search.step(bad)
         found = search.lo if search.lo < len(units) else None
-        self.probed = [probes[i] for i in sorted(probes)]
         self.outputs = probes.get(len(units) - 1)  # the model itself: the last unit
         if found is None:
+            self.probed = [probes[i] for i in sorted(probes)]
             return self.probed, None
-        unit = units[found]
+        results, bad = self._inside(session, units[found])
+        while bad is None:
+            # nothing inside the unit is over budget, nor its own code: the error came in with its
+            # inputs, from an earlier unit that the units between do not read (T5's decoder starts
+            # on its own embedding and reads the encoder only in its cross-attention). Badness
+            # does not persist there, so the earlier units not yet probed are probed in order.
+            earlier = next((i for i in range(found) if i not in probes and self._probe_at(session, i, probes)), None)
+            if earlier is None:
+                bad = probes[found]
+                bad.ratio = max(bad.ratio or 0.0, 1.0 + 1e-9)
+                add_note(bad, "over budget at this unit's boundary, with no layer inside it over budget")
+                results = results + [bad]
+                break
+            found = earlier
+            results, bad = self._inside(session, units[found])
+        self.probed = [probes[i] for i in sorted(probes)]
+        return results, bad
+
+    def _probe_at(self, session, index: int, probes: dict) -> bool:
+        bad, probes[index] = self._probe(session, self.units[index])
+        return bad
+
+    def _inside(self, session, unit):
+        """Full capture of one unit: (its results, the first over budget or None)."""
         full = FullCapture()
         results = full.run(session, (unit.torch, unit.paddle))
         self.passes += full.passes
         self.calls, self.pairs = full.calls, full.pairs
-        bad = first_bad(results)
-        if bad is None:  # the unit's own boundary is over budget though no layer inside is
-            bad = probes[found]
-            bad.ratio = max(bad.ratio or 0.0, 1.0 + 1e-9)
-            results = results + [bad]
-        return results, bad
+        return results, first_bad(results)
 
 
 def choose(strategy: str, limit_bytes: int):
