@@ -173,6 +173,14 @@ def spec_line(exc: BaseException, path: str) -> str:
     return f" (line {frames[-1].lineno})" if frames else ""
 
 
+def failure(exc: BaseException, path: str) -> str:
+    """One line for an exception raised while running a spec's code: its type, its message
+    (200 characters at most) and where: the spec's line, else the file and line that raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    where = spec_line(exc, path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}{where}"
+
+
 def load_spec(path: str) -> PortSpec:
     if not os.path.isfile(path):
         raise UserError(f"spec file '{path}' does not exist")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +63,7 @@ BACKWARD_HINT = "the model or the loss computes something its framework cannot d
 def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
     """What the spec's models (and losses, in their backward) raise on step k's batch is bad input:
     one line saying what failed, on which batch, and at which line of the spec."""
-    from ..spec import spec_line
+    from ..spec import failure, spec_line
     try:
         yield
     except (UserError, KeyboardInterrupt, MemoryError):
@@ -74,12 +72,10 @@ def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
         raise UserError(f"spec '{tspec.path}': {what} called sys.exit({exc.code!r}) on {tspec.batch_name(k)}"
                         f"{spec_line(exc, tspec.path)}; a model must return its outputs") from None
     except Exception as exc:
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        where = spec_line(exc, tspec.path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
         hint = hint or ("the batches must fit the models as inputs() does" if tspec.has["batches"]
                         else "fix the model or inputs()")
-        raise UserError(f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:200]}{where}; {hint}") from None
+        raise UserError(f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {failure(exc, tspec.path)}; "
+                        f"{hint}") from None
 
 
 def float_outputs(out, framework: str) -> list:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,12 +55,8 @@ def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or th
         raise UserError(f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
                         f"{spec_line(exc, spec_path)}; a forward must return its outputs") from None
     except Exception as exc:
-        from ..spec import spec_line
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        first = " ".join(str(exc).split())[:200]
-        where = spec_line(exc, spec_path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
-        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {type(exc).__name__}: {first}"
-                        f"{where}; {hint}") from None
+        from ..spec import failure
+        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}") from None
 
 
 def _keys_off(missing, unexpected) -> str:
