@@ -47,6 +47,8 @@ FAMILIES = {
     # encoder-decoder with relative attention bias: v1.0 (ReLU, head tied to the embeddings) and v1.1 (gated GELU, untied)
     "t5": Family("t5", F.t5_torch, F.t5_paddle, F.t5_inputs, "t5", False),
     "t5-untied": Family("t5-untied", F.t5_untied_torch, F.t5_untied_paddle, F.t5_inputs, "t5", False),
+    # HF runs the feed-forward on [B*T, H], PaddleNLP on [B, T, H]; HF's mask needs float64 as torch's default dtype
+    "opt": Family("opt", F.opt_torch, F.opt_paddle, F.opt_inputs, "opt", False),
 }
 
 
@@ -277,6 +279,29 @@ def _t5_cross_attention_without_residual(self, hidden_states, key_value_states, 
     return (self.dropout(out[0]),) + out[1:]  # hidden_states + ... forgotten
 
 
+def _opt_layer_without_ffn_residual(self, tgt, memory, tgt_mask=None, use_cache=False, cache=None,
+                                    output_attentions=False):
+    """PaddleNLP OPT's decoder layer (pre-norm, without a cache) with the feed-forward's residual forgotten."""
+    h = tgt + self.dropout1(self.self_attn(self.norm1(tgt), None, None, tgt_mask)[0])
+    return self.dropout2(self.linear2(self.activation(self.linear1(self.norm2(h)))))  # + h forgotten
+
+
+def _opt_attention_unscaled(self, query, key, value, attn_mask=None, use_cache=False, cache=None):
+    """PaddleNLP OPT's attention (without a cache) with the logits left unscaled."""
+    paddle = _paddle()
+    q, k, v, _ = self._prepare_qkv(query, query, query, False, None)
+    product = paddle.matmul(q, k, transpose_y=True)  # * head_dim ** -0.5 forgotten
+    if attn_mask is not None:
+        product = product + attn_mask
+    weights = paddle.nn.functional.softmax(product)
+    out = paddle.matmul(weights, v).transpose([0, 2, 1, 3])
+    return self.out_proj(out.reshape([0, 0, -1])), weights
+
+
+def _opt_gelu(model):
+    model.decoder.layers[0].activation = _paddle().nn.GELU()  # torch: ReLU
+
+
 def _t5_exact_gelu(model):
     model.t5.decoder.block[0].layer[2].DenseReluDense.gelu_act = _paddle().nn.GELU()  # torch: gelu_new (tanh)
 
@@ -301,6 +326,7 @@ CLEAN = [
     Case("deberta-clean", "deberta", ""),
     Case("t5-clean", "t5", ""),
     Case("t5-untied-clean", "t5-untied", ""),
+    Case("opt-clean", "opt", ""),
 ]
 
 BUGS = [
@@ -376,6 +402,17 @@ BUGS = [
     Case("t5-untied-dropped-residual-block-0", "t5-untied", "the first cross-attention's residual is dropped",
          "decoder.block.0.layer.1", "own forward",
          plant=lambda m: _forward(m.t5.decoder.block[0].layer[1], _t5_cross_attention_without_residual)),
+    Case("opt-layernorm-epsilon", "opt", "the FFN's LayerNorm built with epsilon 1e-3 (torch: 1e-5)",
+         "decoder.layers.1.final_layer_norm", "epsilon",
+         plant=lambda m: _set_epsilon(m.decoder.layers[1].norm2, "_epsilon", 1e-3)),
+    Case("opt-activation-gelu", "opt", "the FFN's activation is GELU (OPT uses ReLU)", "decoder.layers.0.activation_fn",
+         "activation variant", plant=_opt_gelu),
+    Case("opt-dropped-residual", "opt", "the feed-forward's residual is dropped", "decoder.layers.1", "own forward",
+         plant=lambda m: _forward(m.decoder.layers[1], _opt_layer_without_ffn_residual)),
+    Case("opt-attention-unscaled", "opt", "attention logits not scaled at all", "decoder.layers.0.self_attn", "scale",
+         plant=lambda m: _forward(m.decoder.layers[0].self_attn, _opt_attention_unscaled)),
+    Case("opt-no-causal-mask", "opt", "attention gets a mask that hides nothing", "decoder.layers.1.self_attn",
+         "causal", plant=lambda m: _attention_without_causal_mask(m.decoder.layers[1].self_attn, "attn_mask")),
 ]
 
 

@@ -224,3 +224,34 @@ def t5_inputs(explicit_positions: bool) -> dict:
     """Encoder and decoder tokens; relative positions only, so no position ids."""
     decoder = np.random.default_rng(SEED + 1).integers(1, VOCAB, (BATCH, DECODER_SEQ)).astype("int64")
     return {"input_ids": token_ids(), "decoder_input_ids": decoder}
+
+
+# ---- OPT: HF OPTModel -> PaddleNLP OPTModel (mapping "opt")
+
+OPT = dict(vocab_size=VOCAB, hidden_size=HIDDEN, word_embed_proj_dim=HIDDEN, num_hidden_layers=LAYERS,
+           num_attention_heads=HEADS, ffn_dim=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS,
+           dropout=0.0, attention_dropout=0.0, use_cache=False)  # the hidden states only, as PaddleNLP's
+
+
+def _opt_config(**config):
+    return _hf().OPTConfig(**dict(OPT, **config))
+
+
+def opt_torch(**config):
+    return randomize(_hf().OPTModel(_opt_config(**config)))
+
+
+def opt_paddle(**config):
+    """The port's config is HF's translated by converter.hfconfig, as for T5."""
+    from converter.hfconfig import translate_config
+    nlp = _nlp()
+    _paddle_seeded()
+    translated = translate_config(_opt_config(**config).to_dict()).config
+    return nlp.OPTModel(nlp.OPTConfig(**translated)).eval()
+
+
+def opt_inputs(explicit_positions: bool) -> dict:
+    """Token ids and an attention mask (both sides derive the learned positions from it; neither
+    takes position ids)."""
+    ids = token_ids()
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
