@@ -82,8 +82,34 @@ def test_an_activation_class_no_family_covers_is_diagnosed_by_what_it_computes()
     x = (np.random.default_rng(0).standard_normal((4, 8)) * 2).astype(np.float32)
     report = verify(spec_from_functions(torch_model, _Paddle, lambda: (x,)), Options(device="cpu"), bisect=True)
     assert report.first_bad.torch == "act"
-    assert any("GELU (tanh approximation)" in d.cause and "GELU (exact" in d.cause for d in report.diagnosis), \
-        report.diagnosis
+    assert any("GELU (tanh approximation)" in d.cause and "GELU (exact" in d.cause and "approximate=False" in d.hint
+               for d in report.diagnosis), report.diagnosis
+
+
+class _PaddleRelu(paddle.nn.Layer):
+    def forward(self, x):
+        return paddle.nn.functional.relu(x)
+
+
+class _PaddleWithRelu(_Paddle):
+    def __init__(self):
+        super().__init__()
+        self.act = _PaddleRelu()
+
+
+def test_another_activation_gets_a_hint_to_compute_torchs():
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _Torch()
+    x = (np.random.default_rng(0).standard_normal((4, 8)) * 2).astype(np.float32)
+    report = verify(spec_from_functions(torch_model, _PaddleWithRelu, lambda: (x,)), Options(device="cpu"), bisect=True)
+    found = [d for d in report.diagnosis if "activation variant" in d.cause]
+    assert found and "paddle computes ReLU where torch computes GELU (exact, erf)" in found[0].cause, report.diagnosis
+    assert "compute GELU (exact, erf) in paddle" in found[0].hint and "approximate" not in found[0].hint, found[0]
 
 
 def _signatures():

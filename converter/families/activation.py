@@ -66,10 +66,10 @@ def recorded_variant(ctx) -> list:
     t_name, p_name = _best(candidates, ev.y_torch.ravel()), _best(candidates, ev.y_local.ravel())
     if not t_name or not p_name or t_name == p_name:
         return []
-    hint = {"GELU (tanh approximation)": "use paddle.nn.GELU(approximate=False) (the default) or "
-                                         "F.gelu(x, approximate=False)",
-            "GELU (exact, erf)": "use paddle.nn.GELU(approximate=True) or F.gelu(x, approximate=True)"}.get(
-        p_name, f"compute {t_name} in paddle, as torch does")
+    gelu_form = {"GELU (exact, erf)": "use paddle.nn.GELU(approximate=False) (the default) or "
+                                      "F.gelu(x, approximate=False)",
+                 "GELU (tanh approximation)": "use paddle.nn.GELU(approximate=True) or F.gelu(x, approximate=True)"}
+    hint = gelu_form[t_name] if {t_name, p_name} <= set(gelu_form) else f"compute {t_name} in paddle, as torch does"
     return [Diagnosis(ctx.name, f"activation variant: paddle computes {p_name} where torch computes {t_name}", hint)]
 
 
