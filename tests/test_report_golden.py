@@ -44,3 +44,13 @@ def test_report_matches_its_golden_file(report, name):
 def test_masking_keeps_words_and_paths():
     assert mask("encoder.layer.0.output  Linear  2x16x64  1.20e-04  ratio 0.356 (full, 2 paired)\n-----") == \
         "encoder.layer.0.output Linear 2x16x64 # ratio # (full, # paired)\n---\n"
+
+
+def test_a_cut_table_says_which_rows_it_shows(report):
+    from converter.verify.report import render_text
+    text = render_text(report, max_rows=5)
+    lines = text.splitlines()
+    table = lines[2:lines.index(next(line for line in lines if line.startswith("(rows ")))]
+    assert len(table) == 5 and any(line.startswith(">> " + report.first_bad.torch) for line in table), table
+    assert f"of {len(report.layers)} shown; --rows {len(report.layers)} shows all" in text
+    assert "shown;" not in render_text(report, max_rows=1000)

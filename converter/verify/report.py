@@ -124,16 +124,21 @@ def _rows(report: Report) -> list[tuple]:
 
 def render_text(report: Report, max_rows: int = 60) -> str:
     rows = _rows(report)
+    total, left_out = len(rows), ""
     if len(rows) > max_rows:  # keep the first bad layer and its neighbours in view
-        idx = report.layers.index(report.first_bad) if report.first_bad else 0
+        idx = report.layers.index(report.first_bad) if report.first_bad in report.layers else 0
         lo = max(0, min(idx - max_rows // 2, len(rows) - max_rows))
         rows = rows[lo:lo + max_rows]
+        left_out = (f"(rows {lo + 1} to {lo + len(rows)} of {total} shown; --rows {total} shows all, "
+                    "--json and --html hold every row)")
     widths = [max(len(COLUMNS[i]), *(len(row[i]) for row in rows)) if rows else len(COLUMNS[i]) for i in range(len(COLUMNS))]
     widths[0] = min(widths[0], 70)
     fmt = lambda row: "  ".join(str(c)[:widths[i]].ljust(widths[i]) if i < 3 else str(c).rjust(widths[i])
                                 for i, c in enumerate(row))
     lines = [fmt(("   " + COLUMNS[0],) + COLUMNS[1:]), "-" * (sum(widths) + 2 * (len(widths) - 1))]
     lines += [fmt(row) for row in rows]
+    if left_out:
+        lines.append(left_out)
     lines.append("")
     return "\n".join(lines + summary_lines(report))
 
