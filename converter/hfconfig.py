@@ -118,9 +118,11 @@ FAMILIES: dict[str, Family] = {
                       implied={"router_jitter_noise": (0.0,)}),
     "t5": Family("t5", "t5", _heads("T5", "Model", "ForConditionalGeneration", "EncoderModel"),
                  frozenset({"d_ff", "d_kv", "d_model", "dropout_rate", "initializer_factor", "layer_norm_epsilon",
-                            "num_decoder_layers", "num_heads", "num_layers", "relative_attention_max_distance",
-                            "relative_attention_num_buckets", "vocab_size"}),
+                            "num_decoder_layers", "num_heads", "num_layers", "relative_attention_num_buckets",
+                            "vocab_size"}),
                  values={"feed_forward_proj": _same_names("relu", "gated-gelu", "gated-silu")},
+                 # PaddleNLP 2.8.1's config takes it, but its compute_bias never passes it on: always 128
+                 implied={"relative_attention_max_distance": (128,)},
                  ignored=frozenset({"dense_act_fn", "is_gated_act", "n_positions"}),  # HF derives the first two
                  tied_head="lm_head.weight"),
     "opt": Family("opt", "opt", _heads("OPT", "Model", "ForCausalLM"),

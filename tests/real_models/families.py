@@ -204,11 +204,12 @@ def t5_torch(untied: bool = False, **config):
 
 def t5_paddle(untied: bool = False, **config):
     """The port's config is HF's translated field by field (converter.hfconfig), as convert-weights
-    writes it for a model directory."""
+    writes it for a model directory; forced, so that a field PaddleNLP ignores (a max distance
+    other than 128, which the translation refuses) is copied and the port shows what it does."""
     from converter.hfconfig import translate_config
     nlp = _nlp()
     _paddle_seeded()
-    translated = translate_config(_t5_config(untied, **config).to_dict()).config
+    translated = translate_config(_t5_config(untied, **config).to_dict(), force=True).config
     return nlp.T5ForConditionalGeneration(nlp.T5Config(**translated)).eval()
 
 
