@@ -21,7 +21,7 @@ import tempfile
 
 from ..errors import UserError, quoted
 
-BUFFER = 64 << 10  # the output file's buffer: small writes gather in it, tensor data (base.WRITE_PIECE) passes it by
+BUFFER = 16 << 10  # the output file's buffer: small writes gather in it, tensor data (base.WRITE_PIECE) passes it by
 
 
 def _link_anonymous(fd: int, dst: str) -> int:
