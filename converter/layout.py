@@ -113,7 +113,11 @@ def c_order_blocks(infos, produce, nbytes: int | None = None):
         out = buffer[:view.nbytes].view(view.dtype).reshape(view.shape)
         return info, contiguous(view, out, scratch), last, buffer
 
-    for info, block, last, buffer in prefetch(lay_out, slabs(), lambda item: item[1].nbytes):
+    def held(item):  # a slab laid out holds a whole buffer: the buffers in use stay within the slack (and one in hand)
+        view = item[1]
+        return view.nbytes if view.flags.c_contiguous else max(view.nbytes, nbytes)
+
+    for info, block, last, buffer in prefetch(lay_out, slabs(), held):
         yield info, block, last
         if buffer is not None and buffer.size == nbytes:
             spare.append(buffer)
