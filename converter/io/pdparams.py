@@ -96,17 +96,18 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     to the file straight from its buffer, one tensor in memory at a time. paddle.load and
     pickle.load read it as a plain dict of numpy arrays."""
     check_names(infos)
-    file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
+    position = file.tell() + file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT; counted, not asked of the file
     offset = None
     for info, block, last in c_order_blocks(infos, produce):
         if offset is None:
-            file.write(_unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes))
-            offset = file.tell()
+            position += file.write(_unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes))
+            offset = position
         write_block(file, block)
+        position += block.nbytes
         if last:
             if on_data is not None:
                 on_data(info, offset)
-            file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
+            position += file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
             offset = None
             if progress is not None:
                 progress(info.nbytes)

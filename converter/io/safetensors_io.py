@@ -158,11 +158,12 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    offset = None
+    position, offset = file.tell(), None
     for info, block, last in c_order_blocks(infos, produce):
         if offset is None:
-            offset = file.tell()
+            offset = position
         write_block(file, block)
+        position += block.nbytes
         if last:
             if on_data is not None:
                 on_data(info, offset)
