@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ..errors import UserError
 from ..io.base import TensorInfo
 from .plan import MappingPlan, build_plan
-from .ruleset import RuleSet, resolve_mapping, shipped_mappings
+from .ruleset import RuleIndex, RuleSet, resolve_mapping, shipped_mappings
 
 SHOWN = 5  # unmapped keys named in the message when nothing fits
 
@@ -59,17 +59,14 @@ def _quoted(names: list[str]) -> str:
     return ", ".join(f"'{n}'" for n in names)
 
 
-def _naming_hits(ruleset: RuleSet, key: str) -> list[int]:
-    return [i for i, rule in enumerate(ruleset.rules) if rule.group == "naming" and rule.match(key) is not None]
-
-
 def try_ruleset(infos: dict[str, TensorInfo], ruleset: RuleSet) -> Trial:
     """The keys `ruleset` leaves unmapped, how many of its rules the keys use, and its plan when it fits."""
     unmapped, used = [], set()
     keeps = ruleset.unmatched == "keep"
+    index = RuleIndex(ruleset.rules)
     for key in infos:
-        hits = _naming_hits(ruleset, key)
-        used.update(hits)
+        hits = index.matching(key, "naming")
+        used.update(rule.where for rule, _ in hits)
         if not hits and not keeps:
             unmapped.append(key)
     trial = Trial(ruleset, sorted(unmapped), len(used))

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError
 from ..io.base import TensorInfo
-from .ruleset import RuleSet
+from .ruleset import RuleIndex, RuleSet
 
 
 @dataclass(frozen=True)
@@ -96,17 +96,12 @@ class _Builder:
     def __init__(self, sources: dict[str, TensorInfo], ruleset: RuleSet):
         self.sources = sources
         self.ruleset = ruleset
+        self.index = RuleIndex(ruleset.rules)
         self.problems: list[str] = []
 
     def claim(self, key: str, group: str):
         """The one rule of `group` that matches `key`: None when none does, False when several do."""
-        hits = []
-        for rule in self.ruleset.rules:
-            if rule.group != group:
-                continue
-            found = rule.match(key)
-            if found is not None:
-                hits.append((rule, found))
+        hits = self.index.matching(key, group)
         if len(hits) > 1:
             self.problems.append(f"source '{key}' matches {len(hits)} {group} rules ({'; '.join(r.where for r, _ in hits)}); "
                                  "make the patterns exclusive")

@@ -99,6 +99,50 @@ class Rule:
         return "".join(p if isinstance(p, str) else (match.group(p[0]) or "") for p in pieces)
 
 
+class RuleIndex:
+    """The rules of each group that match a key, found in one pass over the key: an RE2 set of the
+    `match` patterns and a table of the literal `key`s, per group. Matching every key against
+    every rule was most of the time of planning a large checkpoint. A rule the set names is
+    matched again on its own (for its groups), so the set only narrows the search."""
+
+    def __init__(self, rules: list[Rule]):
+        re2, options = _re2()
+        self.rules = rules
+        self.sets: dict[str, tuple] = {}  # group -> (RE2 set or None, set index -> rule index)
+        self.literals: dict[tuple[str, str], list[int]] = {}  # (group, key) -> rule indexes
+        pending: dict[str, list[tuple[str, int]]] = {}
+        for i, rule in enumerate(rules):
+            for pattern in rule.patterns:
+                if pattern.options.literal:
+                    self.literals.setdefault((rule.group, pattern.pattern), []).append(i)
+                else:
+                    pending.setdefault(rule.group, []).append((pattern.pattern, i))
+        for group, texts in pending.items():
+            found = re2.Set.FullMatchSet(options)
+            try:
+                for text, _ in texts:
+                    found.Add(text)
+                found.Compile()
+            except re2.error:  # beyond RE2's set limits: that group's rules are all tried
+                found = None
+            self.sets[group] = (found, [i for _, i in texts])
+
+    def matching(self, key: str, group: str) -> list[tuple[Rule, tuple]]:
+        """(rule, (part index, match)) for every rule of `group` that matches the whole key, in rule order."""
+        candidates = set(self.literals.get((group, key), ()))
+        found, owners = self.sets.get(group, (None, []))
+        if found is None:
+            candidates.update(owners)
+        else:
+            candidates.update(owners[k] for k in found.Match(key) or ())
+        hits = []
+        for i in sorted(candidates):
+            match = self.rules[i].match(key)
+            if match is not None:
+                hits.append((self.rules[i], match))
+        return hits
+
+
 _TEMPLATE = re.compile(r"\\(?:g<([^<>]*)>|([1-9][0-9]?)|(\\)|(.?))", re.S)
 
 
