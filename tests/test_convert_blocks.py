@@ -52,8 +52,8 @@ def test_blocks_are_the_c_ordered_bytes_of_each_tensor(nbytes):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.bool_, np.uint16, np.float32, np.float64])
 def test_transposes_match_numpy(dtype):
-    """Every path of layout.contiguous (bands of elements, 8-byte words for narrow ones, numpy's own
-    copy for small or other layouts) against numpy's C-ordered copy."""
+    """Every path of layout.contiguous (bands of elements, 16-byte words for elements of up to 4
+    bytes, numpy's own copy for small or other layouts) against numpy's C-ordered copy."""
     rng = np.random.default_rng(1)
     for shape in [(96, 40), (64, 48), (70, 45), (33, 8), (8, 200), (200, 1)]:
         base = rng.integers(0, 200, size=shape).astype(dtype)
@@ -73,6 +73,24 @@ def test_bit_equal_finds_a_flip_at_every_window_and_band_edge(monkeypatch):
         for column in (0, 15, 16, 31, 32, 34):
             other = plain.copy()
             other[row, column] ^= 0x8000
+            assert not layout.bit_equal(other, base.T) and not layout.bit_equal(base.T, other), (row, column)
+
+
+@pytest.mark.parametrize("dtype,columns", [(np.uint16, 24), (np.uint32, 12), (np.uint8, 48)])
+def test_bit_equal_in_words_finds_a_flip_at_every_window_word_and_band_edge(monkeypatch, dtype, columns):
+    """Where 16-byte words tile the rows, the check moves words: windows of one word's rows (16
+    bytes of each column), bands of 16 rows; a flipped bit at each edge of any of them is found."""
+    monkeypatch.setattr(layout, "COMPARE_WINDOW", 64)
+    monkeypatch.setattr(layout, "COMPARE_ROWS", 3)
+    base = np.random.default_rng(3).integers(0, 200, size=(35, columns)).astype(dtype)
+    assert layout.words_fit(base)
+    plain = np.ascontiguousarray(base.T)
+    k = 16 // plain.itemsize
+    assert layout.bit_equal(plain, base.T) and layout.bit_equal(base.T, plain)
+    for row in sorted({0, k - 1, k, 2 * k - 1, columns - 1}):
+        for column in (0, 15, 16, 31, 32, 34):
+            other = plain.copy()
+            other[row, column] ^= 1 << (8 * plain.itemsize - 1)
             assert not layout.bit_equal(other, base.T) and not layout.bit_equal(base.T, other), (row, column)
 
 
