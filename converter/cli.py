@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -65,6 +66,9 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
 
 
 def main_convert():
+    # numpy's OpenBLAS starts a thread per core at import, which spins for a while; a conversion
+    # does no linear algebra, and on two cores that thread takes CPU from the writer and the check
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     convert_weights(prog_name="convert-weights")
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from ..layout import c_order_blocks
 
 
 MAX_DIMS = 64
@@ -66,6 +67,32 @@ def write_block(file, block: np.ndarray) -> None:
     raw = memoryview(block.reshape(-1)).cast("B")
     for start in range(0, len(raw), WRITE_PIECE):
         file.write(raw[start:start + WRITE_PIECE])
+
+
+def write_tensors(file, position: int, infos, produce, before=None, after: bytes = b"", progress=None,
+                  on_data=None) -> int:
+    """Each info's tensor `produce(info)`, slab by slab (layout.c_order_blocks), preceded by the
+    bytes `before(info)` and followed by `after`: the data part that every writer shares.
+    `on_data(info, offset)` is called once a tensor's bytes are all written (offset: where they
+    start), `progress(nbytes)` after each tensor. `position` is where the file stands now;
+    returns where it stands after (counted, not asked of the file: no seek per tensor)."""
+    offset = None
+    for info, block, last in c_order_blocks(infos, produce):
+        if offset is None:
+            if before is not None:
+                position += file.write(before(info))
+            offset = position
+        write_block(file, block)
+        position += block.nbytes
+        if last:
+            if on_data is not None:
+                on_data(info, offset)
+            if after:
+                position += file.write(after)
+            offset = None
+            if progress is not None:
+                progress(info.nbytes)
+    return position
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,8 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UserError, quoted
-from ..layout import c_order_blocks
 from . import unpickle
-from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_block
+from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_tensors
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
 
@@ -96,21 +95,11 @@ def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_dat
     to the file straight from its buffer, one tensor in memory at a time. paddle.load and
     pickle.load read it as a plain dict of numpy arrays."""
     check_names(infos)
-    position = file.tell() + file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT; counted, not asked of the file
-    offset = None
-    for info, block, last in c_order_blocks(infos, produce):
-        if offset is None:
-            position += file.write(_unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes))
-            offset = position
-        write_block(file, block)
-        position += block.nbytes
-        if last:
-            if on_data is not None:
-                on_data(info, offset)
-            position += file.write(b"tbs")  # TUPLE (the state), BUILD, SETITEM
-            offset = None
-            if progress is not None:
-                progress(info.nbytes)
+    position = file.tell() + file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
+
+    def before(info):
+        return _unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes)
+    write_tensors(file, position, infos, produce, before, b"tbs", progress, on_data)  # tbs: TUPLE (the state), BUILD, SETITEM
     file.write(b".")  # STOP
 
 

@@ -13,8 +13,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UserError, one_line, quoted
-from ..layout import c_order_blocks
-from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_block
+from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_tensors
 
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -158,15 +157,4 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    position, offset = file.tell(), None
-    for info, block, last in c_order_blocks(infos, produce):
-        if offset is None:
-            offset = position
-        write_block(file, block)
-        position += block.nbytes
-        if last:
-            if on_data is not None:
-                on_data(info, offset)
-            offset = None
-            if progress is not None:
-                progress(info.nbytes)
+    write_tensors(file, file.tell(), infos, produce, progress=progress, on_data=on_data)
