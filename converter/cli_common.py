@@ -55,17 +55,37 @@ def one_line_errors(func):
 def write_output(path: str | None, text: str, force: bool) -> None:
     """A report file, through the same atomic, no-clobber commit as converted weights (the
     caller has checked it with every other output before anything was written)."""
-    if path:
-        from .io.atomic import AtomicOutput
-        with AtomicOutput(path, force=force) as f:
-            f.write(text.encode("utf-8"))
+    write_outputs({path: text}, force)
+
+
+def write_outputs(texts: dict[str | None, str], force: bool) -> None:
+    """Report files (path -> text; a None path is skipped) written together: each is written
+    and synced before any is given its name, so that a write that fails (a full disk) leaves
+    none of them; then they are committed in order, and one that cannot be leaves the later
+    ones unwritten."""
+    from contextlib import ExitStack
+
+    from .io.atomic import AtomicOutput
+    items = [(path, text) for path, text in texts.items() if path]
+    with ExitStack() as stack:
+        staged = []
+        for path, text in reversed(items):  # entered last to first: the stack commits first to last
+            output = AtomicOutput(path, force=force)
+            stack.enter_context(output).write(text.encode("utf-8"))
+            staged.append(output)
+        for output in staged:
+            output.sync()
 
 
 def write_json(path: str | None, body: dict, force: bool = False) -> None:
     """Strict JSON: NaN and infinite numbers (a ratio over every budget, an output that is NaN)
     are null, since parsers other than Python's refuse NaN and Infinity; the rows' verdicts say
     what they meant."""
-    write_output(path, json.dumps(_finite_or_null(body), indent=1, default=str, allow_nan=False) + "\n", force)
+    write_output(path, json_text(body), force)
+
+
+def json_text(body: dict) -> str:
+    return json.dumps(_finite_or_null(body), indent=1, default=str, allow_nan=False) + "\n"
 
 
 def _finite_or_null(value):

@@ -192,3 +192,21 @@ def test_an_output_name_that_is_not_utf8(tmp, ckpt):
     r = run_convert(src, tmp / name, "--mapping", rules)
     assert r.code == 0, r
     assert os.listdir(os.fsencode(str(tmp))).count(b"out\xff.pdparams") == 1
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_report_files_written_together_are_all_or_nothing(tmp, failing):
+    """verify-port's --emit-optimizer, --json and --html go through one write_outputs: a file that
+    fails while being written (here, text that is not encodable), wherever it comes, leaves none
+    of them; when all can be written, all are, each with its own text."""
+    from converter.cli_common import write_outputs
+    paths = [str(tmp / "a.py"), str(tmp / "b.json"), str(tmp / "c.html")]
+    texts = ["x = 1\n", "{}\n", "<p>ok</p>"]
+    bad = list(texts)
+    bad[failing] = "bad \ud800"
+    with pytest.raises(UnicodeEncodeError):
+        write_outputs(dict(zip(paths, bad)), force=False)
+    assert sorted(os.listdir(tmp)) == []
+    write_outputs({paths[0]: texts[0], None: "skipped", paths[1]: texts[1], paths[2]: texts[2]}, force=False)
+    assert [open(p).read() for p in paths] == texts
+    assert sorted(os.listdir(tmp)) == ["a.py", "b.json", "c.html"]

@@ -193,12 +193,17 @@ class AtomicOutput:
         self.file = os.fdopen(self._fd, "wb", buffering=BUFFER)
         return self.file
 
+    def sync(self) -> None:
+        """Every byte written so far on disk (a full disk or an I/O error raises here, before any
+        name is given); the commit's own sync is then cheap."""
+        self.file.flush()
+        self._join_background()
+        os.fsync(self.file.fileno())
+
     def __exit__(self, exc_type, exc, tb):
         try:
             if exc_type is None:
-                self.file.flush()
-                self._join_background()
-                os.fsync(self.file.fileno())  # cheap when the background sync already ran
+                self.sync()  # cheap when the background sync already ran
                 self._commit()
         finally:
             if self._worker is not None:

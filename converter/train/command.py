@@ -25,14 +25,6 @@ def run_train(spec, options, steps: int, weights, converted, mapping, emit_optim
     return report
 
 
-def write_optimizer(report, path: str | None, force: bool) -> None:
-    """--emit-optimizer: paddle's translated optimizer as a spec's paddle_optimizer(model)."""
-    if path:
-        from ..cli_common import write_output
-        write_output(path, report.optimizer_code, force)
-        click.echo(f"paddle's optimizer written to {path}", err=True)
-
-
 def add_train(report, body: dict, page: str):
     """The forward report's JSON and HTML with the training section added."""
     from .report import render_html

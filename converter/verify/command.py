@@ -39,7 +39,7 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
     from ..api import PortSpec, VerifyOptions
     from ..api import verify_port as run_verification
-    from ..cli_common import write_json, write_output
+    from ..cli_common import json_text, write_outputs
     from ..io.atomic import check_outputs
     from .precision import parse_emulate
     from .report import render_html, render_text
@@ -68,12 +68,13 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     report = run_verification(spec, options, weights=weights, converted=converted, mapping=mapping)
     click.echo(render_text(report, max_rows=rows))
     body, page = report.to_json(), render_html(report)
+    optimizer_code = None
     if trained is not None:
-        from ..train.command import add_train, write_optimizer
+        from ..train.command import add_train
         body, page = add_train(trained, body, page)
-        write_optimizer(trained, emit_optimizer, force)
-    if json_path:
-        write_json(json_path, body, force)
-    if html_path:
-        write_output(html_path, page, force)
+        optimizer_code = trained.optimizer_code if emit_optimizer else None
+    write_outputs({emit_optimizer: optimizer_code, json_path: json_text(body) if json_path else None,
+                   html_path: page}, force)
+    if optimizer_code is not None:
+        click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
     sys.exit(max(report.exit_code, trained.exit_code if trained is not None else 0))
