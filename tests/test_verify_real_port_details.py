@@ -226,3 +226,55 @@ def test_binary_search_looks_back_when_the_unit_it_finds_only_inherited_the_erro
     for strategy in ("full", "binary"):
         report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
         assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+
+
+class _TorchTwoStarts(torch.nn.Module):  # the decoder starts over on its own input, then reads the encoder
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec_emb, self.dec_in = _TorchEnc(), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.cross = torch.nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        h = self.enc(x)
+        return self.cross(torch.cat([self.dec_in(self.dec_emb(y)), h], -1))
+
+
+class _PaddleScaled(paddle.nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 1.001  # the same bug as _PaddleEnc's
+
+
+class _PaddleTwoStarts(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec_emb, self.dec_in = _PaddleEnc(), paddle.nn.Linear(8, 8), _PaddleScaled(8, 8)
+        self.cross = paddle.nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        h = self.enc(x)
+        return self.cross(paddle.concat([self.dec_in(self.dec_emb(y)), h], -1))
+
+
+def test_binary_search_names_the_first_copy_of_a_bug_when_a_later_unit_starts_over():
+    """The same bug in the encoder and in the decoder's own code, where the decoder begins on its
+    own input: the probe at the decoder's clean first layer clears only what that layer reads
+    (nothing of the encoder), so the search goes back and names the encoder, as full capture does."""
+    from converter.spec import spec_from_functions
+    from converter.verify.dataflow import trace
+    from converter.verify.run import verify
+    from converter.verify.session import Options, PortSession
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchTwoStarts()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
+    spec = spec_from_functions(torch_model, _PaddleTwoStarts, lambda: (x, y))
+    for strategy in ("full", "binary"):
+        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
+        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+    with PortSession(spec, Options(device="cpu")) as session:
+        flow = trace(session, ["enc", "dec_emb", "dec_in", "cross", ""])
+    assert flow.reads["dec_emb"] == set() and flow.reads["dec_in"] == {"dec_emb"}
+    assert flow.reads["cross"] is None  # its input is made by torch.cat, outside every module: every earlier unit
+    assert flow.cleared_by(1) == set() and flow.cleared_by(2) == {1} and flow.cleared_by(3) is None

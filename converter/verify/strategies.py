@@ -256,6 +256,7 @@ class BinarySearch:
         if found is None:
             self.probed = [probes[i] for i in sorted(probes)]
             return self.probed, None
+        found = self._earliest(session, found, probes)
         results, bad = self._inside(session, units[found])
         while bad is None:
             # nothing inside the unit is over budget, nor its own code: the error came in with its
@@ -273,6 +274,27 @@ class BinarySearch:
             results, bad = self._inside(session, units[found])
         self.probed = [probes[i] for i in sorted(probes)]
         return results, bad
+
+    def _earliest(self, session, found: int, probes: dict) -> int:
+        """The first unit over budget once clean probes clear only the units they read: a unit
+        that starts over from the model's inputs (T5's decoder, on its own embedding) is clean
+        whatever came before it, so the earlier units it does not read are probed, in order."""
+        flow = None
+        while found > 0:
+            if flow is None:
+                from .dataflow import trace
+                flow = trace(session, [u.torch for u in self.units])  # torch alone, no activations kept:
+                # not counted with the paired passes
+            cleared = set()
+            for i, result in probes.items():
+                if i < found and result.within_budget is not False:
+                    reads = flow.cleared_by(i)
+                    cleared |= set(range(i + 1)) if reads is None else reads | {i}
+            earlier = next((j for j in range(found) if j not in cleared and self._probe_at(session, j, probes)), None)
+            if earlier is None:
+                return found
+            found = earlier
+        return found
 
     def _probe_at(self, session, index: int, probes: dict) -> bool:
         bad, probes[index] = self._probe(session, self.units[index])

@@ -308,14 +308,6 @@ def _t5_exact_gelu(model):
 
 QK_SWAPPED = os.path.join(HERE, "llama_qk_swapped.json")
 
-# Defects of the verifier that T5 shows (converter/verify); each case that shows one is an expected failure.
-BINARY_LATER_COPY_FIRST = Defect(
-    "the binary search supposes a unit's error persists into every later unit, but T5's decoder starts on its own "
-    "embedding and reads the encoder only in its cross-attention: it probes the decoder's first self-attention "
-    "(which carries the same bug here, PaddleNLP ignoring the max distance everywhere) as the first unit over "
-    "budget, and looks back at the encoder only when the unit it finds has no bug of its own", ("binary",))
-
-
 CLEAN = [
     Case("bert-clean", "bert", ""),
     Case("bert-clean-default-positions", "bert", "", explicit_positions=False),
@@ -390,7 +382,7 @@ BUGS = [
          "own forward", plant=lambda m: _forward(m.t5.decoder.block[1].layer[2], _t5_ff_without_residual)),
     Case("t5-max-distance", "t5", "not planted: PaddleNLP ignores relative_attention_max_distance",
          "encoder.block.0.layer.0.SelfAttention", "own forward",
-         config={"relative_attention_max_distance": 16}, defects=(BINARY_LATER_COPY_FIRST,)),
+         config={"relative_attention_max_distance": 16}),
     Case("t5-no-causal-mask", "t5", "the decoder's first self-attention gets a mask that hides nothing",
          "decoder.block.0.layer.0.SelfAttention", "causal",
          plant=lambda m: _attention_without_causal_mask(m.t5.decoder.block[0].layer[0].SelfAttention, "mask")),
