@@ -341,6 +341,23 @@ def _tied(tmp_path, tied):
     return train_check(spec, steps=STEPS, device="cpu", mapping=None if rules is None else str(rules))
 
 
+def test_a_tied_head_with_no_paddle_layer_needs_no_rule_file():
+    """The port that computes the head from the embedding's weight has no layer for torch's tied
+    head: inference drops its key, saying what it is tied to, and the forward and training
+    checks pass with no rule file (before, inference stopped: "torch module 'head' has no paddle
+    sublayer")."""
+    from converter.rules.infer import infer_ruleset
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    spec = PortSpec.from_file(spec_path("train_tied"))
+    rules = {r.spec["key"]: r.spec for r in infer_ruleset(spec.torch_model(), spec.paddle_model()).rules
+             if r.kind == "drop"}
+    assert list(rules) == ["head.weight"] and "tied to 'emb.weight'" in rules["head.weight"]["comment"]
+    assert verify(spec, Options(device="cpu")).verdict == "pass"
+    trained = train_check(spec, steps=STEPS, device="cpu")
+    assert trained.first_bad is None and trained.exit_code == 0, trained.first_bad
+
+
 def test_tied_weights_kept_pass_and_a_lost_tie_is_named_in_structure(tmp_path):
     """Torch's head shares the embedding's weight: the port that keeps the tie passes every phase;
     the port with a head of its own is named in phase structure, both names given, with the fix."""

@@ -29,7 +29,26 @@ def _own_keys_by_name(pair: PortedLayer) -> None:
             pair.drop(name)  # a buffer the paddle port does not keep (e.g. position_ids)
 
 
-def _pair_children(t_mod, p_layer, t_path, p_path, problems):
+def tied_copies(torch_model) -> dict[str, str]:
+    """State-dict keys of torch tensors that are an earlier key's tensor (a head tied to the
+    embedding), each with that earlier key."""
+    first: dict[int, str] = {}
+    copies: dict[str, str] = {}
+    for key, tensor in torch_model.state_dict(keep_vars=True).items():
+        if id(tensor) in first:
+            copies[key] = first[id(tensor)]
+        else:
+            first[id(tensor)] = key
+    return copies
+
+
+def _tied_child(child, path: str, tied: dict[str, str]) -> list[str] | None:
+    """The state keys of a torch module whose every tensor is tied to an earlier one, or None."""
+    keys = [f"{path}.{k}" if path else k for k in child.state_dict(keep_vars=True)]
+    return keys if keys and all(k in tied for k in keys) else None
+
+
+def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
     t_children = [(n, c) for n, c in t_mod.named_children() if _has_state(c)]
     p_children = dict(p_layer.named_children())
     paired, t_left = [], []
@@ -40,6 +59,17 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems):
             t_left.append((name, child))
     if t_left:
         p_left = [(n, c) for n, c in p_children.items() if c.state_dict()]
+        if len(p_left) != len(t_left):  # a module whose tensors are all tied to earlier ones needs none in paddle
+            untied = []
+            for name, child in t_left:
+                full = f"{t_path}.{name}" if t_path else name
+                keys = _tied_child(child, full, tied)
+                if keys is None:
+                    untied.append((name, child))
+                    continue
+                rules.extend({"kind": "drop", "key": k, "comment": f"tied to '{tied[k]}' in torch; the paddle port "
+                              "has no such layer (it computes this from that tensor)"} for k in keys)
+            t_left = untied
         if len(p_left) == len(t_left):
             paired.extend((tn, tc, pn, pc) for (tn, tc), (pn, pc) in zip(t_left, p_left))
         else:
@@ -50,7 +80,7 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems):
     return paired
 
 
-def _walk(t_mod, p_layer, t_path, p_path, rules, problems) -> None:
+def _walk(t_mod, p_layer, t_path, p_path, rules, problems, tied) -> None:
     family = lookup(t_mod)
     pair = PortedLayer(t_path, p_path, t_mod, p_layer)
     if family is not None and family.convert is not None:
@@ -66,9 +96,9 @@ def _walk(t_mod, p_layer, t_path, p_path, rules, problems) -> None:
     problems.extend(pair.problems)
     if family is not None and family.owns_children:
         return
-    for t_name, t_child, p_name, p_child in _pair_children(t_mod, p_layer, t_path, p_path, problems):
+    for t_name, t_child, p_name, p_child in _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
         _walk(t_child, p_child, f"{t_path}.{t_name}" if t_path else t_name,
-              f"{p_path}.{p_name}" if p_path else p_name, rules, problems)
+              f"{p_path}.{p_name}" if p_path else p_name, rules, problems, tied)
 
 
 def paddle_aliases(paddle_model) -> dict[str, list[str]]:
@@ -86,7 +116,7 @@ def paddle_aliases(paddle_model) -> dict[str, list[str]]:
 def infer_ruleset(torch_model, paddle_model, name: str = "inferred") -> RuleSet:
     rules: list[dict] = []
     problems: list[str] = []
-    _walk(torch_model, paddle_model, "", "", rules, problems)
+    _walk(torch_model, paddle_model, "", "", rules, problems, tied_copies(torch_model))
     if problems:
         raise UserError(f"cannot infer a mapping from the two models ({len(problems)} problem(s)); "
                         "fix the port or pass --mapping:", sorted(problems))
