@@ -59,7 +59,7 @@ def _transpose_words(out: np.ndarray, base: np.ndarray, scratch: np.ndarray) -> 
 
 def words_fit(base: np.ndarray) -> bool:
     """A matrix with contiguous rows that 16-byte words tile: elements of up to 4 bytes, rows of whole words."""
-    return base.itemsize <= 4 and base.shape[1] * base.itemsize % WORD == 0
+    return base.itemsize in (1, 2, 4) and base.shape[1] * base.itemsize % WORD == 0
 
 
 def contiguous(a: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:

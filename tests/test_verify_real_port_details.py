@@ -278,3 +278,82 @@ def test_binary_search_names_the_first_copy_of_a_bug_when_a_later_unit_starts_ov
     assert flow.reads["dec_emb"] == set() and flow.reads["dec_in"] == {"dec_emb"}
     assert flow.reads["cross"] is None  # its input is made by torch.cat, outside every module: every earlier unit
     assert flow.cleared_by(1) == set() and flow.cleared_by(2) == {1} and flow.cleared_by(3) is None
+
+
+class _TorchIds(torch.nn.Module):  # integer ids from the model's input: no floating output to judge
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, y):
+        return self.lin(y).argmax(-1)
+
+
+class _PaddleIds(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.lin = paddle.nn.Linear(8, 8)
+
+    def forward(self, y):
+        return self.lin(y).argmax(-1)
+
+
+class _TorchRestart(torch.nn.Module):
+    """`enc` carries the bug first and `dec` again; the decoder's side starts over from `y` through
+    a unit that returns a view (`emb`), a shared module's second call (`shared`, whose first call
+    read the encoder), and beside an integer-only unit (`ids`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.enc, self.shared = _TorchIds(), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.emb, self.pre, self.dec = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(16, 8)
+        self.table = torch.nn.Embedding(8, 8)
+
+    def forward(self, x, y):
+        ids = self.ids(y)
+        a = self.shared(self.enc(x))
+        start = self.shared(torch.tanh(self.emb(y)).view(2, 8)) if self.via_shared else torch.tanh(self.emb(y)).view(2, 8)
+        return self.dec(torch.cat([self.pre(start), a], -1)) + self.table(ids)
+
+
+class _PaddleRestart(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.enc, self.shared = _PaddleIds(), _PaddleScaled(8, 8), paddle.nn.Linear(8, 8)
+        self.emb, self.pre, self.dec = paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8), _PaddleScaled(16, 8)
+        self.table = paddle.nn.Embedding(8, 8)
+
+    def forward(self, x, y):
+        ids = self.ids(y)
+        a = self.shared(self.enc(x))
+        start = self.shared(paddle.tanh(self.emb(y)).reshape([2, 8])) if self.via_shared else \
+            paddle.tanh(self.emb(y)).reshape([2, 8])
+        return self.dec(paddle.concat([self.pre(start), a], -1)) + self.table(ids)
+
+
+@pytest.mark.parametrize("via_shared", [False, True])
+def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_shared):
+    """What a unit reads is traced through a view it returns and per call of a module called
+    twice (the second call here reads only the model's input), and a unit with no floating
+    output is never probed (its probe had nothing to judge and was called over budget): the
+    search names the first copy of the bug, as full capture does."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        m = _TorchRestart()
+        m.via_shared = via_shared
+        return m
+
+    def paddle_model():
+        m = _PaddleRestart()
+        m.via_shared = via_shared
+        return m
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
+    spec = spec_from_functions(torch_model, paddle_model, lambda: (x, y))
+    for strategy in ("full", "binary"):
+        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
+        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)

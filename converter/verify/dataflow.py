@@ -19,15 +19,19 @@ EVERY = None  # reads every earlier unit
 
 
 class Dataflow:
-    """Hooks (see capture.record) that note, for each top-level unit in `units` (torch paths, in
-    execution order), the units it reads."""
+    """Hooks (see capture.record) that note, for each call of each top-level unit in `units`
+    (torch paths, in execution order), the units it reads. A tensor is credited to the call of
+    the unit that was running when a module first returned it."""
 
     def __init__(self, units: list[str]):
         self.order = list(units)  # "" (the whole model) included, as the search lists them
-        self.units = [u for u in units if u]
-        self.reads: dict[str, set | None] = {}
+        self.units = {u for u in units if u}
+        self.reads: dict[str, set | None] = {}  # unit -> what its first call (the one probed) reads
         self.handles = []
-        self._made: dict[int, tuple] = {}  # id(tensor) -> (weak reference, module path that made it)
+        self._call_reads: dict[tuple[str, int], set | None] = {}  # (unit, call) -> units read
+        self._calls: dict[str, int] = {}
+        self._running: list[tuple[str, int]] = []  # the unit call in progress (units do not nest)
+        self._made: dict[int, tuple] = {}  # id(tensor) -> (weak reference, (unit, call) or None)
         self._inputs: dict[int, weakref.ref] = {}
 
     def wants(self, path: str) -> bool:
@@ -39,34 +43,44 @@ class Dataflow:
         if path == "" and not self._inputs:  # the model's own call: its inputs
             self._inputs = {id(t): weakref.ref(t) for t in tensors}
             return
-        if path in self.units and path not in self.reads:
-            self.reads[path] = self._origins(tensors)
+        if path in self.units and not self._running:
+            call = (path, self._calls.get(path, 0))
+            self._calls[path] = call[1] + 1
+            self._call_reads[call] = self._origins(tensors)
+            self.reads.setdefault(path, self._call_reads[call])
+            self._running.append(call)
 
     def _post(self, path, output, is_tensor):
         from .capture import flatten
+        maker = self._running[-1] if self._running else None
         for t in flatten(output, _is_tensor):
-            if id(t) not in self._made or self._made[id(t)][0]() is not t:  # the innermost module made it
-                self._made[id(t)] = (weakref.ref(t), path)
+            if id(t) not in self._made or self._made[id(t)][0]() is not t:  # the first module to return it
+                self._made[id(t)] = (weakref.ref(t), maker)
+        if self._running and self._running[-1][0] == path:
+            self._running.pop()
 
     def _origins(self, tensors) -> set | None:
         found = set()
         for t in tensors:
-            t = _root(t)
-            if _is_parameter(t) or (id(t) in self._inputs and self._inputs[id(t)]() is t):
-                continue
-            made = self._made.get(id(t))
-            unit = self._unit_of(made[1]) if made is not None and made[0]() is t else None
-            if unit is None:
+            origin = self._origin(t)
+            if origin is EVERY:
                 return EVERY
-            found.add(unit)
-            more = self.reads.get(unit, EVERY)
-            if more is EVERY:
-                return EVERY
-            found |= more
+            found |= origin
         return found
 
-    def _unit_of(self, path: str) -> str | None:
-        return next((u for u in self.units if path == u or path.startswith(u + ".")), None)
+    def _origin(self, t) -> set | None:
+        """The units a tensor comes from: itself or the tensor it is a view of (at any level)."""
+        while t is not None:
+            if _is_parameter(t) or (id(t) in self._inputs and self._inputs[id(t)]() is t):
+                return set()
+            made = self._made.get(id(t))
+            if made is not None and made[0]() is t:
+                if made[1] is None:
+                    return EVERY
+                more = self._call_reads.get(made[1], EVERY)
+                return EVERY if more is EVERY else {made[1][0]} | more
+            t = getattr(t, "_base", None)
+        return EVERY
 
     def remove(self):
         for h in self.handles:
@@ -90,13 +104,6 @@ def _is_tensor(value) -> bool:
 def _is_parameter(t) -> bool:
     import torch
     return isinstance(t, torch.nn.Parameter)
-
-
-def _root(t):
-    """The tensor a view was taken of (through every level of views)."""
-    while getattr(t, "_base", None) is not None:
-        t = t._base
-    return t
 
 
 def trace(session, units: list[str]) -> Dataflow:

@@ -243,7 +243,9 @@ class BinarySearch:
         t_calls, p_calls = _capture(session, keep=False)
         same_outputs(t_calls[""], p_calls[""])
         pairs = align(t_calls, p_calls, session.plan)
-        units = top_level_units(pairs, t_calls)
+        # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
+        # shows in the units that read it
+        units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
         self.units = units
         search = Bisector(len(units))
         probes = {}
@@ -283,8 +285,10 @@ class BinarySearch:
         while found > 0:
             if flow is None:
                 from .dataflow import trace
-                flow = trace(session, [u.torch for u in self.units])  # torch alone, no activations kept:
-                # not counted with the paired passes
+                try:  # torch alone, no activations kept: not counted with the paired passes
+                    flow = trace(session, [u.torch for u in self.units])
+                except Exception:  # noqa: BLE001 - a model that fails here failed in no paired pass:
+                    return found  # the search keeps its own supposition rather than lose its answer
             cleared = set()
             for i, result in probes.items():
                 if i < found and result.within_budget is not False:
