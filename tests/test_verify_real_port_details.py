@@ -357,3 +357,60 @@ def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_s
     for strategy in ("full", "binary"):
         report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
         assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+
+
+class _TorchBasicBlock(torch.nn.Module):  # torchvision's BasicBlock: ReLU(inplace=True) and out += identity
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.relu = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        out += x
+        return self.relu(out)
+
+
+class _PaddleBasicBlock(paddle.nn.Layer):
+    def __init__(self, epsilon=1e-5):
+        super().__init__()
+        self.conv1, self.bn1 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False), paddle.nn.BatchNorm2D(8)
+        self.conv2 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False)
+        self.bn2 = paddle.nn.BatchNorm2D(8, epsilon=epsilon)
+        self.relu = paddle.nn.ReLU()
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        out += x
+        return self.relu(out)
+
+
+def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded():
+    """torchvision's blocks change tensors in place after the layer that made them (`out += x`
+    changes bn2's output, ReLU(inplace=True) bn1's): the recorder sees the version counters move
+    and records those calls again as copies, so a BatchNorm epsilon bug is named at bn2 by full
+    capture and binary search alike (before: the whole block, 'its own forward'), and the clean
+    port passes."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    def torch_model():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(*[_TorchBasicBlock() for _ in range(4)])
+        for bn in (b for b in m.modules() if isinstance(b, torch.nn.BatchNorm2d)):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+        return m
+    x = np.random.default_rng(0).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    clean = spec_from_functions(torch_model, lambda: paddle.nn.Sequential(*[_PaddleBasicBlock() for _ in range(4)]),
+                                lambda: (x,))
+    buggy = spec_from_functions(
+        torch_model, lambda: paddle.nn.Sequential(*[_PaddleBasicBlock(1e-3 if i == 2 else 1e-5) for i in range(4)]),
+        lambda: (x,))
+    for strategy in ("full", "binary"):
+        assert verify(clean, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy
+        report = verify(buggy, Options(device="cpu", strategy=strategy), bisect=True)
+        assert report.first_bad is not None and report.first_bad.torch == "2.bn2", (strategy, report.first_bad)
+        assert "epsilon" in " ".join(d.cause for d in report.diagnosis).lower(), report.diagnosis

@@ -67,16 +67,26 @@ class Allowance:
 
 class Recorder:
     """Records calls of the modules named in `paths` (all when None). With keep=False only the
-    order, types and output shapes are kept (an outline); `allowance` bounds what is held."""
+    order, types and output shapes are kept (an outline); `allowance` bounds what is held.
 
-    def __init__(self, paths=None, keep=True, allowance: Allowance | None = None):
+    Inputs and outputs are kept as the tensors themselves, not copies, so that holding them costs
+    no memory the forward did not already use. An in-place operation after a call (torchvision's
+    `out += identity`, `ReLU(inplace=True)`) would change what was recorded: each kept tensor's
+    version counter is noted, and `stale()` names the calls whose tensors changed since; the
+    paths in `copies` are recorded as copies instead."""
+
+    def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset()):
         self.paths = paths
         self.keep_inputs = keep
         self.keep_outputs = keep
         self.allowance = allowance or Allowance()
+        self.copies = copies
+        self.is_tensor = None  # the framework's, set by record(): which inputs are tensors
+        self.taken = 0
         self.calls: dict[str, Call] = {}
         self.counter = 0
         self.handles = []
+        self._versions = []  # (tensor kept, its version counter then, path)
 
     def wants(self, path: str) -> bool:
         return self.paths is None or path in self.paths
@@ -84,6 +94,14 @@ class Recorder:
     def _pre(self, path, type_name, args, kwargs):
         if path in self.calls:  # a module called again (shared): the first call is compared
             return
+        if self.keep_inputs and self.is_tensor is not None:
+            tensors = call_tensors(args, kwargs, self.is_tensor)
+            if path in self.copies:
+                from .replay import replace_call_tensors
+                args, kwargs = replace_call_tensors(args, kwargs, self.is_tensor,
+                                                    {k: t.detach().clone() for k, t in enumerate(tensors)})
+            else:
+                self._versions += [(t, _version(t), path) for t in tensors]
         self.calls[path] = Call(path, type_name, self.counter,
                                 args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
         self.counter += 1
@@ -97,8 +115,24 @@ class Recorder:
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
         if self.keep_outputs:
-            call.outputs = [t.detach() for t in tensors]
-            self.allowance.take(sum(int(t.numel()) * t.element_size() for t in tensors) * 2)  # inputs alike
+            if path in self.copies:
+                call.outputs = [t.detach().clone() for t in tensors]
+            else:
+                call.outputs = [t.detach() for t in tensors]
+                self._versions += [(t, _version(t), path) for t in call.outputs]
+            nbytes = sum(int(t.numel()) * t.element_size() for t in tensors) * 2  # inputs alike
+            self.taken += nbytes
+            self.allowance.take(nbytes)
+
+    def stale(self) -> set[str]:
+        """Paths of calls whose kept inputs or outputs an in-place operation changed since."""
+        return {path for t, version, path in self._versions if version is not None and _version(t) != version}
+
+    def release(self) -> None:
+        """Give back to the allowance what this recorder took (it is being recorded again)."""
+        with self.allowance._lock:
+            self.allowance.held -= self.taken
+        self.taken = 0
 
     def ordered(self) -> list[Call]:
         """Calls in completion order: children before their parent, as execution finishes them."""
@@ -113,6 +147,7 @@ class Recorder:
 def record(side, model, recorder: Recorder) -> Recorder:
     """Hooks that record the calls of `model`'s modules into `recorder`; `side` is the
     framework's adapter (frameworks.torch_side or paddle_side)."""
+    recorder.is_tensor = side.is_tensor
     for path, layer in side.named_layers(model):
         if not recorder.wants(path):
             continue
@@ -123,12 +158,30 @@ def record(side, model, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def _capture(side, model, run, paths, keep, allowance) -> Recorder:
-    recorder = record(side, model, Recorder(paths, keep, allowance))
+def _version(t) -> int | None:
+    """A tensor's in-place version counter (torch's `_version`, paddle's `_inplace_version()`),
+    shared with the tensors detached from it."""
+    version = getattr(t, "_version", None)
+    if version is None and callable(getattr(t, "_inplace_version", None)):
+        version = t._inplace_version()
+    return version if isinstance(version, int) else None
+
+
+def _record_pass(side, model, run, recorder: Recorder) -> Recorder:
+    record(side, model, recorder)
     try:
         run()
     finally:
         recorder.remove()
+    return recorder
+
+
+def _capture(side, model, run, paths, keep, allowance) -> Recorder:
+    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance))
+    stale = recorder.stale() if keep else set()
+    if stale:  # an in-place operation changed what some calls returned or received: record those as copies
+        recorder.release()
+        recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance, copies=frozenset(stale)))
     return recorder
 
 
