@@ -213,19 +213,28 @@ def test_binary_search_looks_back_when_the_unit_it_finds_only_inherited_the_erro
     """Badness does not persist through a decoder that reads the encoder only at its end: the
     search finds the cross layer, whose own error is within budget, and probes the earlier
     units for the one the error came from."""
+    _full_and_binary_name(_seeded(_TorchEncDec), _PaddleEncDec, "enc")
+
+
+def _seeded(torch_class):
+    def torch_model():
+        torch.manual_seed(0)
+        return torch_class()
+    return torch_model
+
+
+def _full_and_binary_name(torch_model, paddle_model, culprit: str):
+    """Full capture and the binary search both name `culprit` on inputs x, y; the spec."""
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
     from converter.verify.session import Options
-
-    def torch_model():
-        torch.manual_seed(0)
-        return _TorchEncDec()
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
-    spec = spec_from_functions(torch_model, _PaddleEncDec, lambda: (x, y))
+    spec = spec_from_functions(torch_model, paddle_model, lambda: (x, y))
     for strategy in ("full", "binary"):
         report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
-        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+        assert report.first_bad is not None and report.first_bad.torch == culprit, (strategy, report.first_bad)
+    return spec
 
 
 class _TorchTwoStarts(torch.nn.Module):  # the decoder starts over on its own input, then reads the encoder
@@ -259,20 +268,9 @@ def test_binary_search_names_the_first_copy_of_a_bug_when_a_later_unit_starts_ov
     """The same bug in the encoder and in the decoder's own code, where the decoder begins on its
     own input: the probe at the decoder's clean first layer clears only what that layer reads
     (nothing of the encoder), so the search goes back and names the encoder, as full capture does."""
-    from converter.spec import spec_from_functions
     from converter.verify.dataflow import trace
-    from converter.verify.run import verify
     from converter.verify.session import Options, PortSession
-
-    def torch_model():
-        torch.manual_seed(0)
-        return _TorchTwoStarts()
-    rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
-    spec = spec_from_functions(torch_model, _PaddleTwoStarts, lambda: (x, y))
-    for strategy in ("full", "binary"):
-        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
-        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+    spec = _full_and_binary_name(_seeded(_TorchTwoStarts), _PaddleTwoStarts, "enc")
     with PortSession(spec, Options(device="cpu")) as session:
         flow = trace(session, ["enc", "dec_emb", "dec_in", "cross", ""])
     assert flow.reads["dec_emb"] == set() and flow.reads["dec_in"] == {"dec_emb"}
@@ -337,13 +335,8 @@ def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_s
     twice (the second call here reads only the model's input), and a unit with no floating
     output is never probed (its probe had nothing to judge and was called over budget): the
     search names the first copy of the bug, as full capture does."""
-    from converter.spec import spec_from_functions
-    from converter.verify.run import verify
-    from converter.verify.session import Options
-
     def torch_model():
-        torch.manual_seed(0)
-        m = _TorchRestart()
+        m = _seeded(_TorchRestart)()
         m.via_shared = via_shared
         return m
 
@@ -351,12 +344,7 @@ def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_s
         m = _PaddleRestart()
         m.via_shared = via_shared
         return m
-    rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
-    spec = spec_from_functions(torch_model, paddle_model, lambda: (x, y))
-    for strategy in ("full", "binary"):
-        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
-        assert report.first_bad is not None and report.first_bad.torch == "enc", (strategy, report.first_bad)
+    _full_and_binary_name(torch_model, paddle_model, "enc")
 
 
 class _TorchBasicBlock(torch.nn.Module):  # torchvision's BasicBlock: ReLU(inplace=True) and out += identity
