@@ -358,6 +358,36 @@ def test_a_tied_head_with_no_paddle_layer_needs_no_rule_file():
     assert trained.first_bad is None and trained.exit_code == 0, trained.first_bad
 
 
+def test_a_tied_head_is_dropped_only_when_nothing_else_is_left_unpaired():
+    """The tie is found whichever module registers first; but where another torch module is left
+    without a paddle layer too, dropping the tied head would pair the rest by order (here torch's
+    `proj` with paddle's `lm_head`): inference keeps its error naming both."""
+    from converter.errors import UserError
+    from converter.rules.infer import infer_ruleset
+    spec = PortSpec.from_file(spec_path("train_tied"))
+    V, D = spec.module.V, spec.module.D
+
+    class HeadFirst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(D, V, bias=False)
+            self.emb = torch.nn.Embedding(V, D)
+            self.proj = torch.nn.Linear(D, D)
+            self.head.weight = self.emb.weight
+    drops = [r.spec["key"] for r in infer_ruleset(HeadFirst(), spec.paddle_model()).rules if r.kind == "drop"]
+    assert drops == ["head.weight"]
+
+    class NoProj(paddle.nn.Layer):  # the port lost proj and named its head lm_head
+        def __init__(self):
+            super().__init__()
+            self.emb = paddle.nn.Embedding(V, D)
+            self.lm_head = paddle.nn.Linear(D, V, bias_attr=False)
+    with pytest.raises(UserError) as err:
+        infer_ruleset(spec.torch_model(), NoProj())
+    assert {"torch module 'head' has no paddle sublayer", "torch module 'proj' has no paddle sublayer"} <= \
+        {d.split(" of the same name")[0] for d in err.value.details}
+
+
 def test_tied_weights_kept_pass_and_a_lost_tie_is_named_in_structure(tmp_path):
     """Torch's head shares the embedding's weight: the port that keeps the tie passes every phase;
     the port with a head of its own is named in phase structure, both names given, with the fix."""

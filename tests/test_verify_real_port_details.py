@@ -361,11 +361,13 @@ class _TorchBasicBlock(torch.nn.Module):  # torchvision's BasicBlock: ReLU(inpla
 
 
 class _PaddleBasicBlock(paddle.nn.Layer):
-    def __init__(self, epsilon=1e-5):
+    def __init__(self, epsilon=1e-5, where="bn2"):
         super().__init__()
-        self.conv1, self.bn1 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False), paddle.nn.BatchNorm2D(8)
+        eps = {where: epsilon}
+        self.conv1 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False)
+        self.bn1 = paddle.nn.BatchNorm2D(8, epsilon=eps.get("bn1", 1e-5))
         self.conv2 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False)
-        self.bn2 = paddle.nn.BatchNorm2D(8, epsilon=epsilon)
+        self.bn2 = paddle.nn.BatchNorm2D(8, epsilon=eps.get("bn2", 1e-5))
         self.relu = paddle.nn.ReLU()
 
     def forward(self, x):
@@ -374,31 +376,90 @@ class _PaddleBasicBlock(paddle.nn.Layer):
         return self.relu(out)
 
 
-def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded():
-    """torchvision's blocks change tensors in place after the layer that made them (`out += x`
-    changes bn2's output, ReLU(inplace=True) bn1's): the recorder sees the version counters move
-    and records those calls again as copies, so a BatchNorm epsilon bug is named at bn2 by full
-    capture and binary search alike (before: the whole block, 'its own forward'), and the clean
-    port passes."""
-    from converter.spec import spec_from_functions
-    from converter.verify.run import verify
-    from converter.verify.session import Options
-
-    def torch_model():
+def _resnet_like(torch_side: bool, bug: str | None = None):
+    """A stem (conv, BatchNorm, ReLU(inplace=True) on the torch side) and three basic blocks, as
+    torchvision builds them; `bug`: the BatchNorm given epsilon 1e-3 on the paddle side, as a path."""
+    eps = lambda path: 1e-3 if path == bug else 1e-5
+    if torch_side:
         torch.manual_seed(0)
-        m = torch.nn.Sequential(*[_TorchBasicBlock() for _ in range(4)])
+        m = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(inplace=True), *[_TorchBasicBlock() for _ in range(3)])
         for bn in (b for b in m.modules() if isinstance(b, torch.nn.BatchNorm2d)):
             bn.running_mean.uniform_(-0.5, 0.5)
             bn.running_var.uniform_(0.5, 2.0)
         return m
+    def block(i):
+        where = next((w for w in ("bn1", "bn2") if bug == f"{i}.{w}"), "bn1")
+        return _PaddleBasicBlock(eps(f"{i}.{where}"), where)
+    blocks = [block(i) for i in range(3, 6)]
+    return paddle.nn.Sequential(paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False),
+                                paddle.nn.BatchNorm2D(8, epsilon=eps("1")), paddle.nn.ReLU(), *blocks)
+
+
+@pytest.mark.parametrize("bug", ["4.bn2", "3.bn1", "1"])
+def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded(bug):
+    """torchvision's blocks change tensors in place after the layer that made them (`out += x`
+    changes bn2's output, ReLU(inplace=True) bn1's and the stem BatchNorm's): the recorder sees
+    the version counters move and records those calls again as copies, for the comparison and
+    for the float64 reference alike, so a BatchNorm epsilon bug is named at its BatchNorm by full
+    capture and binary search (before: the whole block, 'its own forward', or under binary the
+    ReLU after the stem), and the clean port passes."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
     x = np.random.default_rng(0).standard_normal((2, 8, 6, 6)).astype(np.float32)
-    clean = spec_from_functions(torch_model, lambda: paddle.nn.Sequential(*[_PaddleBasicBlock() for _ in range(4)]),
-                                lambda: (x,))
-    buggy = spec_from_functions(
-        torch_model, lambda: paddle.nn.Sequential(*[_PaddleBasicBlock(1e-3 if i == 2 else 1e-5) for i in range(4)]),
-        lambda: (x,))
+    torch_model = lambda: _resnet_like(True)
+    clean = spec_from_functions(torch_model, lambda: _resnet_like(False), lambda: (x,))
+    buggy = spec_from_functions(torch_model, lambda: _resnet_like(False, bug), lambda: (x,))
     for strategy in ("full", "binary"):
-        assert verify(clean, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy
+        if bug == "1":
+            assert verify(clean, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy
         report = verify(buggy, Options(device="cpu", strategy=strategy), bisect=True)
-        assert report.first_bad is not None and report.first_bad.torch == "2.bn2", (strategy, report.first_bad)
+        assert report.first_bad is not None and report.first_bad.torch == bug, (strategy, report.first_bad)
         assert "epsilon" in " ".join(d.cause for d in report.diagnosis).lower(), report.diagnosis
+
+
+class _TorchShift(torch.nn.Module):  # adds its bias to its own input, in place, and returns it
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, 8))
+
+    def forward(self, x):
+        x.add_(self.bias)
+        return x
+
+
+class _PaddleShift(paddle.nn.Layer):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.bias = self.create_parameter([8])
+        self.scale = scale
+
+    def forward(self, x):
+        x.add_(self.bias * self.scale)
+        return x
+
+
+def test_a_layer_that_changes_its_own_input_in_place():
+    """Both sides add in place to the tensor they are handed: the clean port passes (a copy of
+    torch's input that paddle's layer changed holds what that layer computed, not torch's
+    tensor), and a bug in it is named there without a dropout diagnosis (replays run on copies,
+    so the diagnosis's repeated runs see the same input)."""
+    def torch_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), _TorchShift(), torch.nn.Linear(8, 8))
+
+    def paddle_model(scale):
+        return lambda: paddle.nn.Sequential(paddle.nn.Linear(8, 8), _PaddleShift(scale), paddle.nn.Linear(8, 8))
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    for strategy in ("full", "binary"):
+        clean = verify(spec_from_functions(torch_model, paddle_model(1.0), lambda: (x,)),
+                       Options(device="cpu", strategy=strategy), bisect=True)
+        assert clean.verdict == "pass", (strategy, clean.first_bad)
+        buggy = verify(spec_from_functions(torch_model, paddle_model(1.05), lambda: (x,)),
+                       Options(device="cpu", strategy=strategy), bisect=True)
+        assert buggy.first_bad is not None and buggy.first_bad.torch == "1", (strategy, buggy.first_bad)
+        assert not any("dropout" in d.cause for d in buggy.diagnosis), buggy.diagnosis

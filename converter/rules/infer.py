@@ -29,23 +29,21 @@ def _own_keys_by_name(pair: PortedLayer) -> None:
             pair.drop(name)  # a buffer the paddle port does not keep (e.g. position_ids)
 
 
-def tied_copies(torch_model) -> dict[str, str]:
-    """State-dict keys of torch tensors that are an earlier key's tensor (a head tied to the
-    embedding), each with that earlier key."""
-    first: dict[int, str] = {}
-    copies: dict[str, str] = {}
+def tied_tensors(torch_model) -> dict[str, set[str]]:
+    """Each state-dict key whose torch tensor other keys hold too (a head tied to the embedding),
+    with those other keys; in any order of registration."""
+    by_tensor: dict[int, list[str]] = {}
     for key, tensor in torch_model.state_dict(keep_vars=True).items():
-        if id(tensor) in first:
-            copies[key] = first[id(tensor)]
-        else:
-            first[id(tensor)] = key
-    return copies
+        by_tensor.setdefault(id(tensor), []).append(key)
+    return {k: set(keys) - {k} for keys in by_tensor.values() if len(keys) > 1 for k in keys}
 
 
-def _tied_child(child, path: str, tied: dict[str, str]) -> list[str] | None:
-    """The state keys of a torch module whose every tensor is tied to an earlier one, or None."""
+def _tied_child(child, path: str, tied: dict[str, set[str]]) -> dict[str, str] | None:
+    """Each state key of a torch module whose every tensor another module holds too, with one of
+    those other keys; or None."""
     keys = [f"{path}.{k}" if path else k for k in child.state_dict(keep_vars=True)]
-    return keys if keys and all(k in tied for k in keys) else None
+    elsewhere = {k: sorted(tied.get(k, set()) - set(keys)) for k in keys}
+    return {k: others[0] for k, others in elsewhere.items()} if keys and all(elsewhere.values()) else None
 
 
 def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
@@ -59,17 +57,13 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
             t_left.append((name, child))
     if t_left:
         p_left = [(n, c) for n, c in p_children.items() if c.state_dict()]
-        if len(p_left) != len(t_left):  # a module whose tensors are all tied to earlier ones needs none in paddle
-            untied = []
-            for name, child in t_left:
-                full = f"{t_path}.{name}" if t_path else name
-                keys = _tied_child(child, full, tied)
-                if keys is None:
-                    untied.append((name, child))
-                    continue
-                rules.extend({"kind": "drop", "key": k, "comment": f"tied to '{tied[k]}' in torch; the paddle port "
-                              "has no such layer (it computes this from that tensor)"} for k in keys)
-            t_left = untied
+        if len(p_left) != len(t_left):  # modules whose tensors are all tied to others' need none in paddle
+            ties = [_tied_child(child, f"{t_path}.{name}" if t_path else name, tied) for name, child in t_left]
+            if all(ties):  # only when nothing else is left over: never a cause to pair the rest by order
+                for tie in ties:
+                    rules.extend({"kind": "drop", "key": k, "comment": f"tied to '{other}' in torch; the paddle port "
+                                  "has no such layer (it computes this from that tensor)"} for k, other in tie.items())
+                t_left = []
         if len(p_left) == len(t_left):
             paired.extend((tn, tc, pn, pc) for (tn, tc), (pn, pc) in zip(t_left, p_left))
         else:
@@ -116,7 +110,7 @@ def paddle_aliases(paddle_model) -> dict[str, list[str]]:
 def infer_ruleset(torch_model, paddle_model, name: str = "inferred") -> RuleSet:
     rules: list[dict] = []
     problems: list[str] = []
-    _walk(torch_model, paddle_model, "", "", rules, problems, tied_copies(torch_model))
+    _walk(torch_model, paddle_model, "", "", rules, problems, tied_tensors(torch_model))
     if problems:
         raise UserError(f"cannot infer a mapping from the two models ({len(problems)} problem(s)); "
                         "fix the port or pass --mapping:", sorted(problems))

@@ -161,9 +161,12 @@ def record(side, model, recorder: Recorder) -> Recorder:
 def _version(t) -> int | None:
     """A tensor's in-place version counter (torch's `_version`, paddle's `_inplace_version()`),
     shared with the tensors detached from it."""
-    version = getattr(t, "_version", None)
-    if version is None and callable(getattr(t, "_inplace_version", None)):
-        version = t._inplace_version()
+    try:  # torch's inference tensors keep no version counter, and say so by raising
+        version = getattr(t, "_version", None)
+        if version is None and callable(getattr(t, "_inplace_version", None)):
+            version = t._inplace_version()
+    except RuntimeError:
+        return None
     return version if isinstance(version, int) else None
 
 
@@ -176,22 +179,26 @@ def _record_pass(side, model, run, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def _capture(side, model, run, paths, keep, allowance) -> Recorder:
+def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | None = None) -> Recorder:
+    """`run()` once with `model`'s modules at `paths` recorded; once more, recording as copies the
+    calls whose kept tensors an in-place operation changed afterwards (see Recorder)."""
     recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance))
     stale = recorder.stale() if keep else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
+        recorder.calls.clear()  # the first pass's tensors go before the second pass holds its own
+        recorder._versions.clear()
         recorder.release()
-        recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance, copies=frozenset(stale)))
+        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)))
     return recorder
 
 
 def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One torch forward recording the modules at `paths` (all when None)."""
     from ..frameworks import torch_side
-    return _capture(torch_side, session.torch_model, session.run_torch, paths, keep, allowance)
+    return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance)
 
 
 def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None)."""
     from ..frameworks import paddle_side
-    return _capture(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance)
+    return capture_calls(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance)

@@ -51,19 +51,28 @@ class TorchCopies:
         place, in its dtype."""
         return self._copies.weakly_kept(tensor, lambda: self._copy(tensor, like),
                                  usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place)
-                                 and tuple(c.shape) == tuple(like.shape))
+                                 and tuple(c.shape) == tuple(like.shape) and self.source_of(c) is not None)
 
     def _copy(self, tensor, like):
         import paddle
         array = fit(torch_side.to_numpy(tensor), tuple(like.shape))
         copy = paddle.to_tensor(np.ascontiguousarray(array), place=like.place)
         copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
-        self._sources.put(copy, tensor)
+        self._sources.put(copy, (tensor, _inplace_version(copy)))
         return copy
 
     def source_of(self, value):
-        """The torch tensor that the paddle tensor `value` is a copy of, or None."""
-        return self._sources.get(value)
+        """The torch tensor that the paddle tensor `value` is a copy of, or None (also once a
+        layer has changed the copy in place: it then holds what that layer computed)."""
+        found = self._sources.get(value)
+        if found is None or _inplace_version(value) != found[1]:
+            return None
+        return found[0]
+
+
+def _inplace_version(value) -> int | None:
+    version = getattr(value, "_inplace_version", None)
+    return version() if callable(version) else None
 
 
 @dataclass
@@ -154,8 +163,16 @@ def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
     return [convert(t) for t in outputs]
 
 
+def _fresh(args, kwargs, is_tensor) -> tuple[tuple, dict]:
+    """A call's inputs with every tensor copied: a layer that changes its input in place (x.add_)
+    must not change what was recorded, which other checks run on again."""
+    tensors = call_tensors(args, kwargs, is_tensor)
+    return replace_call_tensors(args, kwargs, is_tensor, {k: t.detach().clone() for k, t in enumerate(tensors)})
+
+
 def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     import paddle
+    args, kwargs = _fresh(args, kwargs, paddle_side.is_tensor)
     with paddle.no_grad():
         out = layer(*args, **kwargs)
     return to_numpy_list(flatten(out, paddle_side.is_float_tensor), "paddle")
@@ -197,8 +214,9 @@ def rounded(module, fmt: str | None):
 def run_torch_module(module, call: Call) -> list[np.ndarray]:
     """A torch module (as it is: its device, its dtype) on a call's inputs."""
     import torch
+    args, kwargs = _fresh(call.args, call.kwargs, torch_side.is_tensor)
     with torch.no_grad():
-        out = module(*call.args, **call.kwargs)
+        out = module(*args, **kwargs)
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 

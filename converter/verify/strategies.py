@@ -25,7 +25,7 @@ from .forced import forced_paddle, torch_references
 from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
-from .capture import Allowance, Recorder, capture_paddle, capture_torch, record
+from .capture import Allowance, capture_calls, capture_paddle, capture_torch
 from .matching import masked_alike
 from .metrics import compare, rms
 from .replay import to_numpy_list
@@ -156,11 +156,7 @@ def same_outputs(t_call, p_call) -> None:
 def free_reference(session, path: str, fmt: str | None = None) -> list[np.ndarray]:
     """The float64 torch model's outputs at `path`, free-running (nothing forced), with matmul
     inputs rounded to `fmt` if given."""
-    ref = record(torch_side, session.torch64, Recorder({path}))
-    try:
-        session.run_torch64(fmt)
-    finally:
-        ref.remove()
+    ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt), {path})
     return to_numpy_list(ref.calls[path].outputs, "torch")
 
 
