@@ -463,3 +463,33 @@ def test_a_layer_that_changes_its_own_input_in_place():
                        Options(device="cpu", strategy=strategy), bisect=True)
         assert buggy.first_bad is not None and buggy.first_bad.torch == "1", (strategy, buggy.first_bad)
         assert not any("dropout" in d.cause for d in buggy.diagnosis), buggy.diagnosis
+
+
+class _TorchInferenceMode(torch.nn.Module):  # its tensors keep no version counter
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            return self.b(self.a(x))
+
+
+def test_a_torch_forward_under_inference_mode_is_verified():
+    """Inference tensors raise when asked for their version counter: the in-place checks treat
+    them as having none, under both strategies (full capture raised before)."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+
+    class Twin(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = paddle.nn.Linear(4, 4), paddle.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    spec = spec_from_functions(_seeded(_TorchInferenceMode), Twin, lambda: (x,))
+    for strategy in ("full", "binary"):
+        assert verify(spec, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy

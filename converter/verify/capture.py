@@ -101,7 +101,7 @@ class Recorder:
                 args, kwargs = replace_call_tensors(args, kwargs, self.is_tensor,
                                                     {k: t.detach().clone() for k, t in enumerate(tensors)})
             else:
-                self._versions += [(t, _version(t), path) for t in tensors]
+                self._versions += [(t, tensor_version(t), path) for t in tensors]
         self.calls[path] = Call(path, type_name, self.counter,
                                 args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
         self.counter += 1
@@ -119,14 +119,14 @@ class Recorder:
                 call.outputs = [t.detach().clone() for t in tensors]
             else:
                 call.outputs = [t.detach() for t in tensors]
-                self._versions += [(t, _version(t), path) for t in call.outputs]
+                self._versions += [(t, tensor_version(t), path) for t in call.outputs]
             nbytes = sum(int(t.numel()) * t.element_size() for t in tensors) * 2  # inputs alike
             self.taken += nbytes
             self.allowance.take(nbytes)
 
     def stale(self) -> set[str]:
         """Paths of calls whose kept inputs or outputs an in-place operation changed since."""
-        return {path for t, version, path in self._versions if version is not None and _version(t) != version}
+        return {path for t, version, path in self._versions if version is not None and tensor_version(t) != version}
 
     def release(self) -> None:
         """Give back to the allowance what this recorder took (it is being recorded again)."""
@@ -158,7 +158,7 @@ def record(side, model, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def _version(t) -> int | None:
+def tensor_version(t) -> int | None:
     """A tensor's in-place version counter (torch's `_version`, paddle's `_inplace_version()`),
     shared with the tensors detached from it."""
     try:  # torch's inference tensors keep no version counter, and say so by raising

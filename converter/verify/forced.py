@@ -108,7 +108,8 @@ def _stamp(v, r) -> tuple:
     beyond `v` itself: r's storage and layout, and both version counters (in-place changes).
     Modules hand tensors on (a wrapper returns its child's output, a child takes its
     sibling's output or its parent's input), so each error is computed once."""
-    return v._version, view_of(r), r._version
+    from .capture import tensor_version
+    return tensor_version(v), view_of(r), tensor_version(r)
 
 
 def _errors(values, recorded, keep: bool, known: ByIdentity):
