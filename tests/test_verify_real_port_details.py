@@ -493,3 +493,37 @@ def test_a_torch_forward_under_inference_mode_is_verified():
     spec = spec_from_functions(_seeded(_TorchInferenceMode), Twin, lambda: (x,))
     for strategy in ("full", "binary"):
         assert verify(spec, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy
+
+
+class _TorchScaledBetween(torch.nn.Module):  # the parent scales between two layers
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2, self.lin3 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin3(self.lin2(self.lin1(x) * 3.0))
+
+
+class _PaddleScaledBetween(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2, self.lin3 = paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin3(self.lin2(self.lin1(x) * 3.03))  # the bug, in the parent's own code
+
+
+def test_a_layer_exact_on_torchs_inputs_gets_no_precision_diagnosis():
+    """The binary search finds the first layer after the parent's wrong scale, whose own output on
+    torch's inputs is exact: the precision check no longer calls a local error of 0 'over the fp32
+    budget but consistent with TF32'; full capture names the parent's own forward."""
+    from converter.spec import spec_from_functions
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    spec = spec_from_functions(_seeded(_TorchScaledBetween), _PaddleScaledBetween, lambda: (x,))
+    full = verify(spec, Options(device="cpu", strategy="full"), bisect=True)
+    assert full.first_bad.torch == "" and "own forward" in full.diagnosis[0].cause
+    binary = verify(spec, Options(device="cpu", strategy="binary"), bisect=True)
+    assert binary.verdict == "fail" and binary.first_bad is not None
+    assert not any("consistent with" in d.cause for d in binary.diagnosis), binary.diagnosis
