@@ -527,3 +527,29 @@ def test_a_layer_exact_on_torchs_inputs_gets_no_precision_diagnosis():
     binary = verify(spec, Options(device="cpu", strategy="binary"), bisect=True)
     assert binary.verdict == "fail" and binary.first_bad is not None
     assert not any("consistent with" in d.cause for d in binary.diagnosis), binary.diagnosis
+
+
+def test_an_error_in_our_own_hooks_is_not_blamed_on_the_model(monkeypatch):
+    """A model whose forward raises is bad input (one line naming the model); an exception raised
+    in this package's own hook code is left as it is, an internal error (exit 3 at the command
+    line), not 'torch_model() fails on inputs()'."""
+    from converter.errors import UserError
+    from converter.spec import spec_from_functions
+    from converter.verify import capture
+    from converter.verify.run import verify
+    from converter.verify.session import Options
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    spec = spec_from_functions(_seeded(_TorchScaledBetween), _PaddleScaledBetween, lambda: (x,))
+
+    def broken(self, path, output, is_tensor):  # a bug inside the recorder's own code
+        capture.Recorder.stale(None)
+    monkeypatch.setattr(capture.Recorder, "_post", broken)
+    with pytest.raises(AttributeError, match="_versions"):
+        verify(spec, Options(device="cpu"))
+    monkeypatch.undo()
+
+    class Raises(_TorchScaledBetween):
+        def forward(self, x):
+            raise RuntimeError("the model's own bug")
+    with pytest.raises(UserError, match="torch_model.. from .* fails on inputs.*the model's own bug"):
+        verify(spec_from_functions(Raises, _PaddleScaledBetween, lambda: (x,)), Options(device="cpu"))

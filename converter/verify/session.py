@@ -43,8 +43,9 @@ def _float64_by_default():
 
 
 @contextlib.contextmanager
-def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs"):
-    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
+def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs", ours: bool = True):
+    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed.
+    With `ours`, an error raised in this package's own code (a hook) is left an internal error."""
     from .capture import CaptureTooLarge
     try:
         yield
@@ -55,8 +56,23 @@ def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or th
         raise UserError(f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
                         f"{spec_line(exc, spec_path)}; a forward must return its outputs") from None
     except Exception as exc:
+        if ours and _raised_by_us(exc):  # our own hooks failed, not the model: an internal error, not bad input
+            raise
         from ..spec import failure
         raise UserError(f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}") from None
+
+
+def _raised_by_us(exc: BaseException) -> bool:
+    """The exception was raised in this package's own code (not in a model: the bundled example
+    ports in converter/examples are models)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    where = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return where.startswith(here + os.sep) and not where.startswith(os.path.join(here, "examples") + os.sep)
 
 
 def _keys_off(missing, unexpected) -> str:
@@ -184,7 +200,7 @@ class PortSession:
         which, hint = ("paddle_model() with torch's inputs handed to its layers", "this is a limit of teacher "
                        "forcing for this model: run with --strategy binary, and report it") if forced \
             else ("paddle_model()", "fix the model or the inputs")
-        with _forward_errors(which, self.spec.path, hint):
+        with _forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
             return paddle_side.forward(self.paddle_model, self.inputs, self.device)
 
     def run_torch64(self, fmt: str | None = None):
