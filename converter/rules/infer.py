@@ -29,13 +29,20 @@ def _own_keys_by_name(pair: PortedLayer) -> None:
             pair.drop(name)  # a buffer the paddle port does not keep (e.g. position_ids)
 
 
-def tied_tensors(torch_model) -> dict[str, set[str]]:
-    """Each state-dict key whose torch tensor other keys hold too (a head tied to the embedding),
-    with those other keys; in any order of registration."""
+def same_tensor_groups(named) -> list[list[str]]:
+    """The names, from (name, tensor) pairs, that name one tensor object with others: each group in
+    the order the names came, only groups of two or more (a head tied to the embedding)."""
     by_tensor: dict[int, list[str]] = {}
-    for key, tensor in torch_model.state_dict(keep_vars=True).items():
-        by_tensor.setdefault(id(tensor), []).append(key)
-    return {k: set(keys) - {k} for keys in by_tensor.values() if len(keys) > 1 for k in keys}
+    for name, tensor in named:
+        by_tensor.setdefault(id(tensor), []).append(name)
+    return [names for names in by_tensor.values() if len(names) > 1]
+
+
+def tied_tensors(torch_model) -> dict[str, set[str]]:
+    """Each state-dict key whose torch tensor other keys hold too, with those other keys; in any
+    order of registration."""
+    return {k: set(keys) - {k} for keys in same_tensor_groups(torch_model.state_dict(keep_vars=True).items())
+            for k in keys}
 
 
 def _tied_child(child, path: str, tied: dict[str, set[str]]) -> dict[str, str] | None:
@@ -96,15 +103,8 @@ def _walk(t_mod, p_layer, t_path, p_path, rules, problems, tied) -> None:
 
 
 def paddle_aliases(paddle_model) -> dict[str, list[str]]:
-    """State-dict keys that name the same paddle tensor as an earlier key."""
-    first: dict[int, str] = {}
-    aliases: dict[str, list[str]] = {}
-    for key, tensor in paddle_model.state_dict().items():
-        if id(tensor) in first:
-            aliases.setdefault(first[id(tensor)], []).append(key)
-        else:
-            first[id(tensor)] = key
-    return aliases
+    """State-dict keys that name the same paddle tensor as an earlier key, under that earlier key."""
+    return {keys[0]: keys[1:] for keys in same_tensor_groups(paddle_model.state_dict().items())}
 
 
 def infer_ruleset(torch_model, paddle_model, name: str = "inferred") -> RuleSet:

@@ -3,8 +3,6 @@ from paddle's optimizer, and weights tied in torch but not in paddle."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from .loop import paddle_optimizer
 from .result import Row
 
@@ -51,17 +49,13 @@ def structure_rows(session, tspec) -> list:
 
 def _ties(session, torch_model, pstate) -> list:
     """Torch parameters that are one tensor whose paddle counterparts are separate tensors."""
-    groups = defaultdict(list)
-    for name, p in torch_model.named_parameters(remove_duplicate=False):
-        groups[id(p)].append(name)
+    from ..rules.infer import same_tensor_groups
     by_torch = {pair.torch[0]: pair.paddle for pair in session.pairs if len(pair.torch) == 1}
     for entry in session.port.plan.entries:  # aliases: one paddle tensor under several names
         for alias in entry.aliases:
             by_torch.setdefault(entry.parts[0].source, alias)
     rows = []
-    for names in groups.values():
-        if len(names) < 2:
-            continue
+    for names in same_tensor_groups(torch_model.named_parameters(remove_duplicate=False)):
         mapped = [(n, by_torch.get(n)) for n in names]
         paddle_names = {pstate[p].name for _, p in mapped if p in pstate}
         if len(paddle_names) > 1:

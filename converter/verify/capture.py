@@ -129,7 +129,10 @@ class Recorder:
         return {path for t, version, path in self._versions if version is not None and tensor_version(t) != version}
 
     def release(self) -> None:
-        """Give back to the allowance what this recorder took (it is being recorded again)."""
+        """Let go of every tensor kept and give back to the allowance what they took (the calls are
+        being recorded again)."""
+        self.calls.clear()
+        self._versions.clear()
         with self.allowance._lock:
             self.allowance.held -= self.taken
         self.taken = 0
@@ -185,9 +188,7 @@ def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | Non
     recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance))
     stale = recorder.stale() if keep else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
-        recorder.calls.clear()  # the first pass's tensors go before the second pass holds its own
-        recorder._versions.clear()
-        recorder.release()
+        recorder.release()  # the first pass's tensors go before the second pass holds its own
         recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)))
     return recorder
 

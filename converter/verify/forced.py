@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
-from .capture import Call, call_tensors, flatten
+from .capture import Call, call_tensors, flatten, tensor_version
 from .identity import ByIdentity, view_of
 from .precision import U32
 from .matching import POSITION, VALUE, common_shape, lay_out
@@ -66,7 +66,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
     converted = ByIdentity("converted")  # each tensor converted to numpy once
 
     def as_numpy(value):
-        version = value._inplace_version() if hasattr(value, "_inplace_version") else None
+        version = tensor_version(value)
         array = converted.get(value, version)
         if array is None:
             array = paddle_side.to_numpy(value)
@@ -108,7 +108,6 @@ def _stamp(v, r) -> tuple:
     beyond `v` itself: r's storage and layout, and both version counters (in-place changes).
     Modules hand tensors on (a wrapper returns its child's output, a child takes its
     sibling's output or its parent's input), so each error is computed once."""
-    from .capture import tensor_version
     return tensor_version(v), view_of(r), tensor_version(r)
 
 

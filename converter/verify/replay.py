@@ -17,7 +17,7 @@ import numpy as np
 
 from .budget import MatmulStats
 from ..frameworks import paddle_side, torch_side
-from .capture import Call, call_tensors, flatten
+from .capture import Call, call_tensors, flatten, tensor_version
 from .identity import ByIdentity
 from .matching import POSITION, VALUE, describe, fit, match_inputs
 from ..families import lookup
@@ -58,21 +58,16 @@ class TorchCopies:
         array = fit(torch_side.to_numpy(tensor), tuple(like.shape))
         copy = paddle.to_tensor(np.ascontiguousarray(array), place=like.place)
         copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
-        self._sources.put(copy, (tensor, _inplace_version(copy)))
+        self._sources.put(copy, (tensor, tensor_version(copy)))
         return copy
 
     def source_of(self, value):
         """The torch tensor that the paddle tensor `value` is a copy of, or None (also once a
         layer has changed the copy in place: it then holds what that layer computed)."""
         found = self._sources.get(value)
-        if found is None or _inplace_version(value) != found[1]:
+        if found is None or tensor_version(value) != found[1]:
             return None
         return found[0]
-
-
-def _inplace_version(value) -> int | None:
-    version = getattr(value, "_inplace_version", None)
-    return version() if callable(version) else None
 
 
 @dataclass

@@ -277,14 +277,14 @@ class BinarySearch:
         """The first unit over budget once clean probes clear only the units they read: a unit
         that starts over from the model's inputs (T5's decoder, on its own embedding) is clean
         whatever came before it, so the earlier units it does not read are probed, in order."""
-        flow = None
+        if found == 0:
+            return found
+        from .dataflow import trace
+        try:  # torch alone, no activations kept: not counted with the paired passes
+            flow = trace(session, [u.torch for u in self.units])
+        except Exception:  # noqa: BLE001 - a model that fails here failed in no paired pass:
+            return found  # the search keeps its own supposition rather than lose its answer
         while found > 0:
-            if flow is None:
-                from .dataflow import trace
-                try:  # torch alone, no activations kept: not counted with the paired passes
-                    flow = trace(session, [u.torch for u in self.units])
-                except Exception:  # noqa: BLE001 - a model that fails here failed in no paired pass:
-                    return found  # the search keeps its own supposition rather than lose its answer
             cleared = set()
             for i, result in probes.items():
                 if i < found and result.within_budget is not False:
