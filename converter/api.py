@@ -107,7 +107,7 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
                     dtype: str | None = None, force: bool = False, emit_mapping: str | None = None,
                     progress: bool = False, log: Callable[[str], None] | None = None,
                     also_written: dict[str, str | None] | None = None,
-                    allow_outside_shards: bool = False) -> ConversionResult:
+                    allow_outside_shards: bool = False, json_path: str | None = None) -> ConversionResult:
     """Convert the torch checkpoint `src` to the paddle weights file `dst` (.pdparams or .safetensors)
     and check every written tensor bit for bit; returns the ConversionResult (`ok`, `tensors`,
     `mapping`, `dropped`, `to_json()`).
@@ -117,13 +117,14 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
     then also loaded into its paddle model (`missing_keys`, `unexpected_keys`). dtype casts the
     floating tensors. log receives one-line notes (what was unwrapped, the detected rule set).
     also_written names the caller's own outputs (option -> path), checked with dst before anything
-    is written. Bad input raises UserError, and nothing is written."""
+    is written. json_path: the result's JSON report, written together with dst and emit_mapping
+    (all of them or none). Bad input raises UserError, and nothing is written."""
     from .convert import convert
     if isinstance(spec, str):
         spec = PortSpec.from_file(spec)
     return convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force, emit_mapping=emit_mapping,
                    progress=progress, log=log or _quiet, also_written=also_written,
-                   allow_outside_shards=allow_outside_shards)
+                   allow_outside_shards=allow_outside_shards, json_path=json_path)
 
 
 def _quiet(line: str) -> None:

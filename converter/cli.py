@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .cli_common import one_line_errors, say, write_json
+from .cli_common import one_line_errors, say
 from .errors import CheckFailed, UserError
 
 
@@ -39,10 +39,8 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
         from .hfdir import convert_directory
         if spec_path or emit_mapping:
             raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")
-        from .io.atomic import check_outputs
-        check_outputs({"--json": json_path}, [src, dst, mapping], force)  # before the directory is written
-        done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), say)
-        write_json(json_path, done, force)
+        done = convert_directory(src, dst, mapping, dtype, force, max_shard_size, not quiet and sys.stderr.isatty(), say,
+                                 json_path=json_path)
         say(f"converted {done['tensors']} tensors ({done['bytes'] / 2**20:.1f} MiB) with mapping '{done['mapping']}' "
              f"into {dst}: {', '.join(done['files'])}; every tensor checked bit for bit")
         return
@@ -52,8 +50,7 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
     spec = PortSpec.from_file(spec_path) if spec_path else None
     result = run_conversion(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
                             emit_mapping=emit_mapping, progress=not quiet and sys.stderr.isatty(), log=say,
-                            also_written={"--json": json_path}, allow_outside_shards=allow_outside_shards)
-    write_json(json_path, result.to_json(), force)
+                            json_path=json_path, allow_outside_shards=allow_outside_shards)
     say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
          f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")
     say("check passed: every written tensor matches its source bit for bit")

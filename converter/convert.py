@@ -12,7 +12,7 @@ import numpy as np
 from . import dtypes
 from .errors import CheckFailed, UserError, one_line
 from .io import open_sink_format, open_source
-from .io.atomic import AtomicOutput, check_outputs
+from .io.atomic import AtomicOutput, OutputGroup, check_outputs
 from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits, row_blocks
 from .pipeline import BoundedWorkers
@@ -209,13 +209,14 @@ def _progress(total: int, enabled: bool):
 
 
 def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str, progress: bool = True) -> None:
-    """Write the plan's tensors through `output` as `fmt`, each read back and compared bit for bit with
-    its source on worker threads, then the file's structure; any difference raises CheckFailed before
-    the commit, so that nothing is written."""
+    """Write the plan's tensors to `output` (opened, not yet committed) as `fmt`, each read back and
+    compared bit for bit with its source on worker threads, then the file's structure; any
+    difference raises CheckFailed, so that the caller's commit never happens."""
     read = _ReadCache(source)
     by_name = plan.by_output_name()
     bar, tick = _progress(plan.total_bytes, progress)
     written = [0]
+    f = output.file
 
     def on_written(nbytes):
         written[0] += nbytes
@@ -225,24 +226,23 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
         if tick is not None:
             tick(nbytes)
     try:
-        with output as f:
-            from .io.pdparams import write_pdparams
-            from .io.safetensors_io import write_safetensors
-            writer = write_pdparams if fmt == "pdparams" else write_safetensors
-            readback = ReadBack(output.readable_path(), plan, source)
+        from .io.pdparams import write_pdparams
+        from .io.safetensors_io import write_safetensors
+        writer = write_pdparams if fmt == "pdparams" else write_safetensors
+        readback = ReadBack(output.readable_path(), plan, source)
 
-            def on_data(info, offset):
-                f.flush()  # the bytes must be in the file before they are read back
-                readback.written(info, offset)
-            try:
-                writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
-            finally:
-                mismatches = readback.close()
-            output.sync_in_background()
-            mismatches += check_layout(output.readable_path(), fmt, plan)
-            if mismatches:
-                raise CheckFailed(f"the written tensors do not match the source under mapping '{plan.ruleset}'; "
-                                  f"nothing was written to {output.path}", mismatches)
+        def on_data(info, offset):
+            f.flush()  # the bytes must be in the file before they are read back
+            readback.written(info, offset)
+        try:
+            writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
+        finally:
+            mismatches = readback.close()
+        output.sync_in_background()
+        mismatches += check_layout(output.readable_path(), fmt, plan)
+        if mismatches:
+            raise CheckFailed(f"the written tensors do not match the source under mapping '{plan.ruleset}'; "
+                              f"nothing was written to {output.path}", mismatches)
     finally:
         if bar is not None:
             bar.close()
@@ -251,32 +251,53 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
 def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: str | None = None,
             force: bool = False, emit_mapping: str | None = None, progress: bool = True,
             log=lambda line: None, also_written: dict[str, str | None] | None = None,
-            allow_outside_shards: bool = False) -> ConversionResult:
-    """`also_written` names the caller's own outputs (option -> path), checked with DST and
-    --emit-mapping before anything is written; the caller writes them (atomically) after."""
+            allow_outside_shards: bool = False, json_path: str | None = None) -> ConversionResult:
+    """DST, --emit-mapping and the JSON report (`json_path`) are written together: all of them or,
+    when anything fails, none (a file --force replaced is left as it was). `also_written` names
+    the caller's own outputs (option -> path), checked with them before anything is written."""
     fmt = open_sink_format(dst)
-    outputs = {"output": dst, "--emit-mapping": emit_mapping, **(also_written or {})}
-    inputs = [src, mapping, spec.path if spec is not None else None]
-    check_outputs(outputs, inputs, force)
-    output = AtomicOutput(dst, force)
+    outputs = {"output": dst, "--emit-mapping": emit_mapping, "--json": json_path, **(also_written or {})}
+    inputs = [None if os.path.isdir(src) else src, mapping, spec.path if spec is not None else None]
+    check_outputs(outputs, inputs, force)  # a directory SRC is checked as the files it resolves to, below
     with open_source(src, allow_outside_shards) as source:
-        check_outputs(outputs, source.files, force)  # the shards an index names, the file a directory holds
+        check_outputs(outputs, inputs + list(source.files), force)
         for note in source.notes:
             log(f"note: {one_line(note)}")
         ruleset, targets = choose_ruleset(mapping, spec, source.infos, log)
-        if emit_mapping:
-            with AtomicOutput(emit_mapping, force=force) as f:
-                f.write(ruleset.to_json().encode("utf-8"))
-            log(f"wrote the mapping ({len(ruleset.rules)} rules) to {emit_mapping}")
         plan = plan_conversion(source, ruleset, targets, dtype)
         result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
                                   plan.dropped, list(source.notes))
-        write_plan(source, plan, output, fmt, progress)
-        result.check_ok = True
-    if spec is not None:
-        from .frameworks.paddle_side import load_into
-        result.missing_keys, result.unexpected_keys = load_into(spec.paddle_model(), dst)
+        with OutputGroup(force) as group:
+            report = group.file(json_path) if json_path else None  # opened first: a read-only disk fails now
+            if emit_mapping:
+                group.file(emit_mapping).file.write(ruleset.to_json().encode("utf-8"))
+            output = group.file(dst)
+            write_plan(source, plan, output, fmt, progress)
+            result.check_ok = True
+            if spec is not None:
+                result.missing_keys, result.unexpected_keys = _load_staged(spec, output, fmt)
+            if report is not None:
+                from .cli_common import json_text
+                report.file.write(json_text(result.to_json()).encode("utf-8"))
+    if emit_mapping:
+        log(f"wrote the mapping ({len(ruleset.rules)} rules) to {emit_mapping}")
     return result
+
+
+def _load_staged(spec, output: AtomicOutput, fmt: str) -> tuple[list[str], list[str]]:
+    """Load the written, not yet committed file into the spec's paddle model (missing and
+    unexpected keys), through a link whose name has the format's extension (the loader goes by it)."""
+    import tempfile
+
+    from .frameworks.paddle_side import load_into
+    output.sync()
+    with tempfile.TemporaryDirectory(prefix="convert-weights-") as scratch:
+        link = os.path.join(scratch, f"staged.{fmt}")
+        os.symlink(output.readable_path(), link)
+        try:
+            return load_into(spec.paddle_model(), link)
+        except UserError as exc:  # said of the file being written, by the name it is written to
+            raise UserError(exc.message.replace(link, output.path), exc.details) from None
 
 
 def converts_a_directory(src: str, dst: str) -> bool:

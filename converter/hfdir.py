@@ -4,7 +4,8 @@ model_state-0000i-of-0000n.pdparams with model_state.pdparams.index.json) and a 
 in PaddleNLP's field names.
 
 The directory appears complete or not at all: everything is written into a hidden directory
-beside OUT_DIR, each file checked as convert-weights checks one, and renamed into place last.
+beside OUT_DIR, each file checked as convert-weights checks one, and given OUT_DIR's name last
+(io/atomic.py's StagedDirectory); --force replaces only a directory this tool wrote.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
 from . import dtypes
-from .errors import UserError
+from .errors import UserError, quoted
 from .hfconfig import Translated, translate_config
 from .io import open_source
-from .io.atomic import AtomicOutput
+from .io.atomic import OutputGroup, check_outputs
 from .io.base import Source
 from .rules.plan import MappingPlan, build_plan
 from .rules.ruleset import resolve_mapping
@@ -94,45 +94,47 @@ def _source_shard_limit(source: Source) -> int | None:
     return max(os.path.getsize(f) for f in data) if len(data) > 1 else None
 
 
-def _write_json(path: str, body: dict) -> None:
-    with AtomicOutput(path) as f:
-        f.write((json.dumps(body, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+def _write_json(output, body: dict) -> None:
+    output.file.write((json.dumps(body, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
-def _prepare_destination(dst: str, force: bool) -> str:
-    dst = os.path.abspath(dst)
-    if os.path.exists(dst) and not force:
-        raise UserError(f"output '{dst}' already exists; pass --force to replace it")
-    if os.path.exists(dst) and not os.path.isdir(dst):
-        raise UserError(f"output '{dst}' is a file; a model directory converts into a directory: give a new path")
-    parent = os.path.dirname(dst)
-    if not os.path.isdir(parent):
-        raise UserError(f"output directory '{parent}' does not exist; create it first")
-    return dst
+_WRITTEN = re.compile(r"model_state-\d{5}-of-\d{5}\.pdparams")
 
 
-def _commit(tmp: str, dst: str) -> None:
-    old = None
-    if os.path.exists(dst):
-        old = f"{tmp}.old"
-        os.rename(dst, old)
-    os.rename(tmp, dst)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+def not_written_here(directory: str) -> str | None:
+    """Why --force may not replace `directory` (None: it holds only the files convert-weights
+    writes into OUT_DIR, or nothing)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        return f"output {quoted(directory)} cannot be listed ({exc.strerror}); give a new path"
+    for name in names:
+        full = os.path.join(directory, name)
+        ours = name in (WEIGHTS, INDEX, CONFIG) or _WRITTEN.fullmatch(name)
+        if not ours or os.path.islink(full) or not os.path.isfile(full):
+            return (f"output {quoted(directory)} holds {quoted(name)}, which convert-weights does not write; "
+                    "--force replaces only a directory this tool wrote: give a new path")
+    return None
 
 
 def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str | None = None, force: bool = False,
-                      max_shard_size: str | None = None, progress: bool = True, log=lambda line: None) -> dict:
-    """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping)."""
+                      max_shard_size: str | None = None, progress: bool = True, log=lambda line: None,
+                      json_path: str | None = None) -> dict:
+    """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping),
+    also written as JSON to `json_path`, together with OUT_DIR (both or neither)."""
     from .convert import write_plan
-    dst = _prepare_destination(dst, force)
-    if os.path.abspath(src) == dst:
-        raise UserError(f"source and output are the same directory '{src}'; write to another path")
+    check_outputs({"--json": json_path}, [src, mapping], force, directories={"OUT_DIR": dst})
+    dst = os.path.abspath(dst)
+    if force and os.path.isdir(dst):
+        refused = not_written_here(dst)
+        if refused:
+            raise UserError(refused)
     translated = translate_config(read_config(src), force, where=os.path.join(src, CONFIG))
     for note in translated.notes:
         log(f"note: config.json: {note}")
     limit = parse_size(max_shard_size) if max_shard_size else None
     with open_source(src) as opened:
+        check_outputs({"--json": json_path}, [src, mapping, *opened.files], force, directories={"OUT_DIR": dst})
         source = _leave_out_tied_head(opened, translated, log)
         if mapping and mapping != "auto":
             ruleset = resolve_mapping(mapping)
@@ -142,22 +144,25 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
         pieces = shards(plan, limit if limit is not None else _source_shard_limit(opened))
         names = shard_names(len(pieces))
-        tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.{os.getpid()}.partial")
-        os.mkdir(tmp)
-        try:
+        with OutputGroup(force) as outputs:
+            report = outputs.file(json_path) if json_path else None  # opened first: a read-only disk fails now
+            staged = outputs.directory(dst, not_written_here).staging
             for piece, name in zip(pieces, names):
-                write_plan(source, piece, AtomicOutput(os.path.join(tmp, name)), "pdparams", progress)
-            if len(pieces) > 1:
-                _write_json(os.path.join(tmp, INDEX), {
-                    "metadata": {"total_size": plan.total_bytes},
-                    "weight_map": {i.name: n for piece, n in zip(pieces, names) for i in piece.output_infos()}})
-            _write_json(os.path.join(tmp, CONFIG), translated.config)
-            _commit(tmp, dst)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return {"output": dst, "files": names + ([INDEX] if len(pieces) > 1 else []) + [CONFIG], "mapping": ruleset.name,
-            "tensors": len(plan.output_infos()), "bytes": plan.total_bytes, "dropped": plan.dropped}
+                with OutputGroup() as inside:  # the hidden directory is new: nothing in it to replace
+                    write_plan(source, piece, inside.file(os.path.join(staged, name)), "pdparams", progress)
+            with OutputGroup() as inside:
+                if len(pieces) > 1:
+                    _write_json(inside.file(os.path.join(staged, INDEX)), {
+                        "metadata": {"total_size": plan.total_bytes},
+                        "weight_map": {i.name: n for piece, n in zip(pieces, names) for i in piece.output_infos()}})
+                _write_json(inside.file(os.path.join(staged, CONFIG)), translated.config)
+            done = {"output": dst, "files": names + ([INDEX] if len(pieces) > 1 else []) + [CONFIG],
+                    "mapping": ruleset.name, "tensors": len(plan.output_infos()), "bytes": plan.total_bytes,
+                    "dropped": plan.dropped}
+            if report is not None:
+                from .cli_common import json_text
+                report.file.write(json_text(done).encode("utf-8"))
+    return done
 
 
 def _leave_out_tied_head(source: Source, translated: Translated, log) -> Source:

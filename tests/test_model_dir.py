@@ -117,15 +117,21 @@ def test_a_config_field_without_counterpart_is_an_error_unless_forced(tmp):
     assert json.loads((tmp / "out" / "config.json").read_text())["position_embedding_type"] == "relative_key"
 
 
-def test_an_existing_output_directory_needs_force(tmp):
+def test_an_existing_output_directory_needs_force_and_must_be_one_this_tool_wrote(tmp):
     src = hf_dir(tmp / "hf", hf_state(BERT))
     (tmp / "out").mkdir()
     (tmp / "out" / "old.txt").write_text("old")
     r = run_convert(src, tmp / "out")
     assert r.code == 2 and "already exists; pass --force" in r.stderr
+    r = run_convert(src, tmp / "out", "--force", "--quiet")
+    assert r.code == 2 and "holds 'old.txt', which convert-weights does not write" in r.stderr, r
     assert os.listdir(tmp / "out") == ["old.txt"]
+    (tmp / "out" / "old.txt").unlink()
+    (tmp / "out" / "config.json").write_text("{}")  # what an earlier conversion left: replaced
+    (tmp / "out" / "model_state-00001-of-00002.pdparams").write_bytes(b"old shard")
     assert run_convert(src, tmp / "out", "--force", "--quiet").code == 0
     assert sorted(os.listdir(tmp / "out")) == ["config.json", "model_state.pdparams"]
+    assert json.loads((tmp / "out" / "config.json").read_text())["hidden_size"] == 64
     assert sorted(os.listdir(tmp)) == ["hf", "out"]
 
 

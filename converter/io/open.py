@@ -46,7 +46,7 @@ def _open_file(path: str, allow_outside_shards: bool = False) -> Source:
 def _resolve_directory(path: str) -> str:
     for pattern in ("model.safetensors.index.json", "*.safetensors.index.json", "model.safetensors",
                     "pytorch_model.bin.index.json", "*.bin.index.json", "pytorch_model.bin"):
-        found = sorted(glob.glob(os.path.join(path, pattern)))
+        found = sorted(glob.glob(os.path.join(glob.escape(path), pattern)))  # a name may hold [ or *
         if found:
             return found[0]
     return path

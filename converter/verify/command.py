@@ -39,8 +39,8 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     budget, and (with --bisect) name the first layer over budget with a diagnosis."""
     from ..api import PortSpec, VerifyOptions
     from ..api import verify_port as run_verification
-    from ..cli_common import json_text, write_outputs
-    from ..io.atomic import check_outputs
+    from ..cli_common import json_text
+    from ..io.atomic import check_outputs, write_texts
     from .precision import parse_emulate
     from .report import render_html, render_text
 
@@ -73,8 +73,8 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
         from ..train.command import add_train
         body, page = add_train(trained, body, page)
         optimizer_code = trained.optimizer_code if emit_optimizer else None
-    write_outputs({emit_optimizer: optimizer_code, json_path: json_text(body) if json_path else None,
-                   html_path: page}, force)
+    write_texts({emit_optimizer: optimizer_code, json_path: json_text(body) if json_path else None,
+                 html_path: page}, force)  # all of them or none
     if optimizer_code is not None:
         click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
     sys.exit(max(report.exit_code, trained.exit_code if trained is not None else 0))
