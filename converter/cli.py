@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from .cli_common import one_line_errors, say
+from .cli_common import OneLineCommand, one_line_errors, say
 from .errors import CheckFailed, UserError
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("src")
 @click.argument("dst")
 @click.option("--mapping", metavar="auto|NAME|FILE", help="Shipped rule set by name, a rule file, or auto (the default "

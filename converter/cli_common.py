@@ -16,7 +16,32 @@ from .errors import PortError, one_line
 
 
 def say(line: str) -> None:
-    click.echo(line, err=True)
+    """One line to stderr; a name from an input (a rule file's name, a path) cannot start a line
+    of its own (see one_line)."""
+    click.echo(one_line(line), err=True)
+
+
+class OneLineUsage(click.UsageError):
+    """A usage error as one line that says what to do, instead of click's usage block."""
+
+    def __init__(self, message: str, command: str):
+        super().__init__(message)
+        self.command = command
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {one_line(self.format_message()).rstrip('.')} (see '{self.command} --help')", err=True)
+
+
+class OneLineCommand(click.Command):
+    """A click command whose usage errors (an unknown option, a bad value, a missing argument)
+    are one line and exit 2, like every other bad input."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else (info_name or self.name)
+            raise OneLineUsage(exc.format_message(), command) from None
 
 
 def one_line_errors(func):
@@ -27,7 +52,7 @@ def one_line_errors(func):
         try:
             return func(*args, **kwargs)
         except PortError as exc:
-            say(f"error: {exc.render()}")
+            click.echo(f"error: {exc.render()}", err=True)  # escaped by render; details on indented lines
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             say("interrupted; nothing was written")

@@ -9,6 +9,7 @@ paddle_optimizer, clip_grad_norm; see converter/train/spec.py).
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -181,6 +182,15 @@ def failure(exc: BaseException, path: str) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}{where}"
 
 
+class _SpecLoader(importlib.machinery.SourceFileLoader):
+    """A spec is Python whatever its suffix (spec.txt, a file with none; spec_from_file_location
+    finds no loader for those), compiled from its source each time: no bytecode is read from or
+    written beside it (spec.txt and spec.py would share one cache name)."""
+
+    def get_code(self, fullname):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 def load_spec(path: str) -> PortSpec:
     if not os.path.isfile(path):
         raise UserError(f"spec file '{path}' does not exist")
@@ -188,7 +198,7 @@ def load_spec(path: str) -> PortSpec:
     import_torch()
     import_paddle()  # imported quietly before the spec imports it
     name = "port_spec_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
-    module_spec = importlib.util.spec_from_file_location(name, path)
+    module_spec = importlib.util.spec_from_loader(name, _SpecLoader(name, path))
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:

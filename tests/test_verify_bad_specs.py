@@ -82,3 +82,20 @@ def _torch_checkpoint(tmp_path):
 def _save_plain(weights, path):
     import paddle
     paddle.save({k: paddle.to_tensor(v) for k, v in weights.items()}, str(path))
+
+
+@pytest.mark.parametrize("name", ["spec.txt", "spec", "port.spec.py3"])
+def test_a_spec_is_python_whatever_its_suffix(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(BASE)
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 0 and "PASS" in r.stdout, r
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no bytecode written beside it
+
+
+def test_a_spec_txt_that_raises_names_its_line(tmp_path):
+    path = _spec(tmp_path, "    torch.manual_seed(0)\n", "    raise ValueError('boom')\n", name="spec.txt")
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 2, r
+    assert "torch_model() failed with ValueError: boom" in r.stderr, r
+    assert f"line {_line_of(path, 'boom')}" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r

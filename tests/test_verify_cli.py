@@ -228,3 +228,29 @@ def test_an_oserror_from_a_library_gets_no_disk_hint(capsys):
     assert "not implemented for float32" in kernel and "disk" not in kernel, kernel
     full = fails(OSError(errno.ENOSPC, "No space left on device", "out.pdparams"))
     assert "No space left on device (out.pdparams)" in full and "free disk space" in full, full
+
+
+@pytest.mark.parametrize("command,args,words", [
+    ("verify-port", ["--strategy", "foo"], "Invalid value for '--strategy': 'foo' is not one of"),
+    ("verify-port", ["--rows", "x"], "Invalid value for '--rows': 'x' is not a valid integer"),
+    ("verify-port", ["--no-such-option"], "No such option '--no-such-option'"),
+    ("verify-port", ["--mapping"], "Option '--mapping' requires an argument"),
+    ("convert-weights", ["model.pt"], "Missing argument 'DST'"),
+    ("convert-weights", [], "Missing argument 'SRC'"),
+    ("convert-weights", ["a", "b", "c"], "Got unexpected extra argument (c)"),
+    ("convert-weights", ["a.pt", "b.pdparams", "--dtype"], "Option '--dtype' requires an argument"),
+])
+def test_a_usage_error_is_one_line_saying_where_help_is(command, args, words):
+    from conftest import run_convert
+    r = (run_verify if command == "verify-port" else run_convert)(*args)
+    assert r.code == 2, r
+    assert r.stderr.splitlines() == [r.stderr.rstrip("\n")], r  # one line, no usage block
+    assert r.stderr.startswith(f"error: {words}") and f"(see '{command} --help')" in r.stderr, r
+
+
+def test_a_usage_error_of_the_installed_scripts_is_one_line():
+    for command, option in (("verify-port", "--strategy"), ("convert-weights", "--max-shard-size")):
+        r = run_script(command, "a.pt", "b.pdparams", option) if command == "convert-weights" else \
+            run_script(command, option)
+        assert r.code == 2 and r.stdout == "", r
+        assert r.stderr == f"error: Option '{option}' requires an argument (see '{command} --help')\n", r

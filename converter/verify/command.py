@@ -7,13 +7,13 @@ import sys
 
 import click
 
-from ..cli_common import one_line_errors, say
+from ..cli_common import OneLineCommand, one_line_errors, say
 from ..errors import UserError
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "bert_port.py")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--spec", "spec_path", metavar="FILE", help="Port spec (default: the bundled BERT-like example).")
 @click.option("--weights", metavar="CKPT", help="Torch checkpoint to load into torch_model() first.")
 @click.option("--converted", metavar="FILE", help="Paddle weights (.pdparams/.safetensors) to load as is.")
