@@ -10,9 +10,12 @@ The facts come from PaddleNLP 2.8.1's configuration and modeling code.
 
 from __future__ import annotations
 
+import math
+import reprlib
 from dataclasses import dataclass, field
+from typing import Callable
 
-from .errors import UserError
+from .errors import UserError, one_line
 
 # Fields PaddleNLP's PretrainedConfig takes under HF's name (generation and label settings, ids).
 BASE_SAME = frozenset({
@@ -146,6 +149,117 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63
+
+
+def _real(v) -> bool:
+    return _int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a field's value must be: `expected` says it in words, `test` checks it."""
+    expected: str
+    test: Callable[[object], bool]
+
+    def or_null(self) -> Kind:
+        return Kind(f"{self.expected} or null", lambda v: v is None or self.test(v))
+
+
+SIZE = Kind("a positive integer below 2**31", lambda v: _int(v) and 0 < v < 2**31)
+COUNT = Kind("an integer from 0 to 2**31 - 1", lambda v: _int(v) and 0 <= v < 2**31)
+INT = Kind("a 64-bit integer", _int)
+PROB = Kind("a number from 0 to 1", lambda v: _real(v) and 0 <= v <= 1)
+POSITIVE = Kind("a finite number above 0", lambda v: _real(v) and v > 0)
+NONNEG = Kind("a finite number of 0 or more", lambda v: _real(v) and v >= 0)
+REAL = Kind("a finite number", _real)
+BOOL = Kind("true or false", lambda v: isinstance(v, bool))
+STR = Kind("a string", lambda v: isinstance(v, str))
+OBJECT = Kind("a JSON object", lambda v: isinstance(v, dict))
+LIST = Kind("a list", lambda v: isinstance(v, list))
+TOKEN = Kind("a token id (an integer, a list of integers, or null)",
+             lambda v: v is None or _int(v) or (isinstance(v, list) and all(_int(x) for x in v)))
+STRINGS = Kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+# What each field that some family reads (copies, renames, translates or judges) must hold, as
+# HF's configuration classes write it; tests/test_config.py checks that no read field is missing.
+KINDS: dict[str, Kind] = {
+    **dict.fromkeys(["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                     "max_position_embeddings", "n_embd", "n_embed", "n_head", "n_layer", "n_positions", "d_ff", "d_kv",
+                     "d_model", "num_layers", "num_heads", "relative_attention_num_buckets", "ffn_dim",
+                     "word_embed_proj_dim", "embedding_size", "num_local_experts", "num_experts_per_tok",
+                     "pooler_hidden_size", "attention_head_size", "conv_groups", "pretraining_tp"], SIZE),
+    **dict.fromkeys(["n_inner", "sliding_window", "num_key_value_heads", "cross_attention_hidden_size"], SIZE.or_null()),
+    **dict.fromkeys(["type_vocab_size", "conv_kernel_size", "chunk_size_feed_forward", "max_length", "min_length",
+                     "num_beams", "num_beam_groups", "num_return_sequences", "no_repeat_ngram_size",
+                     "encoder_no_repeat_ngram_size", "top_k"], COUNT),
+    "num_decoder_layers": COUNT.or_null(),
+    **dict.fromkeys(["max_relative_positions", "position_buckets"], INT),
+    **dict.fromkeys(["hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "attn_pdrop", "embd_pdrop",
+                     "dropout", "attention_dropout", "hidden_dropout", "dropout_rate", "pooler_dropout", "top_p",
+                     "typical_p"], PROB),
+    "classifier_dropout": PROB.or_null(),
+    **dict.fromkeys(["layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta"], POSITIVE),
+    **dict.fromkeys(["initializer_range", "init_std", "initializer_factor", "router_aux_loss_coef", "temperature"],
+                    NONNEG),
+    **dict.fromkeys(["repetition_penalty", "length_penalty", "diversity_penalty"], REAL),
+    **dict.fromkeys(["add_cross_attention", "do_sample", "is_decoder", "is_encoder_decoder", "output_attentions",
+                     "output_hidden_states", "output_scores", "remove_invalid_values", "return_dict",
+                     "return_dict_in_generate", "tie_encoder_decoder", "tie_word_embeddings", "use_cache",
+                     "apply_residual_connection_post_layernorm", "attention_softmax_in_fp32", "masked_softmax_fusion",
+                     "slow_but_exact", "output_router_logits", "do_layer_norm_before", "enable_bias", "share_att_key",
+                     "relative_attention", "position_biased_input"], BOOL),
+    "early_stopping": Kind("true, false or 'never'", lambda v: isinstance(v, bool) or v == "never"),
+    **dict.fromkeys(["hidden_act", "activation_function", "feed_forward_proj", "pooler_hidden_act", "norm_rel_ebd"], STR),
+    **dict.fromkeys(["torch_dtype", "finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
+    **dict.fromkeys(["bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+                     "forced_bos_token_id", "forced_eos_token_id"], TOKEN),
+    "pos_att_type": Kind("a list of strings, a string or null",
+                         lambda v: v is None or isinstance(v, str) or STRINGS.test(v)),
+    **dict.fromkeys(["id2label", "label2id", "pruned_heads"], OBJECT),
+    "task_specific_params": OBJECT.or_null(),
+    **dict.fromkeys(["bad_words_ids", "exponential_decay_length_penalty"], LIST.or_null()),
+    "architectures": STRINGS.or_null(),
+}
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxdict = 4
+_REPR.maxlevel = 3
+
+
+def shown(value) -> str:
+    """A value from config.json for a message: on one line, escaped, at most about 60 characters."""
+    text = one_line(_REPR.repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def reads(family: Family, name: str) -> bool:
+    """Whether the translation reads this field's value for this family (copies, renames,
+    translates or judges it)."""
+    return (name in family.same or name in family.renames or name in family.values or name in family.checked
+            or name in BASE_SAME or name in BASE_RENAMES or name == "architectures")
+
+
+def check_kinds(hf: dict, family: Family, where: str) -> None:
+    """Every field the translation reads holds what HF writes there, before anything is
+    translated: else a UserError naming each field, its value and what was expected (--force
+    does not pass these: a copied '64' where PaddleNLP computes with an integer is wrong output)."""
+    problems = [f"field {shown(name)} is {shown(value)} ({_type_name(value)}); expected {KINDS[name].expected}"
+                for name, value in hf.items() if reads(family, name) and name in KINDS and not KINDS[name].test(value)]
+    if len(problems) == 1:
+        raise UserError(f"{where}: {problems[0]}; correct it in config.json (or re-download it)")
+    if problems:
+        raise UserError(f"{where}: {len(problems)} fields hold values HF's config would not; correct them in "
+                        "config.json (or re-download it)", problems)
+
+
 @dataclass
 class Translated:
     config: dict
@@ -155,8 +269,9 @@ class Translated:
 
 def family_of(hf: dict, where: str) -> Family:
     model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
-        raise UserError(f"{where}: model_type {model_type!r} is not one this tool translates "
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        what = "model_type" if isinstance(model_type, str) else f"model_type ({_type_name(model_type)})"
+        raise UserError(f"{where}: {what} {shown(model_type)} is not one this tool translates "
                         f"({', '.join(sorted(FAMILIES))}); convert the weights file alone with --mapping")
     return FAMILIES[model_type]
 
@@ -167,7 +282,7 @@ def _value(family: Family, name: str, value, problems: list[str]):
         return value
     if isinstance(value, str) and value in table:
         return table[value]
-    problems.append(f"'{name}': {value!r} has no PaddleNLP counterpart (it takes {', '.join(map(repr, sorted(set(table))))})")
+    problems.append(f"'{name}': {shown(value)} has no PaddleNLP counterpart (it takes {', '.join(map(repr, sorted(set(table))))})")
     return value
 
 
@@ -177,7 +292,7 @@ def _architectures(family: Family, names, problems: list[str]) -> list[str]:
         if name in family.classes:
             out.append(family.classes[name])
         else:
-            problems.append(f"'architectures': {name!r} has no PaddleNLP class (it has {', '.join(sorted(family.classes))})")
+            problems.append(f"'architectures': {shown(name)} has no PaddleNLP class (it has {', '.join(sorted(family.classes))})")
     return out
 
 
@@ -190,20 +305,21 @@ def _field(family: Family, name: str, value, out: dict, notes: list[str], proble
         out[family.renames.get(name) or BASE_RENAMES[name]] = _value(family, name, value, problems)
     elif name in implied:
         if value not in implied[name]:
-            problems.append(f"'{name}': {value!r} has no PaddleNLP counterpart (it always behaves as "
+            problems.append(f"'{name}': {shown(value)} has no PaddleNLP counterpart (it always behaves as "
                             f"{' or '.join(map(repr, implied[name]))})")
     elif name in family.same or name in family.values or name in BASE_SAME:
         out[name] = _value(family, name, value, problems)
     elif name in BOOKKEEPING or name in family.ignored:
         notes.append(f"left out '{name}' (not read by the model)")
     else:
-        problems.append(f"'{name}' has no PaddleNLP counterpart")
+        problems.append(f"{shown(name)} has no PaddleNLP counterpart")
 
 
 def translate_config(hf: dict, force: bool = False, where: str = "config.json") -> Translated:
     """PaddleNLP's config for an HF config dict; a UserError naming every field without a counterpart
     unless `force`, which copies those fields unchanged."""
     family = family_of(hf, where)
+    check_kinds(hf, family, where)
     out: dict = {"model_type": family.model_type}
     notes: list[str] = []
     problems: list[str] = []
@@ -238,8 +354,9 @@ def _family_rules(family: Family, hf: dict, out: dict, problems: list[str]) -> N
     if family.model_type == "gpt":
         if "n_inner" in hf and hf["n_inner"] is None:
             out["intermediate_size"] = 4 * hf.get("n_embd", 768)
-        if hf.get("embd_pdrop", 0.1) != hf.get("resid_pdrop", 0.1):
-            problems.append(f"'embd_pdrop': {hf['embd_pdrop']!r} differs from resid_pdrop; PaddleNLP uses "
-                            "hidden_dropout_prob for both")
+        embd, resid = hf.get("embd_pdrop", 0.1), hf.get("resid_pdrop", 0.1)  # HF's defaults
+        if embd != resid:
+            problems.append(f"'embd_pdrop' {shown(embd)} differs from 'resid_pdrop' {shown(resid)} (HF's default is 0.1 "
+                            "where one is not given); PaddleNLP uses hidden_dropout_prob for both")
     if family.model_type in ("bert", "roberta", "electra"):
         out.setdefault("type_vocab_size", 2)  # HF's default; PaddleNLP's is 16
