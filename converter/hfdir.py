@@ -123,7 +123,8 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
     """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping),
     also written as JSON to `json_path`, together with OUT_DIR (both or neither)."""
     from .convert import write_plan
-    check_outputs({"--json": json_path}, [src, mapping], force, directories={"OUT_DIR": dst})
+    inputs = [src, os.path.join(src, CONFIG), mapping]  # a hard link elsewhere to config.json is config.json
+    check_outputs({"--json": json_path}, inputs, force, directories={"OUT_DIR": dst})
     dst = os.path.abspath(dst)
     if force and os.path.isdir(dst):
         refused = not_written_here(dst)
@@ -134,7 +135,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         log(f"note: config.json: {note}")
     limit = parse_size(max_shard_size) if max_shard_size else None
     with open_source(src) as opened:
-        check_outputs({"--json": json_path}, [src, mapping, *opened.files], force, directories={"OUT_DIR": dst})
+        check_outputs({"--json": json_path}, inputs + opened.files, force, directories={"OUT_DIR": dst})
         source = _leave_out_tied_head(opened, translated, log)
         if mapping and mapping != "auto":
             ruleset = resolve_mapping(mapping)
