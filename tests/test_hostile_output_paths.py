@@ -531,3 +531,18 @@ def test_a_run_killed_while_it_writes_leaves_no_hidden_directory_after_the_next(
     assert len(no_leftovers(tmp)) == 1
     assert run_convert(hf, tmp / "out", "--quiet").code == 0
     assert no_leftovers(tmp) == []
+
+
+@pytest.mark.parametrize("suffix", [".pdparams", ".safetensors"])
+def test_spec_load_check_reads_the_file_before_it_is_named(tmp, suffix):
+    """With --spec the new file is loaded into the paddle model before any output has its name,
+    in either format; the JSON written with it holds the check's result."""
+    from converter.spec import load_spec
+    state = load_spec(spec_path("cnn")).torch_model().state_dict()
+    torch.save(state, tmp / "m.pt")
+    dst = tmp / f"o{suffix}"
+    r = run_convert(tmp / "m.pt", dst, "--spec", spec_path("cnn"), "--json", tmp / "r.json")
+    assert r.code == 0, r
+    report = json.loads((tmp / "r.json").read_text())
+    assert report["missing_keys"] == [] and report["unexpected_keys"] == [] and report["ok"]
+    assert sorted(os.listdir(tmp)) == sorted(["m.pt", dst.name, "r.json"])
