@@ -11,7 +11,8 @@ from .align import LayerPair, nearest_in
 from .matching import OutputPairs, common_shape, lay_out, masked_alike, merged_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
-from .metrics import compare, join, rms
+from .metrics import compare, join, rms_over
+from .precision import ROUNDING_DRAWS
 from .forced import ForcedCall, Reference, differing_inputs
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
@@ -78,16 +79,22 @@ def _matmul(module, call: Call, shape) -> MatmulStats | None:
     return _fitted(matmul_stats(module, call), shape)
 
 
-def rounding_rms(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> float:
-    """rms change of the float64 output when the layer's matmul inputs are rounded to `fmt`."""
-    y_f = join(run_torch64(session.torch64_module(path), call, fmt)).ravel()
-    n = min(y_f.size, y64.size)  # y64 may be laid out broadcast: its first elements are torch's
-    return rms(y_f[:n], y64.ravel()[:n])
+def rounding_effect(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> np.ndarray:
+    """The change of the float64 output, per element (its rms over ROUNDING_DRAWS draws), when
+    every product in the layer rounds its inputs to `fmt` (laid out as y64)."""
+    draws = []
+    for draw in range(ROUNDING_DRAWS):
+        y_f = join(run_torch64(session.torch64_module(path), call, fmt, draw)).ravel()
+        n = min(y_f.size, y64.size)  # y64 may be laid out broadcast: its first elements are torch's
+        effect = np.zeros(y64.size, np.float32)
+        np.subtract(y_f[:n], y64.ravel()[:n], out=effect[:n], casting="same_kind")
+        draws.append(effect)
+    return rms_over(draws).reshape(y64.shape)
 
 
 def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
     matmul = _matmul(session.torch_module(path), call, y64.shape)
-    rounding = {f: rounding_rms(session, path, call, y64, f) for f in set(formats.values()) if f != "fp32"} \
+    rounding = {f: rounding_effect(session, path, call, y64, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)
 
@@ -214,8 +221,8 @@ def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: d
             # integers (positions, ids) have no rounding: any difference is a bug
             found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
         else:
-            rounding = {f: r[child.torch].input_rms[i] for f, r in rounded_64.items()
-                        if child.torch in r and i in r[child.torch].input_rms}
+            rounding = {f: lay_out(r[child.torch].input_err[i], t.shape) for f, r in rounded_64.items()
+                        if child.torch in r and r[child.torch].input_err.get(i) is not None}
             budget = budget_from_error(session.formats, t, lay_out(ref.input_err[i], t.shape), None, rounding)
             diff = np.abs(got - t)
             ratio, tol = budget.ratio(diff)
@@ -330,8 +337,9 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
         return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
     budget = _output_budget(session, pair, passes, ref, y_t, pairs, masked)
-    with np.errstate(over="ignore"):
-        ratio, tolerance = budget.ratio_of_squares(np.square(diff, out=diff).reshape(budget.var.shape))
+    with np.errstate(over="ignore"):  # squared in the budget's dtype: float64 where float32's squares overflow
+        q = np.square(diff, out=diff) if budget.var.dtype == diff.dtype else np.square(diff, dtype=budget.var.dtype)
+        ratio, tolerance = budget.ratio_of_squares(q.reshape(budget.var.shape))
     return top, mean, ratio, tolerance
 
 
@@ -339,8 +347,9 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
     matmul = _fitted(passes.matmul.get(pair.torch), y_t.shape)
-    rounding = {f: max(pairs.of_torch(r[pair.torch].output_rms), default=0.0)
-                for f, r in passes.rounded_64.items() if pair.torch in r} if matmul is None else {}
+    rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]
+                for f, r in passes.rounded_64.items()
+                if pair.torch in r and len(r[pair.torch].output_err) > max(pairs.torch)} if matmul is None else {}
     condition = None
     if matmul is None and ref.condition is not None and len(pairs) == 1 and pairs.torch == (0,):
         condition = laid_out([ref.condition], pairs.shapes).reshape(y_t.shape)

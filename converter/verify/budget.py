@@ -18,8 +18,10 @@ used, then the two sides are combined in quadrature:
       fp32 arithmetic:              the observed error of the torch layer in fp32 against
                                     float64 (its rms, and the element's own), and u32 * |y|
                                     for the output rounding
-      input rounding to u_f:        the rms change of the float64 output when the
-                                    layer's matmul inputs and weights are rounded to f
+      input rounding to u_f:        the change of the float64 output when every product in
+                                    the layer rounds its inputs to f, per element and its rms
+                                    (a softmax passes a logit's error on in proportion to the
+                                    probability: the effect is far from uniform)
 * the tolerance on the worst element is TAIL(N) * MARGIN standard deviations,
   TAIL(N) = sqrt(2 ln N) (the expected maximum of N normal errors, at least 2.5)
   and MARGIN = 2. ratio = max_i |d_i| / (TAIL * MARGIN * sigma_i): over budget when > 1.
@@ -65,10 +67,11 @@ class Budget:
         """(ratio, budget at the worst element) for an elementwise |difference|."""
         diff = np.asarray(diff).reshape(self.var.shape)
         with np.errstate(over="ignore"):
-            return self.ratio_of_squares(np.square(diff, dtype=np.float32))
+            return self.ratio_of_squares(np.square(diff, dtype=self.var.dtype))
 
     def ratio_of_squares(self, q: np.ndarray) -> tuple[float, float]:
-        """The same from the squared differences (float32, laid out as var), which it overwrites."""
+        """The same from the squared differences (float32 or var's dtype, laid out as var), which it
+        overwrites."""
         if q.size == 0:
             return 0.0, 0.0
         with np.errstate(over="ignore", invalid="ignore"):
@@ -86,29 +89,38 @@ class Budget:
 
 
 def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulStats | None,
-                rounding_rms: dict | None = None, condition: np.ndarray | None = None) -> Budget:
-    """Combine both sides. `formats` maps side -> format; `rounding_rms` maps format -> the rms
-    change of the float64 output under that format's rounding (non-matmul layers)."""
+                rounding: dict | None = None, condition: np.ndarray | None = None) -> Budget:
+    """Combine both sides. `formats` maps side -> format; `rounding` maps format -> the change of
+    the float64 output, per element (laid out as y64), under that format's rounding (non-matmul
+    layers)."""
     e_ref = np.subtract(y32, y64, dtype=np.float64).astype(np.float32)
-    return budget_from_error(formats, y32, e_ref, matmul, rounding_rms, condition)
+    return budget_from_error(formats, y32, e_ref, matmul, rounding, condition)
 
 
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
-                      rounding_rms: dict | None = None, condition: np.ndarray | None = None) -> Budget:
+                      rounding: dict | None = None, condition: np.ndarray | None = None) -> Budget:
     """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty).
     `condition` (elementwise layers): per element, how far the float64 output moves when the
     input moves by one unit of float32 rounding; each side's implementation may round there
     (torch's own observed error is one draw of that, and may be near 0 by chance)."""
-    # means from float32 dot products and sums: a few units of u32, plenty for a budget
+    # means from float32 dot products and sums: a few units of u32, plenty for a budget. Squares
+    # of values above about 1.8e19 overflow float32 (an infinite budget passes anything): there,
+    # and where S2 itself overflowed, the budget is computed in float64
+    s2_peak = _peak(matmul.sum_sq) if matmul is not None else 0.0
+    if not math.isfinite(s2_peak):
+        matmul = None  # the analytic model has no S2 to work with: the observed error stands in
     shape = np.shape(matmul.sum_sq) if matmul is not None else np.shape(e_ref)
     e_ref, y = e_ref.ravel(), y.ravel()
+    wide = _peak(y) > WIDE or _peak(e_ref) > WIDE or (matmul is not None and s2_peak > WIDE * WIDE)
+    dt = np.float64 if wide else np.float32
+    e_ref = e_ref.astype(dt, copy=False)
     n = max(e_ref.size, 1)
     e_ref_ms = float(np.dot(e_ref, e_ref)) / n
-    y2 = np.square(y, dtype=np.float32)
-    rounding_rms = rounding_rms or {}
+    y2 = np.square(y, dtype=dt)
+    rounding = rounding or {}
     kappa = 1.0
     if matmul is not None:
-        s2 = matmul.sum_sq.astype(np.float32, copy=False).ravel()
+        s2 = matmul.sum_sq.astype(dt, copy=False).ravel()
         s2_mean = _mean(s2)
         acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
         model_ms = acc_unit ** 2 * s2_mean
@@ -116,27 +128,42 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
         coef = 0.0
         for fmt in formats.values():
             coef += (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
-        var = np.multiply(s2, np.float32(coef), dtype=np.float32)
+        var = np.multiply(s2, dt(coef), dtype=dt)
         const = 0.0
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
-        const = 0.0
-        for fmt in formats.values():
-            inp = rounding_rms.get(fmt, 0.0) if fmt != "fp32" else 0.0
-            const += e_ref_ms + (inp or 0.0) ** 2
-        var = np.square(e_ref, dtype=np.float32)
+        const = e_ref_ms * len(formats)
+        var = np.square(e_ref, dtype=dt)
         if condition is not None:
-            var += np.square(np.asarray(condition, dtype=np.float32).ravel())
-        var *= np.float32(len(formats))
+            var += np.square(np.asarray(condition, dtype=dt).ravel())
+        var *= dt(len(formats))
+        for fmt in formats.values():  # a side in another format: its rounding's effect, per element and rms
+            effect = rounding.get(fmt) if fmt != "fp32" else None
+            if effect is None:
+                continue
+            with np.errstate(over="ignore"):
+                sq = np.square(np.asarray(effect, dtype=dt).ravel())
+            const += float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
+            if sq.size == var.size:
+                var += sq
     if matmul is not None:  # its result stored in each side's format (bf16 under AMP: measured on a GPU)
-        y2 *= np.float32(sum(STORED_UNIT[fmt] ** 2 for fmt in formats.values()))
+        y2 *= dt(sum(STORED_UNIT[fmt] ** 2 for fmt in formats.values()))
     else:
-        y2 *= np.float32(U32 * U32 * len(formats))
+        y2 *= dt(U32 * U32 * len(formats))
     var += y2
-    var += np.float32(const + np.finfo(np.float32).tiny)  # never 0: no division by it
+    var += dt(const + float(np.finfo(np.float32).tiny))  # never 0: no division by it
     return Budget(var.reshape(shape), dict(formats))
 
 
+WIDE = 1e18  # above this magnitude, squares and their sums may overflow float32
+
+
+def _peak(a) -> float:
+    """max |a| (inf or nan where a holds one), without a temporary the size of a."""
+    a = np.asarray(a)
+    return max(float(np.max(a)), -float(np.min(a))) if a.size else 0.0
+
+
 def _mean(a: np.ndarray) -> float:
-    return float(np.add.reduce(a, dtype=np.float32)) / a.size if a.size else 0.0
+    return float(np.add.reduce(a, dtype=a.dtype)) / a.size if a.size else 0.0
