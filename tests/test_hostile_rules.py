@@ -116,3 +116,98 @@ def test_an_alias_may_not_write_a_name_twice(tmp, aliases):
         r = run_convert(src, tmp / out, "--mapping", path)
         assert_one_line_error(r, "would be written twice")
         assert not (tmp / out).exists()
+
+
+# ---- rule files and indexes are regular files of bounded size
+
+def _fifo(tmp, name):
+    import os
+    path = tmp / name
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/urandom", "sparse 6 GiB", "directory"])
+def test_a_rule_file_that_is_not_a_small_regular_file_is_refused(tmp, kind):
+    """A fifo hung for ever; /dev/zero, /dev/urandom and a 6 GiB sparse file were read until memory ran out."""
+    src, _ = _setup(tmp, [])
+    if kind == "fifo":
+        path, words = _fifo(tmp, "rules.fifo.json"), ("fifo", "not a regular file")
+    elif kind.startswith("/dev/"):
+        path, words = kind, ("character device", "not a regular file")
+    elif kind == "directory":
+        (tmp / "rules.d").mkdir()
+        path, words = tmp / "rules.d", ("directory", "not a regular file")
+    else:
+        path = tmp / "sparse.json"
+        with open(path, "wb") as f:
+            f.truncate(6 << 30)
+        words = ("6144.0 MiB", "at most 16.0 MiB")
+    r = run_bounded(src, tmp / "o.pdparams", "--mapping", path, timeout=60, memory_gb=4)
+    assert_one_line_error(r, "mapping file", *words)
+    assert not (tmp / "o.pdparams").exists()
+
+
+def test_a_spec_whose_mapping_is_a_fifo_is_refused(tmp):
+    src, _ = _setup(tmp, [])
+    fifo = _fifo(tmp, "spec_rules.json")
+    spec = tmp / "spec.py"
+    spec.write_text("import paddle\nimport torch\n"
+                    "def torch_model():\n    return torch.nn.Linear(12, 2)\n"
+                    "def paddle_model():\n    return paddle.nn.Linear(12, 2)\n"
+                    "def inputs():\n    return []\n"
+                    f"mapping = {str(fifo)!r}\n")
+    r = run_bounded(src, tmp / "o.pdparams", "--spec", spec, timeout=120)
+    assert_one_line_error(r, "mapping file", "fifo", "not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse 6 GiB"])
+def test_an_index_that_is_not_a_small_regular_file_is_refused(tmp, kind):
+    save_file({"a": np.ones(2, np.float32)}, str(tmp / "model-00001.safetensors"))
+    name = "model.safetensors.index.json"
+    if kind == "fifo":
+        _fifo(tmp, name)
+        words = ("fifo",)
+    else:
+        with open(tmp / name, "wb") as f:
+            f.truncate(6 << 30)
+        words = ("checkpoint index", "at most 64.0 MiB")
+    r = run_bounded(tmp / name, tmp / "o.pdparams", timeout=60, memory_gb=4)
+    assert_one_line_error(r, "not a regular file" if kind == "fifo" else "larger than", *words)
+
+
+def test_a_rule_file_with_too_many_rules_is_refused(tmp):
+    from converter.rules.ruleset import MAX_RULES
+    src, path = _setup(tmp, [{"kind": "drop", "key": f"k{i}"} for i in range(MAX_RULES + 1)])
+    r = run_convert(src, tmp / "o.pdparams", "--mapping", path)
+    assert_one_line_error(r, f"{MAX_RULES + 1} rules", "one pattern")
+
+
+# ---- planning with many rules
+
+def test_20000_patterns_against_2000_keys_plan_in_seconds(tmp):
+    """One RE2 set of 20 000 patterns does not compile: every rule was tried on every key (minutes)."""
+    state = {f"layer.{i}.weight": np.full(1, i, np.float32) for i in range(2000)}
+    rules = [{"kind": "rename", "match": fr"layer\.{i}\.(weight)", "to": fr"l.{i}.\1"} for i in range(20000)]
+    src, path = _setup(tmp, rules, state)
+    r = run_bounded(src, tmp / "o.safetensors", "--mapping", path, timeout=240)
+    assert r.code == 0, r
+    assert r.seconds < 90, r
+    out = load_file(str(tmp / "o.safetensors"))
+    assert len(out) == 2000 and all(out[f"l.{i}.weight"][0] == i for i in range(2000))
+
+
+def test_the_rule_index_names_exactly_the_rules_that_match(tmp):
+    """Sets of at most 512 patterns (and their halves): the candidates a key gets are every rule that
+    matches it, checked against matching every rule one by one."""
+    from converter.rules.ruleset import RuleIndex, SET_SIZE, parse_ruleset
+    specs = [{"kind": "rename", "match": fr"(enc|dec)\.{i % 700}\.(w|b)", "to": "x"} for i in range(1300)]
+    specs += [{"kind": "rename", "match": r"(.*)\.w", "to": "y"}, {"kind": "rename", "key": "enc.3.w", "to": "z"}]
+    ruleset = parse_ruleset({"rules": specs}, "many")
+    index = RuleIndex(ruleset.rules)
+    assert len(ruleset.rules) > 2 * SET_SIZE and len(index.sets["naming"].sets) >= 3
+    for key in ["enc.3.w", "dec.699.b", "enc.700.w", "x.w", "nothing", "dec.12.b"]:
+        got = [rule.where for rule, _ in index.matching(key, "naming")]
+        expected = [rule.where for rule in ruleset.rules if rule.match(key) is not None]
+        assert got == expected, key
+    assert len(index.matching("enc.3.w", "naming")) == 4  # rules 4 and 704, (.*)\.w and the literal key

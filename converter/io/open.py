@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 
 from ..errors import UserError, is_text, quoted
 from .base import Source, strip_wrapper_prefixes
+from .inputs import kind_of
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 OUTPUT_FORMATS = {".pdparams": "pdparams", ".safetensors": "safetensors"}
@@ -17,6 +19,9 @@ def _open_file(path: str, allow_outside_shards: bool = False) -> Source:
         raise UserError(f"checkpoint '{path}' does not exist; check the path")
     if os.path.isdir(path):
         raise UserError(f"'{path}' is a directory with no checkpoint index or weights file in it")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise UserError(f"checkpoint {quoted(path)} is {kind_of(mode)}, not a regular file; give a weights file")
     if os.path.getsize(path) == 0:
         raise UserError(f"checkpoint '{path}' is empty (0 bytes); re-download or re-save it")
     lower = path.lower()

@@ -16,14 +16,15 @@ import numpy as np
 
 from ..errors import UserError, quoted
 from .base import Source
+from .inputs import INDEX_CAP, read_small_file
 
 SHARD_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 def _read_index(index_path: str) -> dict[str, str]:
+    raw = read_small_file(index_path, "checkpoint index", INDEX_CAP)
     try:
-        with open(index_path, encoding="utf-8") as f:
-            index = json.load(f)
+        index = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         index = None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None

@@ -194,6 +194,8 @@ class _PlanBuilder(_Builder):
         self.dropped: list[str] = []
         self.leftover: list[str] = []
         self.merges: dict[tuple[str, str], dict[int, str]] = {}  # (rule, target) -> part index -> key
+        self.merge_rules: dict[str, object] = {}  # rule.where -> rule
+        self.position = {key: i for i, key in enumerate(sources)}
 
     def add(self, name: str, entry: TargetEntry, position: tuple[int, int], key: str) -> None:
         if name in self.entries:
@@ -221,6 +223,7 @@ class _PlanBuilder(_Builder):
             self._split(index, key, info, rule, [rule.expand(match, t) for t in rule.spec["to"]])
         elif rule.kind == "merge":
             name = rule.expand(match, rule.spec["to"])
+            self.merge_rules[rule.where] = rule
             group = self.merges.setdefault((rule.where, name), {})
             if part_index in group:
                 self.problems.append(f"target '{name}': part {part_index + 1} matched by both "
@@ -264,7 +267,7 @@ class _PlanBuilder(_Builder):
 
     def join_merges(self) -> None:
         for (where, name), keys in self.merges.items():
-            rule = next(r for r in self.ruleset.rules if r.where == where)
+            rule = self.merge_rules[where]
             if len(keys) != len(rule.patterns):
                 missing = [str(i + 1) for i in range(len(rule.patterns)) if i not in keys]
                 self.problems.append(f"target '{name}' is missing merge part(s) {', '.join(missing)} ({where})")
@@ -291,7 +294,7 @@ class _PlanBuilder(_Builder):
             return
         shape = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
         first = keys[0]
-        position = min(list(self.sources).index(k) for k in keys)
+        position = min(self.position[k] for k in keys)
         self.add(name, TargetEntry(name, [p for p, _ in built], axis, self.sources[first].dtype,
                                    self.cast_for(first, self.dtype), shape), (position, 0), first)
 

@@ -99,16 +99,59 @@ class Rule:
         return "".join(p if isinstance(p, str) else (match.group(p[0]) or "") for p in pieces)
 
 
+SET_SIZE = 512  # patterns per RE2 set: one set of 20 000 patterns does not compile within RE2's memory budget
+_ANY = "(?s).*"  # a pattern every key matches: a set that names no pattern at all ran out of memory
+
+
+class _PatternSets:
+    """The rules whose `match` patterns fit a key, found with RE2 sets of at most SET_SIZE patterns
+    each, a set that does not compile split in halves. Each set also holds a pattern that matches
+    everything: when a set names none (RE2 gives up on a search that runs out of memory without
+    saying so), every rule of that set is a candidate rather than none."""
+
+    def __init__(self, texts: list[tuple[str, int]]):
+        self.sets: list[tuple[object, list[int]]] = []  # (compiled set, rule index per set index)
+        self.always: list[int] = []  # rules whose pattern no set takes: tried on every key
+        for i in range(0, len(texts), SET_SIZE):
+            self._add(texts[i:i + SET_SIZE])
+
+    def _add(self, texts: list[tuple[str, int]]) -> None:
+        re2, options = _re2()
+        found = re2.Set.FullMatchSet(options)
+        try:
+            for text, _ in texts:
+                found.Add(text)
+            found.Add(_ANY)
+            found.Compile()
+        except re2.error:  # beyond RE2's memory budget for one set: halve it
+            if len(texts) == 1:
+                self.always.append(texts[0][1])
+            else:
+                half = len(texts) // 2
+                self._add(texts[:half])
+                self._add(texts[half:])
+            return
+        self.sets.append((found, [i for _, i in texts]))
+
+    def candidates(self, key: str) -> set[int]:
+        out = set(self.always)
+        for found, owners in self.sets:
+            named = found.Match(key) or ()
+            if len(owners) not in named:  # the catch-all is missing: this set's search failed
+                out.update(owners)
+            else:
+                out.update(owners[k] for k in named if k < len(owners))
+        return out
+
+
 class RuleIndex:
-    """The rules of each group that match a key, found in one pass over the key: an RE2 set of the
-    `match` patterns and a table of the literal `key`s, per group. Matching every key against
-    every rule was most of the time of planning a large checkpoint. A rule the set names is
-    matched again on its own (for its groups), so the set only narrows the search."""
+    """The rules of each group that match a key: RE2 sets of the `match` patterns (see
+    _PatternSets) and a table of the literal `key`s, per group, so that planning costs about one
+    pass over each key per few hundred rules rather than a match of every key against every rule.
+    A rule a set names is matched again on its own (for its groups): the sets only narrow the search."""
 
     def __init__(self, rules: list[Rule]):
-        re2, options = _re2()
         self.rules = rules
-        self.sets: dict[str, tuple] = {}  # group -> (RE2 set or None, set index -> rule index)
         self.literals: dict[tuple[str, str], list[int]] = {}  # (group, key) -> rule indexes
         pending: dict[str, list[tuple[str, int]]] = {}
         for i, rule in enumerate(rules):
@@ -117,24 +160,13 @@ class RuleIndex:
                     self.literals.setdefault((rule.group, pattern.pattern), []).append(i)
                 else:
                     pending.setdefault(rule.group, []).append((pattern.pattern, i))
-        for group, texts in pending.items():
-            found = re2.Set.FullMatchSet(options)
-            try:
-                for text, _ in texts:
-                    found.Add(text)
-                found.Compile()
-            except re2.error:  # beyond RE2's set limits: that group's rules are all tried
-                found = None
-            self.sets[group] = (found, [i for _, i in texts])
+        self.sets = {group: _PatternSets(texts) for group, texts in pending.items()}
 
     def matching(self, key: str, group: str) -> list[tuple[Rule, tuple]]:
         """(rule, (part index, match)) for every rule of `group` that matches the whole key, in rule order."""
         candidates = set(self.literals.get((group, key), ()))
-        found, owners = self.sets.get(group, (None, []))
-        if found is None:
-            candidates.update(owners)
-        else:
-            candidates.update(owners[k] for k in found.Match(key) or ())
+        if group in self.sets:
+            candidates |= self.sets[group].candidates(key)
         hits = []
         for i in sorted(candidates):
             match = self.rules[i].match(key)
@@ -284,6 +316,9 @@ def parse_rule(spec: dict, where: str) -> Rule:
 def parse_ruleset(body, origin: str) -> RuleSet:
     if not isinstance(body, dict) or not isinstance(body.get("rules"), list):
         raise UserError(f"mapping '{origin}' must be a JSON object with a 'rules' list")
+    if len(body["rules"]) > MAX_RULES:
+        raise UserError(f"mapping {quoted(origin)} has {len(body['rules'])} rules, more than the {MAX_RULES} a rule file "
+                        "may hold; match many keys with one pattern (e.g. layer\\.(\\d+)\\.weight) instead of a rule per key")
     rules = [parse_rule(spec, f"{origin} rule {i + 1}") for i, spec in enumerate(body["rules"])]
     unmatched = body.get("unmatched", "error")
     if unmatched not in UNMATCHED:
@@ -293,16 +328,14 @@ def parse_ruleset(body, origin: str) -> RuleSet:
 
 
 UNMATCHED = ("error", "keep")
+MAX_RULES = 50_000  # reading a rule costs about 0.1 ms (its patterns compiled, its templates checked)
 
 
 def load_ruleset(path: str) -> RuleSet:
+    from ..io.inputs import RULE_FILE_CAP, read_small_file
+    raw = read_small_file(path, "mapping file", RULE_FILE_CAP)
     try:
-        with open(path, encoding="utf-8") as f:
-            body = json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"mapping file {quoted(path)} does not exist") from None
-    except IsADirectoryError:
-        raise UserError(f"mapping file {quoted(path)} is a directory; give a rule file") from None
+        body = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"mapping file {quoted(path)} is not valid JSON: {exc}") from None
     except RecursionError:
