@@ -17,7 +17,7 @@ from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits, row_blocks
 from .pipeline import BoundedWorkers
 from .rules import MappingPlan, build_plan, resolve_mapping
-from .rules.plan import TargetEntry
+from .rules.plan import TargetEntry, float_dtype
 from .rules.ruleset import RuleSet
 
 
@@ -256,6 +256,7 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
     when anything fails, none (a file --force replaced is left as it was). `also_written` names
     the caller's own outputs (option -> path), checked with them before anything is written."""
     fmt = open_sink_format(dst)
+    float_dtype(dtype)
     outputs = {"output": dst, "--emit-mapping": emit_mapping, "--json": json_path, **(also_written or {})}
     inputs = [None if os.path.isdir(src) else src, mapping, spec.path if spec is not None else None]
     check_outputs(outputs, inputs, force)  # a directory SRC is checked as the files it resolves to, below

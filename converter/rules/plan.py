@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes
-from ..errors import UserError
+from ..errors import UserError, quoted
 from ..io.base import TensorInfo
 from .ruleset import RuleIndex, RuleSet
 
@@ -164,9 +164,27 @@ def _names_written_twice(entries) -> list[str]:
     return problems
 
 
+def float_dtype(name: str | None) -> str | None:
+    """--dtype's format by its canonical name: floating only (casting floats to integers or bool
+    would turn 0.7 into 0 and NaN into INT64_MIN without a word)."""
+    if name is None:
+        return None
+    try:
+        canonical = dtypes.canonical(name)
+    except UserError:
+        canonical = None
+    if canonical not in dtypes.FLOATING:
+        what = "is not a floating format" if canonical else "is not a dtype"
+        raise UserError(f"--dtype {quoted(name)} {what}; --dtype casts the floating tensors and takes one of "
+                        f"{', '.join(dtypes.FLOATING)} (a cast rule in a rule file casts named tensors)")
+    return canonical
+
+
 def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
                targets: dict[str, TensorInfo] | None = None, dtype: str | None = None) -> MappingPlan:
-    """Map every source key through the rules; check against the target model's keys when given."""
+    """Map every source key through the rules; check against the target model's keys when given.
+    `dtype` (--dtype) casts the floating tensors, and must itself be a floating format."""
+    dtype = float_dtype(dtype)
     b = _PlanBuilder(sources, ruleset, dtype)
     for index, (key, info) in enumerate(sources.items()):
         b.map_key(index, key, info)
