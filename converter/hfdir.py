@@ -16,10 +16,11 @@ import re
 
 from . import dtypes
 from .errors import UserError, quoted
-from .hfconfig import Translated, translate_config
+from .hfconfig import Translated, shown, translate_config
 from .io import open_source
 from .io.atomic import OutputGroup, check_outputs
 from .io.base import Source
+from .io.inputs import CONFIG_CAP, read_small_file
 from .rules.plan import MappingPlan, build_plan
 from .rules.ruleset import resolve_mapping
 
@@ -31,7 +32,9 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 
 
 def is_model_directory(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG))
+    """A directory with a config.json of any kind (one that is not a readable file is refused
+    when it is read, rather than taking the directory for something else)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, CONFIG))
 
 
 def parse_size(text: str) -> int:
@@ -43,15 +46,53 @@ def parse_size(text: str) -> int:
 
 
 def read_config(directory: str) -> dict:
+    """config.json as a dict of JSON values, nested at most CONFIG_DEPTH deep and with no integer
+    longer than Python reads; one line naming what is wrong otherwise."""
     path = os.path.join(directory, CONFIG)
+    where = quoted(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            body = json.load(f)
+        body = json.loads(read_small_file(path, "config file", CONFIG_CAP).decode("utf-8"), parse_int=_parse_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"'{path}' is not valid JSON ({exc}); re-download it") from None
+        raise UserError(f"{where} is not valid JSON ({exc}); re-download it") from None
+    except RecursionError:
+        raise UserError(f"{where} nests objects or lists hundreds of levels deep, where no config goes past a few "
+                        f"(at most {CONFIG_DEPTH} are taken); re-download it") from None
     if not isinstance(body, dict):
-        raise UserError(f"'{path}' is not a JSON object; re-download it")
+        raise UserError(f"{where} is not a JSON object; re-download it")
+    for name, value in body.items():
+        _check_nesting(where, name, value)
     return body
+
+
+CONFIG_DEPTH = 64
+
+
+class _LongInteger:
+    """An integer in config.json longer than Python converts from text (sys.get_int_max_str_digits)."""
+
+    def __init__(self, text: str):
+        self.digits = len(text.lstrip("-"))
+
+
+def _parse_int(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInteger(text)
+
+
+def _check_nesting(where: str, name: str, value) -> None:
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, _LongInteger):
+            raise UserError(f"{where}: field {shown(name)} holds an integer of {value.digits} digits, more than any "
+                            "config field takes; correct it in config.json (or re-download it)")
+        if isinstance(value, (dict, list)):
+            if depth > CONFIG_DEPTH:
+                raise UserError(f"{where}: field {shown(name)} nests objects or lists more than {CONFIG_DEPTH} levels "
+                                "deep, more than any config field; correct it in config.json (or re-download it)")
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
 
 
 class _Without(Source):
@@ -130,7 +171,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         refused = not_written_here(dst)
         if refused:
             raise UserError(refused)
-    translated = translate_config(read_config(src), force, where=os.path.join(src, CONFIG))
+    translated = translate_config(read_config(src), force, where=quoted(os.path.join(src, CONFIG)))
     for note in translated.notes:
         log(f"note: config.json: {note}")
     limit = parse_size(max_shard_size) if max_shard_size else None
