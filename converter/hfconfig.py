@@ -33,7 +33,7 @@ BASE_SAME = frozenset({
 BOOKKEEPING = frozenset({"_name_or_path", "transformers_version", "torchscript", "use_bfloat16", "tf_legacy_loss",
                          "gradient_checkpointing", "_commit_hash", "_attn_implementation_autoset"})
 BASE_IMPLIED = {"begin_suppress_tokens": (None,), "suppress_tokens": (None,)}
-BASE_RENAMES = {"torch_dtype": "dtype"}
+BASE_RENAMES = {"torch_dtype": "dtype", "dtype": "dtype"}  # HF 4.56 and later write "dtype"
 
 BERT_ACT = {a: a for a in ("gelu", "relu", "tanh", "silu", "sigmoid")}  # paddle.nn.functional by name; gelu is erf
 TANH_GELU = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}  # families whose "gelu" is the tanh form
@@ -212,7 +212,7 @@ KINDS: dict[str, Kind] = {
                      "relative_attention", "position_biased_input"], BOOL),
     "early_stopping": Kind("true, false or 'never'", lambda v: isinstance(v, bool) or v == "never"),
     **dict.fromkeys(["hidden_act", "activation_function", "feed_forward_proj", "pooler_hidden_act", "norm_rel_ebd"], STR),
-    **dict.fromkeys(["torch_dtype", "finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
+    **dict.fromkeys(["torch_dtype", "dtype", "finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
     **dict.fromkeys(["bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
                      "forced_bos_token_id", "forced_eos_token_id"], TOKEN),
     "pos_att_type": Kind("a list of strings, a string or null",

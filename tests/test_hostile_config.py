@@ -192,3 +192,9 @@ def test_every_field_a_family_reads_has_a_kind():
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_what_hf_writes_passes_the_kind_check(family):
     check_kinds(CASES[family][0], FAMILIES[family], "config.json")  # raises on a false refusal
+
+
+def test_hfs_later_dtype_field_is_read_and_checked_as_torch_dtype():
+    assert translate_config(dict(BERT, dtype="bfloat16")).config["dtype"] == "bfloat16"
+    with pytest.raises(UserError, match="field 'dtype' is True"):
+        translate_config(dict(BERT, dtype=True), force=True)
