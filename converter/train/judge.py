@@ -32,13 +32,10 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     formats = formats or FP32
     rounding = None
     if fmt_err is not None:
-        fmt_err = np.asarray(fmt_err, dtype=np.float64).reshape(want.shape)
-        rounding = {formats["paddle"]: float(np.sqrt(np.mean(np.square(fmt_err)))) if fmt_err.size else 0.0}
+        rounding = {formats["paddle"]: np.asarray(fmt_err, dtype=np.float32).reshape(want.shape)}
     budget = budget_from_error(formats, want, e_ref, None, rounding)
     extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
     budget.var += np.square(extra, dtype=np.float32)
-    if fmt_err is not None:
-        budget.var += np.square(fmt_err).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(np.subtract(got, want, dtype=np.float64)).astype(np.float32)
     ratio, tol = budget.ratio(diff)

@@ -16,7 +16,6 @@ from .. import dtypes
 from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
 from ..families import lookup
-from .precision import round_array
 from .report import Diagnosis, LayerResult
 
 
@@ -57,7 +56,6 @@ def check_weights(ctx) -> list[Diagnosis]:
     session = ctx.session
     prefix = ctx.result.torch
     paddle_state = session.paddle_model.state_dict()
-    emulated = session.options.emulate.get("paddle")
     out = []
     for entry in session.plan.entries:
         sources = [p.source for p in entry.parts]
@@ -69,8 +67,6 @@ def check_weights(ctx) -> list[Diagnosis]:
         if entry.dtype == "bfloat16":
             expected = dtypes.bf16_to_f32(expected)
         actual = to_numpy(paddle_state[entry.name])
-        if emulated and entry.name in session.rounded_weights:
-            expected = round_array(np.ascontiguousarray(expected), emulated)
         if actual.shape == expected.shape and np.array_equal(actual, expected):
             continue
         if actual.ndim == 2 and actual.shape[0] == actual.shape[1] and np.array_equal(actual, expected.T):

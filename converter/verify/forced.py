@@ -9,13 +9,14 @@ torch pass gives the reference for every budget (and, per format in use, one mor
 with matmul inputs rounded). That replaces re-running each module on its own, which
 costs one whole forward per level of nesting.
 
-To keep memory near the capture's own, the float64 pass keeps only its difference
-from torch's float32 values (in float32), and a rounded pass only the rms of its effect.
+To keep memory near the capture's own, each float64 pass keeps only its difference from
+torch's float32 values, in float32. A rounded pass keeps it per element too: the effect of
+rounding on a layer's output is far from uniform (a softmax passes it on in proportion to each
+probability), so its rms alone would understate it where the output is large.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, flatten, tensor_version
 from .identity import ByIdentity, view_of
-from .precision import U32
+from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
 
@@ -51,8 +52,6 @@ class Reference:
 
     output_err: list = field(default_factory=list)
     input_err: dict = field(default_factory=dict)
-    output_rms: list = field(default_factory=list)  # rounded passes: rms effect only
-    input_rms: dict = field(default_factory=dict)
     # elementwise layers: what one unit of float32 rounding inside the op may move its output by
     # (the op's condition; see _condition)
     condition: np.ndarray | None = None
@@ -111,9 +110,8 @@ def _stamp(v, r) -> tuple:
     return tensor_version(v), view_of(r), tensor_version(r)
 
 
-def _errors(values, recorded, keep: bool, known: ByIdentity):
-    """Per tensor: float64 value minus torch's float32 (as float32), or its rms when not `keep`."""
-    import torch
+def _errors(values, recorded, known: ByIdentity):
+    """Per tensor: float64 value minus torch's float32 (as float32)."""
     out = []
     for v, r in zip(values, recorded):
         if not v.is_floating_point():
@@ -121,12 +119,7 @@ def _errors(values, recorded, keep: bool, known: ByIdentity):
             continue
         err = known.get(v, _stamp(v, r))
         if err is None:
-            if keep:
-                err = _minus(v.detach().cpu(), r.detach().cpu())
-            else:
-                with torch.no_grad():
-                    diff = v.detach().cpu() - r.detach().cpu()  # float64: r widens element by element
-                    err = float(torch.linalg.vector_norm(diff)) / math.sqrt(diff.numel()) if diff.numel() else 0.0
+            err = _minus(v.detach().cpu(), r.detach().cpu())
             known.put(v, err, _stamp(v, r))
         out.append(err)
     return out
@@ -188,12 +181,12 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
     return out
 
 
-def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None) -> dict[str, Reference]:
+def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None,
+                   draw: int = 0) -> dict[str, Reference]:
     """The float64 torch model, forced like the paddle side, with hooks on the modules at
-    `paths`; matmul inputs rounded to `fmt` if given. Errors are kept for every input and
-    output (for a rounded pass, their rms only). `between()`, when given, is called before
-    each module, on the thread that runs the pass."""
-    keep = fmt is None
+    `paths`; matmul inputs rounded to `fmt` if given (see precision.torch_rounding for `draw`).
+    Errors are kept for every input and output. `between()`, when given, is called before each
+    module, on the thread that runs the pass."""
     refs: dict[str, Reference] = {}
     import torch
     known = ByIdentity("known")  # errors found so far in this pass
@@ -213,33 +206,29 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             if _t in refs:
                 return None
             recorded = torch_inputs(_c)
-            errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, keep, known)))
-            refs[_t] = Reference(input_err=errs) if keep else Reference(input_rms=errs)
+            errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, known)))
+            refs[_t] = Reference(input_err=errs)
             args64, kwargs64 = to_float64(_c.args, widen), to_float64(_c.kwargs, widen)
             for wide, r in zip(call_tensors(args64, kwargs64, torch_side.is_tensor), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
-                    known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)) if keep else 0.0,
-                              _stamp(wide, r))
+                    known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)), _stamp(wide, r))
             return args64, kwargs64
 
         def post(mod, args, out, _t=path, _c=t_call):
             ref = refs.get(_t)
-            if ref is not None and not (ref.output_err or ref.output_rms):
-                errs = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, keep, known)
-                if keep:
-                    ref.output_err = errs
+            if ref is not None and not ref.output_err:
+                ref.output_err = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, known)
+                if fmt is None:
                     ref.condition = _condition(mod, args, out)
                     if isinstance(out, torch.Tensor):  # a wrapper returning its child's output: the child's
                         if ref.condition is None:
                             ref.condition = conditions.get(out)
                         else:
                             conditions.put(out, ref.condition)
-                else:
-                    ref.output_rms = errs
 
         handles += torch_side.add_hooks(module, pre, post, first=True)
     try:
-        session.run_torch64(fmt)
+        session.run_torch64(fmt, draw)
     finally:
         for h in handles:
             h.remove()
@@ -267,8 +256,35 @@ def _condition(module, args, out) -> np.ndarray | None:
 
 def torch_references(session, paths, t_calls: dict, between=None) -> tuple[dict[str, Reference], dict]:
     """The float64 references of the torch modules at `paths` (forced there, and only there,
-    as the paddle side is), and per lower-precision format in use, the rms effect of rounding
+    as the paddle side is), and per lower-precision format in use, the effect of rounding
     matmul inputs to it. Touches only the float64 model, so it can run beside the paddle
     passes; `between()` is called before each module."""
     return forced_torch64(session, paths, t_calls, None, between), \
-        {f: forced_torch64(session, paths, t_calls, f, between) for f in set(session.formats.values()) - {"fp32"}}
+        {f: rounded_torch64(session, paths, t_calls, f, between) for f in set(session.formats.values()) - {"fp32"}}
+
+
+def rounded_torch64(session, paths, t_calls: dict, fmt: str, between=None) -> dict[str, Reference]:
+    """forced_torch64 rounded to `fmt`, its errors per element the rms over ROUNDING_DRAWS draws;
+    one draw's errors are held at a time beside the sum."""
+    squares: dict[str, Reference] = {}
+    for draw in range(ROUNDING_DRAWS):
+        for path, ref in forced_torch64(session, paths, t_calls, fmt, between, draw).items():
+            total = squares.setdefault(path, Reference(input_err={i: None for i in ref.input_err}))
+            total.output_err = [_add_square(t, e) for t, e in
+                                zip(total.output_err or [None] * len(ref.output_err), ref.output_err)]
+            total.input_err = {i: _add_square(total.input_err.get(i), e) for i, e in ref.input_err.items()}
+    for ref in squares.values():
+        ref.output_err = [_root_mean(t) for t in ref.output_err]
+        ref.input_err = {i: _root_mean(t) for i, t in ref.input_err.items()}
+    return squares
+
+
+def _add_square(total, err):
+    if err is None:
+        return total
+    sq = np.square(err, dtype=np.float64)
+    return sq if total is None else np.add(total, sq, out=total) if total.shape == sq.shape else total
+
+
+def _root_mean(total):
+    return None if total is None else np.sqrt(total / ROUNDING_DRAWS).astype(np.float32)

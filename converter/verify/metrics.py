@@ -26,6 +26,14 @@ def rms(a: np.ndarray, b: np.ndarray | None = None) -> float:
     return float(np.sqrt(np.mean(np.square(d)))) if d.size else 0.0
 
 
+def rms_over(draws: list) -> np.ndarray:
+    """Per element, the rms over several arrays of one shape (draws of one error), as float32."""
+    total = np.zeros(np.shape(draws[0]), np.float64)
+    for d in draws:
+        total += np.square(np.asarray(d, dtype=np.float64))
+    return np.sqrt(total / len(draws)).astype(np.float32)
+
+
 def join(arrays: list[np.ndarray]) -> np.ndarray:
     """Several outputs of one layer as one array (one vector when there are several), in their
     own precision: the difference of two close float32 values is exact in float32."""

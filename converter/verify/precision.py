@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
-from ..families import paddle_rounds_inputs, rounds_inputs
 
 U32 = 2.0 ** -24
 UNIT_ROUNDOFF = {"fp32": 0.0, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -31,6 +30,13 @@ def round_array(x: np.ndarray, fmt: str) -> np.ndarray:
     if fmt == "fp16":
         return x.astype(np.float16).astype(x.dtype)
     bits = MANTISSA_BITS[fmt]
+    if x.dtype == np.float32:  # on the bits: a carry out of the mantissa moves up the exponent, as it should
+        drop = 23 - bits
+        b = x.view(np.uint32)
+        with np.errstate(over="ignore"):
+            kept = (b + np.uint32((1 << (drop - 1)) - 1) + ((b >> np.uint32(drop)) & np.uint32(1))) \
+                & np.uint32(0xFFFFFFFF ^ ((1 << drop) - 1))
+        return np.where(np.isnan(x), x, kept.view(np.float32))
     m, e = np.frexp(x)
     return np.ldexp(np.round(m * 2.0 ** (bits + 1)) / 2.0 ** (bits + 1), e).astype(x.dtype)
 
@@ -161,40 +167,129 @@ def cpu_has_native_bf16() -> bool:
 _NATIVE_BF16: bool | None = None
 
 
-def round_torch_matmuls(model, fmt: str):
-    """Round the inputs and weights of every torch matmul layer in `model` to `fmt`.
-    Returns (the original weights, the hook handles), to undo it."""
+# The matmul-like operators a lower-precision format rounds the inputs of, with the positions of
+# the arguments it rounds: every product on a GPU in TF32 (cuBLAS and cuDNN), not only the Linear
+# and Conv layers (an attention's own q.k^T, DeBERTa's c2p and p2c terms). torch's are seen at the
+# ATen level, where linear, matmul and einsum have become mm, bmm and addmm; paddle's are the
+# operators of paddle._C_ops that its functions and Tensor methods call, and the @ operator.
+_ATEN_ROUNDED = {"mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "dot": (0, 1), "vdot": (0, 1),
+                 "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2),
+                 "convolution": (0, 1), "_convolution": (0, 1),
+                 "_scaled_dot_product_flash_attention_for_cpu": (0, 1, 2),
+                 "_scaled_dot_product_flash_attention": (0, 1, 2),
+                 "_scaled_dot_product_efficient_attention": (0, 1, 2),
+                 "_scaled_dot_product_cudnn_attention": (0, 1, 2)}
+_PADDLE_ROUNDED = {"matmul": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (0, 1), "linear": (0, 1),
+                   "linear_v2": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "einsum": (0,), "multi_dot": (0,),
+                   "conv2d": (0, 1), "conv3d": (0, 1), "depthwise_conv2d": (0, 1), "conv2d_transpose": (0, 1),
+                   "conv3d_transpose": (0, 1), "depthwise_conv2d_transpose": (0, 1), "conv2d_transpose_bias": (0, 1)}
+_PADDLE_TENSOR_ROUNDED = ("__matmul__", "__rmatmul__")
+
+
+# The effect of rounding on a layer's output is one draw per element of a sum of many rounding
+# errors: where that draw happens to be small, an implementation that rounds other values (a
+# scale applied before the product instead of after) lands elsewhere. Budgets take the rms over
+# this many draws: round to nearest, then rounding errors of the same size drawn at random.
+ROUNDING_DRAWS = 4
+
+
+def dither_torch(t, fmt: str, generator):
+    """`t` moved by a random error of the size `fmt`'s rounding makes: uniform within half a unit
+    in the last place of the format, at each element's own exponent."""
     import torch
-    saved, handles = [], []
-    for m in model.modules():
-        if not rounds_inputs(m):
-            continue
-        saved.append((m, m.weight.detach().clone()))
-        with torch.no_grad():
-            m.weight.copy_(round_torch(m.weight, fmt))
-        handles.append(m.register_forward_pre_hook(
-            lambda mod, args, _f=fmt: tuple(round_torch(a, _f) if isinstance(a, torch.Tensor) else a for a in args)))
-    return saved, handles
+    if not t.is_floating_point():
+        return t
+    _, e = torch.frexp(t)
+    ulp = torch.ldexp(torch.ones_like(t), e - (MANTISSA_BITS[fmt] + 1))
+    noise = torch.rand(t.shape, generator=generator, dtype=t.dtype) - 0.5
+    return t + ulp * noise.to(t.device)
+
+
+def torch_rounding(fmt: str, dtypes=("float32",), draw: int = 0):
+    """A context under which every matmul, batched matmul, convolution and fused attention torch
+    runs on this thread rounds its inputs of `dtypes` to `fmt` (results as computed; autograd
+    sees through the rounding, as a GPU's TF32 backward does). draw 0 rounds to nearest; draw k
+    > 0 makes errors of the same size at random instead (seeded by k; see ROUNDING_DRAWS)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    aten = torch.ops.aten
+    rounded = {getattr(aten, name): where for name, where in _ATEN_ROUNDED.items() if hasattr(aten, name)}
+    kinds = tuple(getattr(torch, d) for d in dtypes)
+    if draw:
+        generator = torch.Generator().manual_seed(draw)
+        change = lambda t: dither_torch(t, fmt, generator)
+    else:
+        change = lambda t: round_torch(t, fmt)
+
+    class MatmulRounding(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            where = rounded.get(func.overloadpacket)
+            if where is not None:
+                args = tuple(change(a) if i in where and isinstance(a, torch.Tensor) and a.dtype in kinds
+                             else a for i, a in enumerate(args))
+            return func(*args, **(kwargs or {}))
+
+    return MatmulRounding()
 
 
 def emulate_torch(model, fmt: str) -> list:
-    """Round inputs and weights of every torch matmul layer to `fmt` for good; returns hook handles."""
-    return round_torch_matmuls(model, fmt)[1]
+    """Every forward of `model` or of any of its modules (replays of one module on its own
+    included) runs under torch_rounding(fmt) for its float32 products; returns the hook
+    handles, to undo it. The mode is thread-local, so it is entered by the outermost module
+    call on each thread and left when that call ends, also by an exception."""
+    import threading
+    state = threading.local()
+
+    def enter(module, args):
+        depth = getattr(state, "depth", 0)
+        if depth == 0:
+            state.mode = torch_rounding(fmt)
+            state.mode.__enter__()
+        state.depth = depth + 1
+
+    def leave(module, args, out):
+        state.depth -= 1
+        if state.depth == 0:
+            state.mode.__exit__(None, None, None)
+
+    handles = []
+    for module in model.modules():
+        handles.append(module.register_forward_pre_hook(enter))
+        handles.append(module.register_forward_hook(leave, always_call=True))
+    return handles
 
 
-def emulate_paddle(model, fmt: str) -> set[str]:
-    """Round inputs and weights of every paddle matmul layer to `fmt`; returns the state-dict
-    names of the weights it rounded."""
+def _round_paddle_value(value, fmt: str):
+    """A paddle operator argument with its float32 tensors rounded to `fmt` (a list's too);
+    gradients pass straight through the rounding."""
     import paddle
+    if isinstance(value, (list, tuple)):
+        return type(value)(_round_paddle_value(v, fmt) for v in value)
+    if not isinstance(value, paddle.Tensor) or value.dtype != paddle.float32:
+        return value
+    r = paddle.to_tensor(round_array(value.numpy(), fmt), place=value.place)
+    return r if value.stop_gradient else value + (r - value).detach()
 
-    from ..frameworks import paddle_side
-    handles, names = [], set()
-    for path, layer in paddle_side.named_layers(model):
-        if not paddle_rounds_inputs(layer):
-            continue
-        layer.weight.set_value(round_array(layer.weight.numpy(), fmt))
-        names.add(f"{path}.weight" if path else "weight")
-        handles.append(layer.register_forward_pre_hook(
-            lambda lay, args, _f=fmt: tuple(round_paddle(a, _f) if isinstance(a, paddle.Tensor) else a for a in args)))
-    model._port_emulation_hooks = handles
-    return names
+
+def emulate_paddle(fmt: str):
+    """Every float32 matmul, batched matmul and convolution paddle runs, in any layer or function,
+    rounds its inputs to `fmt` until the returned function is called (paddle's operators are
+    module functions, so this holds process-wide: only the paddle model runs in paddle here)."""
+    import paddle
+    ops = paddle._C_ops
+
+    def rounding(op, where):
+        def call(*args, **kwargs):
+            args = tuple(_round_paddle_value(a, fmt) if i in where else a for i, a in enumerate(args))
+            return op(*args, **kwargs)
+        return call
+
+    saved = [(ops, name, getattr(ops, name)) for name in _PADDLE_ROUNDED if hasattr(ops, name)]
+    saved += [(paddle.Tensor, name, getattr(paddle.Tensor, name)) for name in _PADDLE_TENSOR_ROUNDED]
+    for owner, name, op in saved:
+        setattr(owner, name, rounding(op, _PADDLE_ROUNDED.get(name, (0, 1))))
+
+    def restore():
+        for owner, name, op in saved:
+            setattr(owner, name, op)
+    return restore

@@ -21,7 +21,7 @@ from .capture import Call, call_tensors, flatten, tensor_version
 from .identity import ByIdentity
 from .matching import POSITION, VALUE, describe, fit, match_inputs
 from ..families import lookup
-from .precision import cpu_has_native_bf16, round_torch_matmuls
+from .precision import cpu_has_native_bf16, torch_rounding
 
 
 def torch_inputs(call: Call) -> list:
@@ -189,21 +189,14 @@ def to_float64(value, widen=None):
 
 
 @contextlib.contextmanager
-def rounded(module, fmt: str | None):
-    """Inside the block, `module`'s matmul layers round their inputs and weights to `fmt`."""
-    import torch
+def rounded(fmt: str | None, draw: int = 0):
+    """Inside the block, every torch product on this thread (float32 or float64) rounds its inputs
+    to `fmt` (see precision.torch_rounding)."""
     if fmt in (None, "fp32"):
         yield
         return
-    saved, handles = round_torch_matmuls(module, fmt)
-    try:
+    with torch_rounding(fmt, ("float32", "float64"), draw):
         yield
-    finally:
-        for h in handles:
-            h.remove()
-        with torch.no_grad():
-            for m, w in saved:
-                m.weight.copy_(w)
 
 
 def run_torch_module(module, call: Call) -> list[np.ndarray]:
@@ -234,9 +227,9 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
     return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, to_float64(args), to_float64(kwargs))
 
 
-def run_torch64(module64, call: Call, fmt: str | None = None) -> list[np.ndarray]:
+def run_torch64(module64, call: Call, fmt: str | None = None, draw: int = 0) -> list[np.ndarray]:
     import torch
-    with torch.no_grad(), rounded(module64, fmt):
+    with torch.no_grad(), rounded(fmt, draw):
         out = module64(*to_float64(call.args), **to_float64(call.kwargs))
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 

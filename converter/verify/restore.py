@@ -138,21 +138,3 @@ def record_torch_device(model) -> Restore:
         return lambda: None
     device = devices.pop()
     return lambda: model.to(device)
-
-
-def record_paddle_weights(model) -> Restore:
-    """A copy of the paddle model's parameters and buffers, put back in place."""
-    saved = {name: t.clone() for name, t in model.state_dict().items()}
-
-    def restore():
-        for name, t in model.state_dict().items():
-            t.set_value(saved[name])
-
-    return restore
-
-
-def record_attribute(obj, name: str) -> Restore:
-    """An attribute set on obj later is removed (one it had is left alone)."""
-    if name in vars(obj):
-        return lambda: None
-    return lambda: vars(obj).pop(name, None)
