@@ -178,8 +178,8 @@ BOOL = Kind("true or false", lambda v: isinstance(v, bool))
 STR = Kind("a string", lambda v: isinstance(v, str))
 OBJECT = Kind("a JSON object", lambda v: isinstance(v, dict))
 LIST = Kind("a list", lambda v: isinstance(v, list))
-TOKEN = Kind("a token id (an integer, a list of integers, or null)",
-             lambda v: v is None or _int(v) or (isinstance(v, list) and all(_int(x) for x in v)))
+TOKEN = Kind("a token id (an integer) or null", lambda v: v is None or _int(v))
+TOKENS = Kind("a token id, a list of them, or null", lambda v: TOKEN.test(v) or (isinstance(v, list) and all(map(_int, v))))
 STRINGS = Kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 # What each field that some family reads (copies, renames, translates or judges) must hold, as
@@ -213,8 +213,9 @@ KINDS: dict[str, Kind] = {
     "early_stopping": Kind("true, false or 'never'", lambda v: isinstance(v, bool) or v == "never"),
     **dict.fromkeys(["hidden_act", "activation_function", "feed_forward_proj", "pooler_hidden_act", "norm_rel_ebd"], STR),
     **dict.fromkeys(["torch_dtype", "dtype", "finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
-    **dict.fromkeys(["bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-                     "forced_bos_token_id", "forced_eos_token_id"], TOKEN),
+    **dict.fromkeys(["bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "forced_bos_token_id"],
+                    TOKEN),
+    **dict.fromkeys(["eos_token_id", "forced_eos_token_id"], TOKENS),  # generation stops at any of several
     "pos_att_type": Kind("a list of strings, a string or null",
                          lambda v: v is None or isinstance(v, str) or STRINGS.test(v)),
     **dict.fromkeys(["id2label", "label2id", "pruned_heads"], OBJECT),

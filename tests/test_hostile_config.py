@@ -65,6 +65,8 @@ def _refused(tmp, src, *words, force=False):
     (dict(BERT, use_cache="false"), ["field 'use_cache' is 'false' (a string); expected true or false"]),
     (dict(BERT, hidden_act=["gelu"]), ["field 'hidden_act' is ['gelu'] (a list); expected a string"]),
     (dict(BERT, pad_token_id="0"), ["field 'pad_token_id' is '0'", "a token id"]),
+    (dict(BERT, pad_token_id=[1, 2]), ["field 'pad_token_id' is [1, 2] (a list); expected a token id (an integer) or null"]),
+    (dict(BERT, eos_token_id=[1, "2"]), ["field 'eos_token_id' is [1, '2'] (a list); expected a token id, a list of"]),
     (dict(BERT, id2label=["a", "b"]), ["field 'id2label' is ['a', 'b'] (a list); expected a JSON object"]),
 ])
 def test_a_field_of_the_wrong_type_or_range_is_one_line_even_with_force(tmp, config, words):
@@ -198,3 +200,7 @@ def test_hfs_later_dtype_field_is_read_and_checked_as_torch_dtype():
     assert translate_config(dict(BERT, dtype="bfloat16")).config["dtype"] == "bfloat16"
     with pytest.raises(UserError, match="field 'dtype' is True"):
         translate_config(dict(BERT, dtype=True), force=True)
+
+
+def test_eos_may_be_several_token_ids():
+    assert translate_config(dict(BERT, eos_token_id=[1, 2])).config["eos_token_id"] == [1, 2]
