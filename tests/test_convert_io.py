@@ -58,6 +58,17 @@ def test_dtype_cast_on_request(tmp):
     assert torch.equal(back["w"], state["w"].to(torch.bfloat16))  # torch rounds to nearest even too
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "bool", "int32", "complex64"])
+def test_dtype_refuses_what_is_not_a_floating_format(tmp, dtype):
+    """--dtype int8 cast floats to integers without a word (0.7 to 0, NaN to INT64_MIN)."""
+    save_file({"w": torch.tensor([0.7, float("nan")])}, str(tmp / "m.safetensors"))
+    r = run_convert(tmp / "m.safetensors", tmp / "o.pdparams", "--mapping", _rules(tmp, KEEP_ALL), "--dtype", dtype)
+    assert r.code == 2, r
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"--dtype '{dtype}'" in errors[0] and "float16" in errors[0], r
+    assert not (tmp / "o.pdparams").exists()
+
+
 @pytest.mark.parametrize("kind", ["safetensors", "bin"])
 def test_sharded_checkpoint(tmp, kind):
     torch.manual_seed(0)

@@ -67,13 +67,13 @@ def test_arrays_paddle_split_with_protocol_2_are_joined(tmp):
     assert np.array_equal(got["w"], expected["w"]) and np.array_equal(got["w"], full)
 
 
-def _array_pickle(dtype_code: str, order: str, raw: bytes, shape) -> bytes:
+def _array_pickle(dtype_code: str, order: str, raw: bytes, shape, fortran: bytes = b"\x89") -> bytes:
     """numpy's own opcodes for an array, with the dtype and raw bytes chosen by the caller."""
     def s(text):
         return b"X" + struct.pack("<I", len(text)) + text.encode()
     dtype = b"cnumpy\ndtype\n" + s(dtype_code) + b"\x89\x88\x87R" + b"(K\x03" + s(order) + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
     head = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R"
-    state = b"(K\x01" + b"".join(b"K" + bytes([d]) for d in shape) + {1: b"\x85", 2: b"\x86"}[len(shape)] + dtype + b"\x89"
+    state = b"(K\x01" + b"".join(b"K" + bytes([d]) for d in shape) + {1: b"\x85", 2: b"\x86"}[len(shape)] + dtype + fortran
     state += b"B" + struct.pack("<I", len(raw)) + raw + b"tb"
     return b"\x80\x03}" + s("w") + head + state + b"s."
 
@@ -93,6 +93,37 @@ def test_arrays_that_are_not_plain_numbers_are_refused(tmp, code, order, raw, sh
     path.write_bytes(_array_pickle(code, order, raw, shape))
     with pytest.raises(UserError, match="refusing to read"):
         load_pdparams(str(path))
+
+
+@pytest.mark.parametrize("flag", [b"\x88", b"K\x01", b"K\x02", b"\x89", b"K\x00"])
+def test_a_fortran_ordered_array_is_read_as_numpy_reads_it(tmp, flag):
+    """numpy takes the Fortran-order flag as an integer: 1 means Fortran order as True does (it
+    was written transposed); the output must hold what numpy and paddle.load read."""
+    import paddle
+    raw = np.arange(6, dtype=np.float32).tobytes()
+    src = tmp / "f.pdparams"
+    src.write_bytes(_array_pickle("f4", "<", raw, (2, 3), flag))
+    expected = pickle.loads(src.read_bytes())["w"]
+    assert np.array_equal(paddle.load(str(src), return_numpy=True)["w"], expected)
+    (tmp / "rules.json").write_text(json.dumps({"name": "keep", "rules": [{"kind": "rename", "key": "w", "to": "w"}]}))
+    for out in ("o.pdparams", "o.safetensors"):
+        r = run_convert(src, tmp / out, "--mapping", tmp / "rules.json")
+        assert r.code == 0, r
+    assert np.array_equal(paddle.load(str(tmp / "o.pdparams"), return_numpy=True)["w"], expected)
+    from safetensors.numpy import load_file
+    assert np.array_equal(load_file(str(tmp / "o.safetensors"))["w"], expected)
+    assert expected[1, 0] == (1.0 if flag in (b"\x88", b"K\x01", b"K\x02") else 3.0)
+
+
+def test_a_fortran_flag_that_is_not_an_integer_is_refused(tmp):
+    from converter.errors import UserError
+    from converter.io.pdparams import load_pdparams
+    path = tmp / "f.pdparams"
+    path.write_bytes(_array_pickle("f4", "<", np.zeros(6, np.float32).tobytes(), (2, 3), b"G?\xf0\x00\x00\x00\x00\x00\x00"))
+    with pytest.raises(UserError, match="Fortran-order flag"):
+        load_pdparams(str(path))
+    with pytest.raises(TypeError):  # numpy refuses it too
+        pickle.loads(path.read_bytes())
 
 
 def test_a_plain_array_crafted_the_same_way_is_read(tmp):

@@ -226,3 +226,34 @@ def test_a_bool_tensor_holding_other_bytes_is_refused(tmp, fmt):
     src = tmp / ("m.bin" if fmt == "zip" else "m.safetensors")
     r = run_convert(src, tmp / "o.pdparams", "--mapping", _rules(tmp))
     assert_one_line_error(r, "bool tensor 'w'", "other than 0 and 1")
+
+
+def _tensor_of_kind(kind):
+    import torch
+    if kind == "nested":
+        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    if kind == "meta":
+        return torch.empty(3, 4, device="meta")
+    if kind == "sparse COO":
+        return torch.eye(3).to_sparse()
+    if kind == "sparse CSR":
+        return torch.eye(3).to_sparse_csr()
+    return torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("nested", ("a nested tensor",)), ("meta", ("meta device", "no data")), ("sparse COO", ("sparse", "to_dense")),
+    ("sparse CSR", ("sparse", "to_dense")), ("quantized", ("quantized", "torch.qint8", "dequantize")),
+])
+def test_tensor_kinds_without_plain_bytes_are_refused_by_name(tmp, kind, words):
+    """A nested tensor ended in exit 3 (an internal error from torch), a meta one at reading time."""
+    import warnings
+
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save({"w": _tensor_of_kind(kind), "b": torch.ones(2)}, str(tmp / "m.pt"))
+    (tmp / "rules.json").write_text(json.dumps({"name": "k", "rules": [{"kind": "rename", "match": "(.*)", "to": r"\1"}]}))
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", tmp / "rules.json")
+    assert_one_line_error(r, "tensor 'w' is", *words)
+    assert not (tmp / "o.pdparams").exists()

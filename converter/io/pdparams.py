@@ -170,7 +170,9 @@ class _Array:
         if self.array is not None or not (isinstance(state, tuple) and len(state) in (4, 5)):
             raise unpickle.Refused("an array state numpy does not write")
         shape, dtype, fortran, raw = state[-4:]
-        self.array = _array_from(raw, dtype, shape, "F" if fortran is True else "C")
+        if not isinstance(fortran, int):  # numpy reads the flag as an integer: True, 1, 2 all mean Fortran order
+            raise unpickle.Refused(f"an array whose Fortran-order flag is a {type(fortran).__name__}")
+        self.array = _array_from(raw, dtype, shape, "F" if fortran else "C")
 
 
 def _array_from(raw, dtype, shape, order: str) -> np.ndarray:

@@ -143,12 +143,30 @@ def unwrap_state(obj, is_tensor, path: str, notes: list) -> dict:
     return obj
 
 
+def tensor_kind_problem(t) -> str | None:
+    """What kind of tensor `t` is when it is not one whose bytes can be read (nested, meta-device,
+    sparse, quantized), with what to do, or None for a dense tensor."""
+    torch = import_torch()
+    if t.is_nested:
+        return "a nested tensor (tensors of different shapes in one); save each of them as a tensor of its own"
+    if t.device.type == "meta":
+        return ("on the meta device: it has a shape but no data (saved before the weights were loaded or "
+                "materialised); save the model after loading its weights")
+    if t.layout != torch.strided:
+        return f"sparse ({t.layout}), not a dense tensor; save it with .to_dense()"
+    if t.is_quantized:
+        return f"quantized ({t.dtype}); save it with .dequantize()"
+    return None
+
+
 def _check_tensor(path: str, name: str, t) -> None:
-    """A tensor torch.load made must fit in its storage: no view larger than the bytes behind it."""
+    """A tensor torch.load made must be a dense tensor with data in memory, and fit in its storage:
+    no view larger than the bytes behind it."""
+    kind = tensor_kind_problem(t)
+    if kind:
+        raise UserError(f"{quoted(path)}: tensor {quoted(name)} is {kind}")
     if t.dim() > MAX_DIMS:
         raise UserError(f"{quoted(path)}: tensor {quoted(name)} has {t.dim()} dimensions (at most {MAX_DIMS})")
-    if t.layout != import_torch().strided:
-        raise UserError(f"{quoted(path)}: tensor {quoted(name)} is {t.layout}, not a dense tensor; convert it to dense first")
     if t.numel() * t.element_size() > t.untyped_storage().nbytes() or any(s < 0 for s in t.stride()):
         raise UserError(f"{quoted(path)}: tensor {quoted(name)} {list(t.shape)} is a view larger than its storage "
                         f"({t.untyped_storage().nbytes()} bytes); re-save it with .contiguous()")
@@ -219,6 +237,9 @@ class StateDictSource(Source):
         super().__init__(label)
         self._tensors = state_dict
         for name, t in state_dict.items():
+            kind = tensor_kind_problem(t)
+            if kind:
+                raise UserError(f"the torch model's tensor {quoted(name)} is {kind}")
             self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
 
     def read(self, name: str) -> np.ndarray:
