@@ -100,3 +100,104 @@ def test_activations_of_1e30_pass_a_clean_port_and_fail_a_planted_scale(tmp_path
     planted = write_spec(tmp_path, "planted.py", scale="1e30", bug="1.5")
     r = run_verify("--spec", planted, "--device", "cpu", "--strategy", strategy)
     assert r.code == 1 and "FAIL" in r.stdout, r
+
+
+# what the models return ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("out,said", [
+    ("None", "None"),
+    ("'text'", "a str"),
+    ("1.5", "a float"),
+    ("{1, 2}", "a set"),
+    ("(v for v in (1, 2))", "a generator"),
+])
+def test_outputs_with_no_floating_tensor_are_named(tmp_path, out, said):
+    path = write_spec(tmp_path, torch_out=out, paddle_out=out)
+    err = one_line(run_verify("--spec", path, "--device", "cpu"), 2)
+    assert "neither model returns a floating tensor" in err
+    assert f"torch_model() returns {said}, paddle_model() returns {said}" in err, err
+
+
+@pytest.mark.parametrize("torch_out,paddle_out,t_said,p_said", [
+    ("{0: y}", "{'0': y}", "{0: tensor}", "{'0': tensor}"),
+    ("{'a': y}", "(y,)", "{'a': tensor}", "tensor"),
+    ("{'a': y, 'b': 2 * y}", "(2 * y, y)", "{'a': tensor, 'b': tensor}", "(tensor, tensor)"),
+    ("(y, None)", "(y, 1)", "(tensor, None)", "(tensor, a int)"),
+])
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_structures_are_compared_by_key_and_type(tmp_path, torch_out, paddle_out, t_said, p_said, strategy):
+    path = write_spec(tmp_path, torch_out=torch_out, paddle_out=paddle_out)
+    err = one_line(run_verify("--spec", path, "--device", "cpu", "--strategy", strategy), 2)
+    assert f"torch_model() returns {t_said}, paddle_model() returns {p_said}" in err, err
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_swapped_outputs_under_the_same_keys_fail(tmp_path, strategy):
+    path = write_spec(tmp_path, torch_out="{'a': y, 'b': 2 * y}", paddle_out="{'a': 2 * y, 'b': y}")
+    r = run_verify("--spec", path, "--device", "cpu", "--strategy", strategy)
+    assert r.code == 1 and "FAIL" in r.stdout, r
+
+
+@pytest.mark.parametrize("torch_out,paddle_out", [
+    ("(y, 2 * y, x.long())", "[y, 2 * y, x.astype('int64')]"),
+    ("y", "(y,)"),
+])
+def test_the_same_structure_in_a_list_and_a_tuple_passes(tmp_path, torch_out, paddle_out):
+    path = write_spec(tmp_path, torch_out=torch_out, paddle_out=paddle_out)
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 0 and "PASS" in r.stdout, r
+
+
+# models of different dtypes ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("cast,dtype", [(".double()", "float64"), (".bfloat16()", "bfloat16")])
+def test_models_of_different_dtypes_are_named(tmp_path, cast, dtype):
+    path = write_spec(tmp_path, torch_cast=cast)
+    err = one_line(run_verify("--spec", path, "--device", "cpu"), 2)
+    assert f"torch_model()'s a.weight is {dtype}, paddle_model()'s a.weight is float32" in err, err
+
+
+# inputs -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("inputs,words", [
+    ("np.zeros((0, 8), np.float32)", "has shape [0, 8]: an empty batch"),
+    ("np.full((2, 8), np.nan, np.float32)", "holds nan at [0, 0]"),
+    ("np.where(np.arange(16).reshape(2, 8) == 11, np.inf, 1).astype(np.float32)", "holds inf at [1, 3]"),
+    ("np.array([[object()] * 8] * 2)", "is an array of object"),
+])
+def test_bad_inputs_are_named_before_anything_runs(tmp_path, inputs, words):
+    path = write_spec(tmp_path, inputs=inputs)
+    err = one_line(run_verify("--spec", path, "--device", "cpu"), 2)
+    assert "inputs()[0]" in err and words in err, err
+
+
+# non-finite outputs --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_a_torch_run_that_overflows_float32_is_named(tmp_path, strategy):
+    path = write_spec(tmp_path, scale="1e20", torch_out="y * 1e30", paddle_out="y * 1e30")
+    err = one_line(run_verify("--spec", path, "--device", "cpu", "--strategy", strategy), 2)
+    assert "torch_model()'s own float32 run gives inf" in err and "float64 run gives" in err, err
+
+
+@pytest.mark.parametrize("strategy,where", [("full", "<model>"), ("binary", "b")])
+def test_a_nan_on_paddle_side_only_fails(tmp_path, strategy, where):
+    path = write_spec(tmp_path, bug="float('nan')")
+    r = run_verify("--spec", path, "--device", "cpu", "--strategy", strategy)
+    assert r.code == 1, r
+    assert f"FAIL: first layer over budget: {where} " in r.stdout, r
+
+
+# spec code raising what is no Exception ---------------------------------------------------------------
+
+@pytest.mark.parametrize("part", ["torch_model", "inputs", "forward"])
+@pytest.mark.parametrize("raised", ["asyncio.CancelledError('stop')", "Halt('stop')"])
+def test_base_exceptions_from_a_spec_are_one_line(tmp_path, part, raised):
+    extra = "\nimport asyncio\n\n\nclass Halt(BaseException):\n    pass\n"
+    if part == "forward":
+        path = write_spec(tmp_path, torch_out=f"(_ for _ in ()).throw({raised})", extra=extra)
+    else:
+        extra += f"\n\ndef {part}():\n    raise {raised}\n"
+        path = write_spec(tmp_path, extra=extra)
+    err = one_line(run_verify("--spec", path, "--device", "cpu"), 2)
+    assert raised.split("(")[0].split(".")[-1] + ": stop" in err and "(line " in err, err

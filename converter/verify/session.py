@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -55,11 +56,27 @@ def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or th
         from ..spec import spec_line
         raise UserError(f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
                         f"{spec_line(exc, spec_path)}; a forward must return its outputs") from None
-    except Exception as exc:
-        if ours and _raised_by_us(exc):  # our own hooks failed, not the model: an internal error, not bad input
-            raise
+    except BaseException as exc:  # asyncio.CancelledError, a class of the spec's own deriving from BaseException
+        if ours and isinstance(exc, Exception) and _raised_by_us(exc):  # our own hooks failed, not the model:
+            raise  # an internal error, not bad input
         from ..spec import failure
         raise UserError(f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}") from None
+
+
+@contextlib.contextmanager
+def spec_call_errors(spec_path: str, name: str):
+    """A spec function that raises what is no Exception (asyncio.CancelledError, a class of its own
+    deriving from BaseException) fails like one that raises an Exception: one line (the spec's own
+    Exceptions and exits are said so where it is called, see spec.call_spec_function).
+    KeyboardInterrupt stays an interrupt."""
+    try:
+        yield
+    except (Exception, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        from ..spec import failure
+        raise UserError(f"spec '{spec_path}': {name}() failed with {failure(exc, spec_path)}; a spec must return "
+                        "its value") from None
 
 
 def _raised_by_us(exc: BaseException) -> bool:
@@ -125,18 +142,21 @@ class PortSession:
         self.device = pick_device(options.device)
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
-        self.torch_model = spec.torch_model()
+        with spec_call_errors(spec.path, "torch_model"):
+            self.torch_model = spec.torch_model()
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
         self.undo.push(restore.record_torch_device(self.torch_model))
-        if weights or "torch" in options.emulate:
+        if weights:
             self.undo.push(restore.record_torch_weights(self.torch_model))
         if weights:
             self._load_torch_weights(weights)
-        self.paddle_model = spec.paddle_model()
+        with spec_call_errors(spec.path, "paddle_model"):
+            self.paddle_model = spec.paddle_model()
         self.undo.push(restore.record_layers([layer for _, layer in paddle_side.named_layers(self.paddle_model)]))
         from ..convert import convert_in_memory
         state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
             self.torch_model, self.paddle_model, mapping or spec.mapping)
+        check_dtypes(self.plan, self.paddle_model)
         self.weight_source = "converted in memory"
         if converted:
             from ..frameworks.paddle_side import load_into
@@ -149,7 +169,6 @@ class PortSession:
             self.paddle_model.set_state_dict(state)
         self.torch_model.eval()
         self.paddle_model.eval()
-        # the float64 reference is taken before any emulation touches the weights
         self.torch64 = copy.deepcopy(self.torch_model).double().cpu()
         if self.device == "cuda":
             self.torch_model.cuda()
@@ -162,13 +181,14 @@ class PortSession:
         for side, fmt in options.emulate.items():
             self.precision[side].emulated = fmt
         if "torch" in options.emulate:
-            prec.emulate_torch(self.torch_model, options.emulate["torch"])
-        self.rounded_weights: set[str] = set()
+            handles = prec.emulate_torch(self.torch_model, options.emulate["torch"])
+            self.undo.push(lambda: [h.remove() for h in handles])
         if "paddle" in options.emulate:
-            self.undo.push(restore.record_paddle_weights(self.paddle_model))
-            self.undo.push(restore.record_attribute(self.paddle_model, "_port_emulation_hooks"))
-            self.rounded_weights = prec.emulate_paddle(self.paddle_model, options.emulate["paddle"])
-        self.inputs = spec.inputs()
+            self.undo.push(prec.emulate_paddle(options.emulate["paddle"]))
+        with spec_call_errors(spec.path, "inputs"):
+            self.inputs = spec.inputs()
+        check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
+        self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
 
     @property
     def formats(self) -> dict:
@@ -191,7 +211,9 @@ class PortSession:
     def run_torch(self):
         from ..frameworks import torch_side
         with _forward_errors("torch_model()", self.spec.path):
-            return torch_side.forward(self.torch_model, self.inputs, self.device)
+            out = torch_side.forward(self.torch_model, self.inputs, self.device)
+        self.returned.setdefault("torch", returned(out, torch_side))
+        return out
 
     def run_paddle(self, forced: bool = False):
         """The paddle model on the inputs; `forced`: in the pass whose hooks hand its layers torch's
@@ -201,10 +223,13 @@ class PortSession:
                        "forcing for this model: run with --strategy binary, and report it") if forced \
             else ("paddle_model()", "fix the model or the inputs")
         with _forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
-            return paddle_side.forward(self.paddle_model, self.inputs, self.device)
+            out = paddle_side.forward(self.paddle_model, self.inputs, self.device)
+        self.returned.setdefault("paddle", returned(out, paddle_side))
+        return out
 
-    def run_torch64(self, fmt: str | None = None):
-        """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given)."""
+    def run_torch64(self, fmt: str | None = None, draw: int = 0):
+        """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given; see
+        precision.torch_rounding for `draw`)."""
         from ..frameworks import torch_side
         from .replay import rounded
         widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
@@ -213,7 +238,7 @@ class PortSession:
         with _forward_errors("torch_model() in float64", self.spec.path,
                              "verify-port calibrates every budget against a float64 run of the torch model: make its "
                              "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
-                rounded(self.torch64, fmt), _float64_by_default():
+                rounded(fmt, draw), _float64_by_default():
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
@@ -227,3 +252,67 @@ class PortSession:
         for part in filter(None, path.split(".")):
             layer = layer._sub_layers[part]
         return layer
+
+
+# bad inputs and models found before anything runs ----------------------------------------------
+
+def check_arrays(value, what: str) -> None:
+    """Arrays verify-port can run both models on and compare: numeric (no objects or strings),
+    no empty dimension (nothing to compare), floating values finite (a NaN or Inf in the inputs
+    makes every comparison meaningless). `value`: an array, or a dict or tuple of them."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, tuple) \
+        else [(None, value)]
+    for key, a in items:
+        if not isinstance(a, np.ndarray):
+            continue  # the caller's contract check says what it must be
+        name = what if key is None else f"{what}[{key!r}]"
+        if a.dtype.kind not in "biufc":
+            raise UserError(f"{name} is an array of {a.dtype} ({a.dtype.kind!r} kind): the models take numeric "
+                            "arrays; give numbers (floats, integer ids, booleans)")
+        if 0 in a.shape:
+            raise UserError(f"{name} has shape {list(a.shape)}: an empty batch leaves nothing to compare; give "
+                            "at least one element along every axis")
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+            raise UserError(f"{name} holds {a[where]} at {list(where)}: a NaN or Inf in the inputs makes every "
+                            "comparison meaningless; give finite values (within float32's range, 3.4e38)")
+
+
+def check_dtypes(plan, paddle_model) -> None:
+    """The torch weights, as the mapping gives them, in the paddle model's dtypes: a float64 (or
+    bf16) torch model against a float32 paddle one is not the port to verify (paddle would refuse
+    the weights, or cast them and verify another model than torch's)."""
+    from ..frameworks.paddle_side import state_dict_infos
+    want = state_dict_infos(paddle_model)
+    for entry in plan.entries:
+        target = want.get(entry.name)
+        if target is not None and entry.dtype != target.dtype:
+            source = "+".join(part.source for part in entry.parts)
+            raise UserError(f"the models' dtypes differ: torch_model()'s {source} is {entry.dtype}, paddle_model()'s "
+                            f"{entry.name} is {target.dtype}; verify-port compares two models of one dtype: build both "
+                            f"in {target.dtype} (torch: model.to(torch.{target.dtype})) or both in {entry.dtype} "
+                            "(paddle: model.to(dtype=...)); --emulate checks a bf16 or fp16 deployment")
+
+
+def returned(value, side, depth: int = 0) -> str:
+    """What a forward returned, as the structure verify-port compares: floating tensors as
+    'tensor', other tensors by dtype, dicts by their keys (with their types: 0 and '0' differ)
+    in order, lists and tuples alike by position (one of one element as that element), anything
+    else by its type."""
+    if depth > 20:
+        return "..."
+    inner = lambda v: returned(v, side, depth + 1)
+    if side.is_float_tensor(value):
+        return "tensor"
+    if side.is_tensor(value):
+        return f"{str(value.dtype).rpartition('.')[2]} tensor"
+    if hasattr(value, "to_tuple"):  # an HF or PaddleNLP ModelOutput: its fields that are set, by position (a
+        return inner(value.to_tuple())  # port returning the tuple that return_dict=False gives is the same)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {inner(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):  # one tensor alone or in a tuple of one: the same
+        return inner(value[0]) if len(value) == 1 else "(" + ", ".join(inner(v) for v in value) + ")"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return type(value).__name__ + "(" + ", ".join(f"{f.name}={inner(getattr(value, f.name))}"
+                                                      for f in dataclasses.fields(value)) + ")"
+    return "None" if value is None else f"a {type(value).__name__}"
