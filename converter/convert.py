@@ -144,6 +144,7 @@ class ReadBack:
         if tuple(info.shape) != tuple(entry.shape) or info.dtype != entry.dtype:
             return f"'{info.name}': wrote {info.describe()}, planned {entry.dtype}{list(entry.shape)}"
         row_bytes = info.nbytes // info.shape[0] if info.shape and info.shape[0] else 0
+        held = [self.source.read(part.source) for part in entry.parts]  # read once for every window, not once each
         try:
             for rows in row_blocks(info.shape, dtypes.itemsize(info.dtype), CHECK_WINDOW):
                 begin = offset + (rows.start * row_bytes if isinstance(rows, slice) else 0)
@@ -153,6 +154,7 @@ class ReadBack:
                     return why
             return None
         finally:
+            del held
             for part in entry.parts:
                 self.source.release(part.source)
 
@@ -238,6 +240,7 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
             writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
         finally:
             mismatches = readback.close()
+        source.check_unchanged()  # a source changed meanwhile is said as such, not as a mismatch
         output.sync_in_background()
         mismatches += check_layout(output.readable_path(), fmt, plan)
         if mismatches:

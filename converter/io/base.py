@@ -134,6 +134,13 @@ class Source:
     def release(self, name: str) -> None:
         """The caller is done with this tensor for now: let its memory go."""
 
+    def check_unchanged(self) -> None:
+        """Raise a UserError when a file read has changed since it was opened (see io/stable.py);
+        a view of another source asks that one."""
+        inner = getattr(self, "inner", None)
+        if isinstance(inner, Source):
+            inner.check_unchanged()
+
     def close(self) -> None:
         pass
 

@@ -5,14 +5,13 @@ released once used, so that only the tensors in hand are resident."""
 from __future__ import annotations
 
 import json
-import mmap
-import os
 import struct
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import UserError, one_line, quoted
+from .stable import StableFile
 from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_tensors
 
 _MAX_HEADER = 100 * 1024 * 1024
@@ -79,31 +78,32 @@ def _entry(name: str, meta) -> tuple[TensorInfo, int, int]:
 
 
 class SafetensorsSource(Source):
+    """Tensors are read with pread (see stable.py: a memory map would die of SIGBUS when the file
+    shrinks meanwhile), each into memory of its own, shared while it is held."""
+
     def __init__(self, path: str):
         super().__init__(path)
-        size = os.path.getsize(path)
-        self._fd = os.open(path, os.O_RDONLY)
-        self._map = None
+        self._file = StableFile(path)
         try:
-            self._parse(size)
+            self._parse(self._file.size)
         except ValueError as exc:
-            os.close(self._fd)
+            self._file.close()
             raise _corrupt(path, str(exc)) from None
         except Exception:
-            os.close(self._fd)
+            self._file.close()
             raise
 
     def _parse(self, size: int) -> None:
-        head = os.pread(self._fd, 8, 0)
-        text = looks_like_text(os.pread(self._fd, 512, 0))
+        start = self._file.bytes(0, min(512, size))
+        text = looks_like_text(start)
         if text:
             raise UserError(f"{quoted(self.path)} is not a safetensors file: it is {text}")
-        if len(head) < 8:
+        if len(start) < 8:
             raise ValueError("shorter than its 8-byte header length")
-        (n,) = struct.unpack("<Q", head)
+        (n,) = struct.unpack("<Q", start[:8])
         if n > _MAX_HEADER or 8 + n > size:
             raise ValueError(f"header length {n} does not fit in a {size}-byte file")
-        header = _parse_header(os.pread(self._fd, n, 8))
+        header = _parse_header(self._file.bytes(8, n))
         data_start = 8 + n
         entries = [_entry(name, meta) for name, meta in header.items() if name != "__metadata__"]
         entries.sort(key=lambda e: (e[1], e[2]))
@@ -121,28 +121,17 @@ class SafetensorsSource(Source):
             self._offsets[info.name] = (data_start + begin, info.nbytes)
 
     def read(self, name: str) -> np.ndarray:
-        """A read-only view of the tensor in the memory-mapped file (no copy)."""
+        """The tensor, read-only, in memory of its own."""
         info = self.infos[name]
-        offset, nbytes = self._offsets[name]
-        if self._map is None:
-            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
-        flat = np.frombuffer(self._map, dtype=dtypes.storage(info.dtype), count=info.numel, offset=offset)
+        offset, _ = self._offsets[name]
+        flat = self._file.array(name, offset, dtypes.storage(info.dtype), info.numel)
         return valid_bools(self.path, name, flat.reshape(info.shape))
 
-    def release(self, name: str) -> None:
-        """Drop the tensor's pages from this process's memory; they stay in the page cache."""
-        if self._map is None or not hasattr(self._map, "madvise"):
-            return
-        offset, nbytes = self._offsets[name]
-        start = offset - offset % mmap.PAGESIZE
-        if nbytes:
-            self._map.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+    def check_unchanged(self) -> None:
+        self._file.check_unchanged()
 
     def close(self) -> None:
-        self._map = None  # views still held keep the mapping alive until they go
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
 
 
 def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:

@@ -100,6 +100,10 @@ class ShardedSource(Source):
     def release(self, name: str) -> None:
         self._owner[name].release(name)
 
+    def check_unchanged(self) -> None:
+        for s in self._shards:
+            s.check_unchanged()
+
     def close(self) -> None:
         for s in self._shards:
             s.close()

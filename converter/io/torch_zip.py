@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import collections
-import mmap
 import os
 import struct
 import threading
@@ -35,6 +34,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from . import unpickle
+from .stable import StableFile
 from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, shape_problem, valid_bools
 
 try:  # ISA-L's CRC-32, about four times zlib's speed: checking every storage costs little
@@ -185,10 +185,10 @@ class _Reading:
         return known
 
 
-def _member_data_offset(f, info: zipfile.ZipInfo, size: int) -> int | None:
+def _member_data_offset(fd: int, info: zipfile.ZipInfo, size: int) -> int | None:
     """Where a stored member's bytes start in the file (after its local header), or None when
     its local header is damaged or its bytes run past the end of the file."""
-    header = os.pread(f.fileno(), 30, info.header_offset)
+    header = os.pread(fd, 30, info.header_offset)
     if len(header) < 30 or header[:4] != b"PK\x03\x04":
         return None
     name_len, extra_len = struct.unpack("<HH", header[26:30])
@@ -210,15 +210,24 @@ def _read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> 
 class TorchZipSource(Source):
     def __init__(self, path: str, unwrap):
         super().__init__(path)
+        self._file = StableFile(path)  # one open file for the zip directory and every storage
         try:
-            archive = zipfile.ZipFile(path)
-        except Exception:  # not a zip Python can read (a legacy pickle, a zip version it lacks): torch decides
-            raise NotPlain("not a zip file") from None
-        with archive:
             try:
-                self._open(archive, unwrap)
-            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError) as exc:
-                raise _bad(path, f"its zip structure is damaged ({type(exc).__name__}: {exc})") from None
+                archive = self._zip()
+            except Exception:  # not a zip Python can read (a legacy pickle, a zip version it lacks): torch decides
+                raise NotPlain("not a zip file") from None
+            with archive:
+                try:
+                    self._open(archive, unwrap)
+                except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError) as exc:
+                    self._file.check_unchanged()
+                    raise _bad(path, f"its zip structure is damaged ({type(exc).__name__}: {exc})") from None
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _zip(self) -> zipfile.ZipFile:
+        return zipfile.ZipFile(os.fdopen(os.dup(self._file.fd), "rb"))
 
     def _open(self, archive: zipfile.ZipFile, unwrap) -> None:
         path = self.path
@@ -239,15 +248,14 @@ class TorchZipSource(Source):
         except unpickle.Refused as exc:
             raise _bad(path, f"its data.pkl is refused: {exc}") from None
         self._members, self._starts = {}, {}
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            for key, storage in reading.storages.items():
-                info = self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
-                if info.compress_type == zipfile.ZIP_STORED:
-                    self._starts[key] = _member_data_offset(f, info, size)
-                    if self._starts[key] is None:
-                        raise _bad(path, f"storage {quoted(key)} has a damaged zip header or runs past the end "
-                                         "of the file (truncated)")
+        for key, storage in reading.storages.items():
+            info = self._members[key] = self._storage_member(members.get(f"{prefix}data/{key}"), storage)
+            if info.compress_type == zipfile.ZIP_STORED:
+                self._starts[key] = _member_data_offset(self._file.fd, info, self._file.size)
+                if self._starts[key] is None:
+                    self._file.check_unchanged()
+                    raise _bad(path, f"storage {quoted(key)} has a damaged zip header or runs past the end "
+                                     "of the file (truncated)")
         for record in reading.tensors:
             problem = view_problem(record.shape, record.stride, record.offset, record.storage.numel,
                                    dtypes.itemsize(record.storage.dtype))
@@ -255,11 +263,9 @@ class TorchZipSource(Source):
                 raise _bad(path, f"a tensor has {problem}")
         if foreign:
             raise NotPlain(f"it names {foreign[0]}")
-        self._map = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
         self._inflated: tuple[str, bytes] | None = None
-        self._archive_path = path
         self._tensors = unwrap(obj, lambda v: isinstance(v, TensorRecord), path, self.notes)
         for name, record in self._tensors.items():
             self.infos[name] = TensorInfo(name, record.storage.dtype, record.shape)
@@ -281,34 +287,29 @@ class TorchZipSource(Source):
 
     # ---- reading tensors
 
-    def _storage_bytes(self, key: str):
-        """The storage's bytes: a slice of the memory-mapped file (stored) or inflated (deflated);
+    def _storage(self, key: str, dtype: np.dtype, numel: int) -> np.ndarray:
+        """The storage's elements: read with pread (stored; see stable.py) or inflated (deflated);
         its CRC is checked the first time."""
         info = self._members[key]
         if info.compress_type == zipfile.ZIP_DEFLATED:
             with self._lock:
                 if self._inflated is None or self._inflated[0] != key:
                     self._inflated = (key, self._inflate(info))
-                return self._inflated[1], 0
-        if self._map is None:
-            with self._lock:
-                if self._map is None:
-                    with open(self.path, "rb") as f:
-                        self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        start = self._starts[key]
-        if start + info.file_size > len(self._map):
-            raise _bad(self.path, f"storage {quoted(key)} runs past the end of the file (truncated meanwhile?)")
+                return np.frombuffer(self._inflated[1], dtype=dtype, count=numel)
+        flat = self._file.array(key, self._starts[key], dtype, numel)
         if key not in self._checked:
-            if crc32(memoryview(self._map)[start:start + info.file_size]) != info.CRC:
+            if crc32(flat.view(np.uint8)) != info.CRC:
+                self._file.check_unchanged()  # bytes rewritten meanwhile are a change, not corruption
                 raise _bad(self.path, f"storage {quoted(key)} fails its CRC check (the file is corrupt)")
             self._checked.add(key)
-        return self._map, start
+        return flat
 
     def _inflate(self, info: zipfile.ZipInfo) -> bytes:
         try:
-            with zipfile.ZipFile(self._archive_path) as archive, archive.open(info) as f:
+            with self._zip() as archive, archive.open(info) as f:
                 data = f.read(info.file_size + 1)  # zipfile checks the CRC at the end
         except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError, RuntimeError, OSError) as exc:
+            self._file.check_unchanged()
             raise _bad(self.path, f"a deflated storage does not inflate cleanly ({type(exc).__name__}: {exc})") from None
         if len(data) != info.file_size:
             raise _bad(self.path, f"a deflated storage inflates to {len(data)} bytes, not {info.file_size}")
@@ -316,19 +317,14 @@ class TorchZipSource(Source):
 
     def read(self, name: str) -> np.ndarray:
         t = self._tensors[name]
-        buffer, start = self._storage_bytes(t.storage.key)
         dtype = dtypes.storage(t.storage.dtype)
-        flat = np.frombuffer(buffer, dtype=dtype, count=t.storage.numel, offset=start)
+        flat = self._storage(t.storage.key, dtype, t.storage.numel)
         strides = tuple(s * dtype.itemsize if d > 1 else 0 for d, s in zip(t.shape, t.stride))
         view = np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
         return valid_bools(self.path, name, view)
 
-    def release(self, name: str) -> None:
-        key = self._tensors[name].storage.key
-        info = self._members[key]
-        if self._map is None or info.compress_type != zipfile.ZIP_STORED or not info.file_size:
-            return
-        start = self._starts[key]
-        page = start - start % mmap.PAGESIZE
-        self._map.madvise(mmap.MADV_DONTNEED, page, start + info.file_size - page)
+    def check_unchanged(self) -> None:
+        self._file.check_unchanged()
 
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,91 @@
+"""Reading a source file that may change while it is read.
+
+A memory map of a file that another process truncates (a checkpoint downloaded again while a
+conversion runs) kills the reader with SIGBUS the moment it touches a page past the new end,
+and Python cannot turn that signal into an exception. So tensor data is read with pread into
+memory of our own, each read checked against the size the file had when it was opened: a file
+that shrank is an error, never a signal. Before a commit the file is checked again (device,
+inode, size, modification time), so a file rewritten in place or replaced meanwhile is an
+error too, rather than an output made of two versions.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from ..errors import UserError, quoted
+
+PREAD_PIECE = 1 << 30  # bytes per preadv call (Linux moves at most about 2 GiB per call)
+
+
+def changed(path: str, why: str) -> UserError:
+    return UserError(f"SRC changed while it was being read: {quoted(path)} {why}; nothing was written: "
+                     "run again once the file is complete (e.g. after its download has finished)")
+
+
+def _identity(info: os.stat_result) -> tuple:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+class StableFile:
+    """A file opened once and read with pread; `array()` gives fresh arrays (shared while someone
+    holds them: a tensor read by the writer and by the check is read once)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.identity = _identity(os.fstat(self.fd))
+        self.size = self.identity[2]
+        self._live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def read_into(self, buffer, offset: int) -> None:
+        """Fill `buffer` (writable, bytes) from `offset`; a file that ends first has changed."""
+        view = memoryview(buffer).cast("B")
+        if offset + len(view) > self.size:
+            raise changed(self.path, f"is read at bytes {offset}..{offset + len(view)} of a {self.size}-byte file")
+        done = 0
+        while done < len(view):
+            n = os.preadv(self.fd, [view[done:done + PREAD_PIECE]], offset + done)
+            if n == 0:
+                now = os.fstat(self.fd).st_size
+                raise changed(self.path, f"is {now} bytes now, {self.size} when it was opened")
+            done += n
+
+    def bytes(self, offset: int, n: int) -> bytes:
+        buffer = bytearray(n)
+        self.read_into(buffer, offset)
+        return bytes(buffer)
+
+    def array(self, key, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
+        """`count` items of `dtype` from `offset`, read-only, in memory of their own; the array read
+        for `key` earlier while it is still held anywhere."""
+        found = self._live.get(key)
+        if found is not None:
+            return found
+        out = np.empty(count, dtype=dtype)
+        if out.nbytes:
+            self.read_into(out, offset)
+        out.flags.writeable = False
+        self._live[key] = out
+        return out
+
+    def check_unchanged(self) -> None:
+        """The file under its path is still the file opened, with the same size and time."""
+        now = _identity(os.fstat(self.fd))
+        if now != self.identity:
+            what = "shrank or grew" if now[2] != self.size else "was written to"
+            raise changed(self.path, f"{what} ({now[2]} bytes now, {self.size} when it was opened)")
+        try:
+            there = _identity(os.stat(self.path))
+        except OSError:
+            raise changed(self.path, "was removed or renamed") from None
+        if there != self.identity:
+            raise changed(self.path, "was replaced by another file")
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
