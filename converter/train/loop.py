@@ -71,7 +71,7 @@ def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
     except SystemExit as exc:
         raise UserError(f"spec '{tspec.path}': {what} called sys.exit({exc.code!r}) on {tspec.batch_name(k)}"
                         f"{spec_line(exc, tspec.path)}; a model must return its outputs") from None
-    except Exception as exc:
+    except BaseException as exc:  # an Exception, or what is none (asyncio.CancelledError)
         hint = hint or ("the batches must fit the models as inputs() does" if tspec.has["batches"]
                         else "fix the model or inputs()")
         raise UserError(f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {failure(exc, tspec.path)}; "

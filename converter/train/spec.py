@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..spec import TRAINING, call_spec_function
+from ..verify.session import check_arrays, spec_call_errors
 
 DEFAULT_LR = 0.01
 PROJECTION_SEED = 1234
@@ -41,7 +42,8 @@ class TrainSpec:
 
     def call(self, name: str, *args):
         """The spec's function `name` on args; what it raises is bad input naming its line."""
-        return call_spec_function(self.path, self.spec.module, name, *args)
+        with spec_call_errors(self.path, name):
+            return call_spec_function(self.path, self.spec.module, name, *args)
 
     def loss(self, name: str, output, target):
         """The spec's loss `name` on (output, target); without batches() the target is None, which a
@@ -101,6 +103,8 @@ class TrainSpec:
                             f"(optimizer, scheduler); got {type(opt).__name__}")
         _check_scheduler(self.path, "torch_optimizer", sched, torch.optim.lr_scheduler.LRScheduler,
                          torch.optim.lr_scheduler.ReduceLROnPlateau)
+        _check_held(self.path, "torch_optimizer", [p for g in opt.param_groups for p in g["params"]],
+                    model.parameters())
         return opt, sched
 
     def paddle_optimizer(self, model):
@@ -117,6 +121,9 @@ class TrainSpec:
             sched = opt._learning_rate
         _check_scheduler(self.path, "paddle_optimizer", sched, paddle.optimizer.lr.LRScheduler,
                          paddle.optimizer.lr.ReduceOnPlateau)
+        held = opt._parameter_list or []
+        held = [p for g in held for p in g["params"]] if held and isinstance(held[0], dict) else held
+        _check_held(self.path, "paddle_optimizer", held, model.parameters())
         return opt, sched
 
 
@@ -126,6 +133,19 @@ def _check_arrays(value, what: str, allow_none: bool) -> None:
     items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else [value]
     if not all(isinstance(v, np.ndarray) for v in items):
         raise UserError(f"{what} must be a numpy array, or a dict or tuple of them")
+    check_arrays(value, what)
+
+
+def _check_held(path: str, name: str, held: list, parameters) -> None:
+    """Every tensor an optimizer holds is one of the model's parameters: one that is not is never
+    trained by the model's backward, and its state has no counterpart on the other side."""
+    own = {id(p) for p in parameters}
+    for i, tensor in enumerate(held):
+        if id(tensor) not in own:
+            shape = list(getattr(tensor, "shape", []))
+            raise UserError(f"spec '{path}': {name}(model) holds a tensor that is not one of the model's parameters "
+                            f"(item {i} of those it holds, shape {shape}); give the optimizer the parameters of the model it "
+                            "is handed (model.parameters(), or a part of them)")
 
 
 def _given(spec, name: str) -> bool:
