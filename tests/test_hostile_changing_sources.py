@@ -80,6 +80,10 @@ def _source(tmp, fmt):
     if fmt == "safetensors":
         save_file(state, str(tmp / "m.safetensors"))
         return tmp / "m.safetensors", tmp / "m.safetensors"
+    if fmt == "pdparams":
+        import pickle
+        (tmp / "m.pdparams").write_bytes(pickle.dumps(state, protocol=4))
+        return tmp / "m.pdparams", tmp / "m.pdparams"
     if fmt == "torch zip":
         torch.save({k: torch.from_numpy(v) for k, v in state.items()}, str(tmp / "m.pt"))
         return tmp / "m.pt", tmp / "m.pt"
@@ -91,7 +95,7 @@ def _source(tmp, fmt):
     return tmp / "model.safetensors.index.json", tmp / "model-00002-of-00002.safetensors"
 
 
-FORMATS = ["safetensors", "torch zip", "shard"]
+FORMATS = ["safetensors", "torch zip", "shard", "pdparams"]
 
 
 @pytest.mark.parametrize("out", ["o.pdparams", "o.safetensors"])

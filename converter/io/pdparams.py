@@ -22,6 +22,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from . import unpickle
+from .stable import StableFile, changed
 from .base import Source, TensorInfo, looks_like_text, shape_problem, valid_bools, write_tensors
 
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(1))[0]
@@ -248,15 +249,23 @@ def _joined_big_arrays(path: str, out: dict, info) -> None:
         out[key] = joined.reshape(shape)
 
 
+def _mapped(fd: int):
+    try:
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except ValueError:  # an empty file
+        return b""
+
+
 def load_pdparams(path: str) -> dict[str, np.ndarray]:
     """Every array in the file, read through the data-only unpickler: read-only views of the
     memory-mapped file, of plain number and bool dtypes only. paddle's own tables
     ('StructuredToParameterName@@') are left out; arrays paddle split are joined."""
     with open(path, "rb") as f:
-        try:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file
-            data = b""
+        data = _mapped(f.fileno())
+    return _arrays_in(path, data)
+
+
+def _arrays_in(path: str, data) -> dict[str, np.ndarray]:
     text = looks_like_text(bytes(data[:512]))
     if text:
         raise UserError(f"{quoted(path)} is not a .pdparams file: it is {text}")
@@ -279,13 +288,47 @@ def load_pdparams(path: str) -> dict[str, np.ndarray]:
 
 
 class PdparamsSource(Source):
-    """A .pdparams file as a source (loaded whole; pickles cannot be read in parts)."""
+    """A .pdparams file as a source. The pickle is read whole from a memory map (it cannot be read
+    in parts), after the file's size is checked; each array's place in the file is kept and its
+    data read with pread when asked for (see stable.py: a map read after the file shrank dies of
+    SIGBUS). Arrays paddle split in slices are joined in memory when the file is read."""
 
     def __init__(self, path: str):
         super().__init__(path)
-        self._arrays = load_pdparams(path)
-        for name, a in self._arrays.items():
+        self._file = StableFile(path)
+        try:
+            self._place(path)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _place(self, path: str) -> None:
+        data = _mapped(self._file.fd)
+        if len(data) != self._file.size:
+            raise changed(path, f"is {len(data)} bytes now, {self._file.size} when it was opened")
+        arrays = _arrays_in(path, data)
+        base = np.frombuffer(data, np.uint8).ctypes.data if len(data) else 0
+        self._where: dict[str, tuple] = {}  # name -> (offset, dtype, shape, order)
+        self._arrays: dict[str, np.ndarray] = {}  # arrays not in the file as they are (joined slices)
+        for name, a in list(arrays.items()):
             self.infos[name] = TensorInfo(name, dtypes.from_numpy(a.dtype), tuple(a.shape))
+            offset = a.ctypes.data - base
+            if a.nbytes and 0 <= offset and offset + a.nbytes <= len(data) and (a.flags.c_contiguous or a.flags.f_contiguous):
+                order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+                self._where[name] = (offset, a.dtype, a.shape, order)
+            else:
+                self._arrays[name] = np.array(a)  # in memory of its own, not a view of the map
+        arrays.clear()  # no view of the map is left: it goes
 
     def read(self, name: str) -> np.ndarray:
-        return self._arrays[name]
+        if name in self._arrays:
+            return self._arrays[name]
+        offset, dtype, shape, order = self._where[name]
+        flat = self._file.array(name, offset, dtype, math.prod(shape))
+        return valid_bools(self.path, name, flat.reshape(shape, order=order))
+
+    def check_unchanged(self) -> None:
+        self._file.check_unchanged()
+
+    def close(self) -> None:
+        self._file.close()
