@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .align import LayerPair, nearest_in
+from .align import LayerPair, nearest_in, under
 from .matching import OutputPairs, common_shape, lay_out, masked_alike, merged_shape, pair_outputs
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
+from .identity import view_of
 from .metrics import compare, join, rms_over
 from .precision import ROUNDING_DRAWS
 from .forced import ForcedCall, Reference, differing_inputs
@@ -245,6 +246,7 @@ class Passes:
     forced_64: dict = field(default_factory=dict)
     rounded_64: dict = field(default_factory=dict)
     matmul: dict = field(default_factory=dict)  # torch path -> MatmulStats (S2 and K), None if not a matmul
+    paddle_err: dict = field(default_factory=dict)  # paddle path -> its own fp32 errors (forced.paddle_own_errors)
     e2e: dict = field(default_factory=dict)
 
 
@@ -343,14 +345,34 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
     return top, mean, ratio, tolerance
 
 
+def _returned_matmul(passes: Passes, pair, pairs: OutputPairs) -> MatmulStats | None:
+    """The stats of the matmul module inside `pair` whose output it returns as its own (a wrapper,
+    a model ending in its head): that output's error is the matmul's, and the other side's
+    kernels may sum it in another order, which torch's observed error does not show."""
+    t_call = passes.t_calls[pair.torch]
+    if len(pairs) != 1 or len(t_call.outputs) <= pairs.torch[0]:
+        return None
+    out = view_of(t_call.outputs[pairs.torch[0]])
+    for path, stats in passes.matmul.items():
+        call = passes.t_calls.get(path)
+        if stats is not None and path != pair.torch and under(path, pair.torch) and call is not None \
+                and len(call.outputs) == 1 and view_of(call.outputs[0]) == out:
+            return stats
+    return None
+
+
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
-    matmul = _fitted(passes.matmul.get(pair.torch), y_t.shape)
+    matmul = _fitted(passes.matmul.get(pair.torch) or _returned_matmul(passes, pair, pairs), y_t.shape)
     rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]
                 for f, r in passes.rounded_64.items()
                 if pair.torch in r and len(r[pair.torch].output_err) > max(pairs.torch)} if matmul is None else {}
     condition = None
     if matmul is None and ref.condition is not None and len(pairs) == 1 and pairs.torch == (0,):
         condition = laid_out([ref.condition], pairs.shapes).reshape(y_t.shape)
-    return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition)
+    own = passes.paddle_err.get(pair.paddle)
+    e_other = None
+    if own is not None and matmul is None:
+        e_other = unmasked(masked, laid_out(pairs.of_paddle(own), pairs.shapes).reshape(y_t.shape))[0]
+    return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition, e_other)

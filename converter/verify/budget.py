@@ -10,10 +10,14 @@ used, then the two sides are combined in quadrature:
       fp32 accumulation:            kappa * 0.42 * u32 * sqrt(K/2) * sqrt(S2)
       result rounding:              u_s * |y|, u_s the unit of the format the result is stored
                                     in (fp32 for TF32; bf16/fp16 kernels return their format)
-  kappa calibrates the accumulation term to this machine: it is the observed
-  error of the torch layer in fp32 against a float64 run on the same inputs,
-  divided by the model's prediction (never below KAPPA_FLOOR, since the other
-  side's kernels may sum in another order).
+  kappa calibrates the accumulation term: for torch's side it is the observed error
+  of the torch layer in fp32 against a float64 run on the same inputs, divided by the
+  model's prediction (never below KAPPA_FLOOR); the other side's kernels are not
+  observed and may sum in another order, so its kappa is at least SEQUENTIAL_KAPPA:
+  a sequential sum's rms is the model's own (kappa 1.0, measured 0.997 at K = 1536;
+  blocked kernels give 0.26 at K = 6144), but its worst element lies further out than
+  a normal error's (7.1 model units over 6144 elements at K = 1536, where a normal
+  error would reach 4.2), since each element's error grows with its own partial sums.
 * every other layer (elementwise, norms, attention blocks, whole sub-networks):
       fp32 arithmetic:              the observed error of the torch layer in fp32 against
                                     float64 (its rms, and the element's own), and u32 * |y|
@@ -38,6 +42,7 @@ from .precision import STORED_UNIT, U32, UNIT_ROUNDOFF
 
 C_ROUND = 0.42  # rms relative rounding error of a real value, in units of u
 KAPPA_FLOOR = 0.3
+SEQUENTIAL_KAPPA = 1.5  # the other side's accumulation: a sequential sum's tail (see above)
 MARGIN = 2.0
 MIN_TAIL = 2.5
 
@@ -98,11 +103,14 @@ def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulS
 
 
 def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
-                      rounding: dict | None = None, condition: np.ndarray | None = None) -> Budget:
+                      rounding: dict | None = None, condition: np.ndarray | None = None,
+                      e_other: np.ndarray | None = None) -> Budget:
     """The same, given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is plenty).
     `condition` (elementwise layers): per element, how far the float64 output moves when the
     input moves by one unit of float32 rounding; each side's implementation may round there
-    (torch's own observed error is one draw of that, and may be near 0 by chance)."""
+    (torch's own observed error is one draw of that, and may be near 0 by chance). `e_other`
+    (non-matmul layers): the other side's own observed fp32 error where it was measured (its
+    kernels may reduce in another order); torch's stands in for it otherwise."""
     # means from float32 dot products and sums: a few units of u32, plenty for a budget. Squares
     # of values above about 1.8e19 overflow float32 (an infinite budget passes anything): there,
     # and where S2 itself overflowed, the budget is computed in float64
@@ -126,18 +134,27 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
         model_ms = acc_unit ** 2 * s2_mean
         kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
         coef = 0.0
-        for fmt in formats.values():
-            coef += (kappa * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
+        for side, fmt in formats.items():
+            k_side = kappa if side == "torch" else max(kappa, SEQUENTIAL_KAPPA)
+            coef += (k_side * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
         var = np.multiply(s2, dt(coef), dtype=dt)
         const = 0.0
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
-        const = e_ref_ms * len(formats)
         var = np.square(e_ref, dtype=dt)
         if condition is not None:
             var += np.square(np.asarray(condition, dtype=dt).ravel())
-        var *= dt(len(formats))
+        const = e_ref_ms * len(formats)
+        if e_other is not None and len(formats) > 1 and np.size(e_other) == e_ref.size:
+            e_other = np.asarray(e_other, dtype=dt).ravel()
+            const += float(np.dot(e_other, e_other)) / n - e_ref_ms
+            var *= dt(len(formats) - 1)
+            var += np.square(e_other)
+            if condition is not None:
+                var += np.square(np.asarray(condition, dtype=dt).ravel())
+        else:
+            var *= dt(len(formats))
         for fmt in formats.values():  # a side in another format: its rounding's effect, per element and rms
             effect = rounding.get(fmt) if fmt != "fp32" else None
             if effect is None:

@@ -288,3 +288,50 @@ def _add_square(total, err):
 
 def _root_mean(total):
     return None if total is None else np.sqrt(total / ROUNDING_DRAWS).astype(np.float32)
+
+
+PADDLE_MEASURED_SIZE = 1 << 20  # the most parameters a paddle layer may have to be copied to float64
+
+
+def paddle_own_errors(session, passes) -> dict[str, list]:
+    """Per paired paddle leaf that is no matmul (norms, softmax, activations: layers whose
+    kernels reduce in an order of their own, which torch's observed error does not show; paddle's
+    CPU mean over 1536 values is ten times less exact than torch's), its own fp32 error on torch's
+    inputs: its forced output minus a float64 copy of the layer's output on the same inputs.
+    Layers that do not run in float64, or return another dtype (they cast inside), are left out:
+    torch's error stands in for theirs."""
+    import copy
+
+    import paddle
+
+    from .replay import forced_paddle_inputs
+
+    def wide(value):
+        if isinstance(value, paddle.Tensor):
+            return value.astype("float64") if value.dtype == paddle.float32 else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(wide(v) for v in value)
+        if isinstance(value, dict):
+            return {k: wide(v) for k, v in value.items()}
+        return value
+
+    out = {}
+    for pair in passes.pairs:
+        loc = passes.forced_p.get(pair.paddle)
+        layer = session.paddle_layer(pair.paddle)
+        if loc is None or not loc.outputs or passes.matmul.get(pair.torch) is not None or layer._sub_layers \
+                or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_MEASURED_SIZE:
+            continue
+        try:
+            args, kwargs = forced_paddle_inputs(passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
+            layer64 = copy.deepcopy(layer)
+            layer64.to(dtype="float64")
+            with paddle.no_grad():
+                ys = flatten(layer64(*wide(args), **wide(kwargs)), paddle_side.is_float_tensor)
+        except Exception:  # a layer that does not run in float64: not measured
+            continue
+        if len(ys) != len(loc.outputs) or any(y.dtype != paddle.float64 for y in ys) \
+                or any(tuple(y.shape) != a.shape for y, a in zip(ys, loc.outputs)):
+            continue
+        out[pair.paddle] = [np.subtract(a, paddle_side.to_numpy(y)).astype(np.float32) for a, y in zip(loc.outputs, ys)]
+    return out

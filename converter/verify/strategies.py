@@ -21,7 +21,7 @@ import numpy as np
 from .align import align, parent, shapes_fit, under
 from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
-from .forced import forced_paddle, torch_references
+from .forced import forced_paddle, paddle_own_errors, torch_references
 from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
@@ -100,6 +100,7 @@ class FullCapture:
                                      side.widen_when_alone)
             free = side.submit(free_references, session, "") if prefix is None else None
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
+            passes.paddle_err = paddle_own_errors(session, passes)
             matmul_first.result()
             with side.on_cores_left():
                 matmul_stats_all(session, passes.t_calls, matmul)  # the rest
