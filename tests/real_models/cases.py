@@ -44,6 +44,8 @@ FAMILIES = {
     "llama": Family("llama", F.llama_torch, F.llama_paddle, F.llama_inputs, "llama", True),
     # same key names on both sides: the rules are inferred from the two models
     "deberta": Family("deberta", F.deberta_torch, F.deberta_paddle, F.deberta_inputs, None, False),
+    # the width of the TF32 report's model, DeBERTa-v2-xlarge: one layer of its real shape
+    "deberta-xl": Family("deberta-xl", F.deberta_xl_torch, F.deberta_xl_paddle, F.deberta_xl_inputs, None, False),
     # encoder-decoder with relative attention bias: v1.0 (ReLU, head tied to the embeddings) and v1.1 (gated GELU, untied)
     "t5": Family("t5", F.t5_torch, F.t5_paddle, F.t5_inputs, "t5", False),
     "t5-untied": Family("t5-untied", F.t5_untied_torch, F.t5_untied_paddle, F.t5_inputs, "t5", False),
@@ -73,6 +75,8 @@ class Case:
     config: dict | None = None  # config values both sides are built from that differ from the family's
     mapping: str | None = None  # a rule file that replaces the family's mapping
     defects: tuple = ()  # Defects of the verifier that spoil its answer: an expected failure where they do
+    emulate: tuple = ()  # verify-port --emulate values (paddle=tf32: paddle's products in TF32, as on an RTX 3090)
+    strategies: tuple = ("auto", "full", "binary")  # the strategies it runs under
 
     @property
     def clean(self) -> bool:
@@ -308,6 +312,14 @@ def _t5_exact_gelu(model):
 
 QK_SWAPPED = os.path.join(HERE, "llama_qk_swapped.json")
 
+TF32 = ("paddle=tf32",)
+# under TF32 the end-to-end budget at a unit's boundary is TF32's noise, wider than these bugs' effect there
+BINARY_UNDER_TF32 = Defect("binary judges each unit's boundary against the end-to-end budget, which under "
+                           "paddle=tf32 is wider than a LayerNorm epsilon's or a GELU variant's effect at the "
+                           "boundary of a DeBERTa-v2-xlarge layer; full names them by the layer's own budget",
+                           ("binary",))
+XL_STRATEGIES = ("auto", "binary")  # auto is full at this size
+
 CLEAN = [
     Case("bert-clean", "bert", ""),
     Case("bert-clean-default-positions", "bert", "", explicit_positions=False),
@@ -316,6 +328,8 @@ CLEAN = [
     Case("llama-clean", "llama", ""),
     Case("llama-clean-default-positions", "llama", "", explicit_positions=False),
     Case("deberta-clean", "deberta", ""),
+    Case("deberta-xl-clean", "deberta-xl", "", strategies=XL_STRATEGIES),
+    Case("deberta-xl-clean-tf32", "deberta-xl", "", emulate=TF32, strategies=XL_STRATEGIES),
     Case("t5-clean", "t5", ""),
     Case("t5-untied-clean", "t5-untied", ""),
     Case("opt-clean", "opt", ""),
@@ -364,6 +378,17 @@ BUGS = [
     Case("deberta-dropped-residual", "deberta", "the attention output's residual is dropped",
          "encoder.layer.1.attention.output", "own forward",
          plant=lambda m: _forward(m.encoder.layer[1].attention.output, _deberta_output_without_residual)),
+    # the TF32 report's situation: paddle's products in TF32 on a DeBERTa-v2-xlarge layer, and one real bug
+    Case("deberta-xl-tf32-layernorm-epsilon", "deberta-xl", "a LayerNorm with epsilon 1e-5 "
+         "(torch: 1e-7)", "encoder.layer.0.attention.output.LayerNorm", "epsilon", emulate=TF32,
+         strategies=XL_STRATEGIES, defects=(BINARY_UNDER_TF32,), plant=lambda m: _set_epsilon(m.encoder.layer[0].attention.output.LayerNorm,
+                                                                "_epsilon", 1e-5)),
+    Case("deberta-xl-tf32-gelu-tanh", "deberta-xl", "GELU's tanh form where torch uses the exact one",
+         "encoder.layer.0.intermediate.intermediate_act_fn", "GELU", plant=_exact_gelu, emulate=TF32,
+         strategies=XL_STRATEGIES, defects=(BINARY_UNDER_TF32,)),
+    Case("deberta-xl-tf32-dropped-residual", "deberta-xl", "the attention output's residual is dropped",
+         "encoder.layer.0.attention.output", "own forward", emulate=TF32, strategies=XL_STRATEGIES,
+         plant=lambda m: _forward(m.encoder.layer[0].attention.output, _deberta_output_without_residual)),
     Case("t5-attention-scaled", "t5", "attention logits scaled by 1/sqrt(d_kv) (T5 does not scale them)",
          "encoder.block.1.layer.0.SelfAttention", "scale",
          plant=lambda m: _forward(m.t5.encoder.block[1].layer[0].SelfAttention, _t5_attention_scaled)),

@@ -186,6 +186,31 @@ def deberta_inputs(explicit_positions: bool) -> dict:
     return {"input_ids": token_ids()}  # relative positions only: the model takes no position ids
 
 
+# ---- DeBERTa-v2-xlarge's own layer shape: hidden 1536 (the 1536x1536 query_proj of the TF32 report),
+# 24 heads, intermediate 6144, 256 position buckets; one layer, 32 tokens
+
+DEBERTA_XL = dict(DEBERTA, hidden_size=1536, num_attention_heads=24, intermediate_size=6144, position_buckets=256,
+                  max_position_embeddings=512, num_hidden_layers=1)
+DEBERTA_XL_SEQ = 32
+
+
+def deberta_xl_torch():
+    hf = _hf()
+    return randomize(hf.DebertaV2Model(hf.DebertaV2Config(**DEBERTA_XL, share_att_key=True)))
+
+
+def deberta_xl_paddle():
+    nlp = _nlp()
+    _paddle_seeded()
+    config = nlp.DebertaV2Config(**DEBERTA_XL, output_hidden_states=False)
+    config.share_att_key = True
+    return nlp.DebertaV2Model(config).eval()
+
+
+def deberta_xl_inputs(explicit_positions: bool) -> dict:
+    return {"input_ids": np.random.default_rng(SEED).integers(1, VOCAB, (BATCH, DEBERTA_XL_SEQ)).astype("int64")}
+
+
 # ---- T5: HF T5ForConditionalGeneration -> PaddleNLP T5ForConditionalGeneration (mapping "t5")
 
 T5 = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=INTERMEDIATE, num_layers=LAYERS,

@@ -56,12 +56,14 @@ class Outcome:
 
 
 def verify_args(case: Case, strategy: str, json_path: str) -> list[str]:
-    return ["--spec", case.spec_path, "--bisect", "--device", "cpu", "--strategy", strategy, "--json", json_path]
+    emulate = [a for value in case.emulate for a in ("--emulate", value)]
+    return ["--spec", case.spec_path, "--bisect", "--device", "cpu", "--strategy", strategy, *emulate, "--json", json_path]
 
 
 def command_line(case: Case, strategy: str) -> str:
     spec = os.path.relpath(case.spec_path, ROOT)
-    return f"verify-port --spec {spec} --bisect --device cpu --strategy {strategy}"
+    emulate = "".join(f" --emulate {value}" for value in case.emulate)
+    return f"verify-port --spec {spec} --bisect --device cpu --strategy {strategy}{emulate}"
 
 
 def run_case(case: Case, strategy: str) -> Outcome:
