@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .pipeline import prefetch
+from .pipeline import SLACK, prefetch
 
 BAND = 16  # rows of the transposed side per step of a copy; fastest here for 2- and 4-byte elements
 COMPARE_BAND = 16  # the same when comparing
@@ -92,11 +92,18 @@ def row_blocks(shape: tuple[int, ...], itemsize: int, nbytes: int) -> list:
     return [slice(i, min(i + rows, shape[0])) for i in range(0, shape[0], rows)]
 
 
+_DRAIN = object()  # in the stream of slabs: lay nothing out ahead of this point
+
+
 def c_order_blocks(infos, produce, nbytes: int | None = None):
     """(info, block, last) for each info's tensor `produce(info)`, slab by slab of rows: each
     block C-ordered (laid out ahead on a worker thread, see pipeline.prefetch), `last` on the
     tensor's final slab. A large tensor is never laid out whole, and its first slabs are written
-    while the next ones are laid out. A block is valid until the next one is asked for: its
+    while the next ones are laid out. A tensor larger than the worker's slack is produced only
+    once every slab before it has been consumed: the caller's check of the tensor before (which
+    holds it) is then under way or done, so that at most two large tensors are in memory (a
+    transposed one's first slab reads all of it; producing it while the check still held the
+    one two before made three). A block is valid until the next one is asked for: its
     memory is then reused (fresh memory costs a page fault per page)."""
     nbytes = nbytes or BLOCK
     spare = []  # buffers of `nbytes` given back; only the worker takes them
@@ -104,12 +111,16 @@ def c_order_blocks(infos, produce, nbytes: int | None = None):
 
     def slabs():
         for info in infos:
+            if info.nbytes > SLACK:
+                yield _DRAIN  # every slab before it is consumed before this tensor is produced
             array = produce(info)
             index = row_blocks(array.shape, array.itemsize, nbytes)
             for k, rows in enumerate(index):
                 yield info, array[rows], k == len(index) - 1
 
     def lay_out(item):
+        if item is _DRAIN:
+            return item
         info, view, last = item
         if view.flags.c_contiguous:
             return info, view, last, None
@@ -118,10 +129,15 @@ def c_order_blocks(infos, produce, nbytes: int | None = None):
         return info, contiguous(view, out, scratch), last, buffer
 
     def held(item):  # a slab laid out holds a whole buffer: the buffers in use stay within the slack (and one in hand)
+        if item is _DRAIN:
+            return SLACK
         view = item[1]
         return view.nbytes if view.flags.c_contiguous else max(view.nbytes, nbytes)
 
-    for info, block, last, buffer in prefetch(lay_out, slabs(), held):
+    for item in prefetch(lay_out, slabs(), held):
+        if item is _DRAIN:
+            continue
+        info, block, last, buffer = item
         yield info, block, last
         if buffer is not None and buffer.size == nbytes:
             spare.append(buffer)
