@@ -273,3 +273,24 @@ def test_pipeline_keeps_order_and_bounds_the_bytes_in_flight():
             checker.submit(n, n)
             assert checker.held <= max(100, n)
         assert checker.close() == [n * 2 for n in sizes]
+
+
+def test_a_checkpoint_torch_load_maps_is_read_from_its_storages_places(tmp):
+    """Tensors torch.load memory-maps are read with pread from their storages' places in the zip:
+    views, transposes, bf16, empty tensors and a shared storage come out as torch reads them."""
+    import paddle
+    torch.manual_seed(0)
+    sd = {"a": torch.randn(64, 32), "b": torch.arange(10), "h": torch.randn(5, 3).to(torch.bfloat16),
+          "t": torch.randn(8, 6).t(), "e": torch.empty(0, 3)}
+    sd["v"] = sd["a"][3:7, 2:5]
+    torch.save({"model": sd, "shape": torch.Size([2, 3])}, str(tmp / "m.pt"))  # torch.Size: torch.load reads it
+    from converter.io.open import open_source
+    with open_source(str(tmp / "m.pt")) as source:
+        assert len(source._places) == 4  # a (and v), b, h, t; e has no bytes
+    r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", _rules(tmp, KEEP_ALL))
+    assert r.code == 0, r
+    back = paddle.load(str(tmp / "o.pdparams"), return_numpy=True)
+    for k, t in sd.items():
+        expected = t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+        got = np.asarray(back[k]).view(np.uint16) if t.dtype == torch.bfloat16 else np.asarray(back[k])
+        assert got.shape == expected.shape and np.array_equal(got, expected), k

@@ -84,6 +84,10 @@ def _source(tmp, fmt):
         import pickle
         (tmp / "m.pdparams").write_bytes(pickle.dumps(state, protocol=4))
         return tmp / "m.pdparams", tmp / "m.pdparams"
+    if fmt == "torch.load zip":  # a name the plain reader does not know (torch.Size): torch.load maps it
+        tensors = {k: torch.from_numpy(v) for k, v in state.items()}
+        torch.save({"model": tensors, "shape": torch.Size([2, 3])}, str(tmp / "m.pt"))
+        return tmp / "m.pt", tmp / "m.pt"
     if fmt == "torch zip":
         torch.save({k: torch.from_numpy(v) for k, v in state.items()}, str(tmp / "m.pt"))
         return tmp / "m.pt", tmp / "m.pt"
@@ -95,7 +99,7 @@ def _source(tmp, fmt):
     return tmp / "model.safetensors.index.json", tmp / "model-00002-of-00002.safetensors"
 
 
-FORMATS = ["safetensors", "torch zip", "shard", "pdparams"]
+FORMATS = ["safetensors", "torch zip", "torch.load zip", "shard", "pdparams"]
 
 
 @pytest.mark.parametrize("out", ["o.pdparams", "o.safetensors"])

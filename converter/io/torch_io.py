@@ -5,6 +5,7 @@ checkpoints ({"state_dict": ...}, {"model": ...}) are unwrapped with a note."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import warnings
 import zipfile
@@ -15,6 +16,7 @@ from .. import dtypes
 from ..errors import UserError, quoted
 from ..lazy import import_torch
 from . import unpickle
+from .stable import StableFile
 from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, valid_bools
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
@@ -173,27 +175,84 @@ def _check_tensor(path: str, name: str, t) -> None:
 
 
 class TorchSource(Source):
+    """A checkpoint torch.load reads. When torch maps the file, each tensor's bytes are read with
+    pread from where its storage lies in the zip (see stable.py: a read of torch's map after the
+    file shrank dies of SIGBUS); the map serves only where a storage's place cannot be told."""
+
     def __init__(self, path: str):
         super().__init__(path)
         torch = import_torch()
-        obj, self._mapped = _load(path)
-        obj = unwrap_state(obj, lambda v: isinstance(v, torch.Tensor), path, self.notes)
-        self._tensors = obj
-        for name, t in obj.items():
-            _check_tensor(path, name, t)
-            self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
+        self._file = StableFile(path)
+        try:
+            obj, self._mapped = _load(path)
+            obj = unwrap_state(obj, lambda v: isinstance(v, torch.Tensor), path, self.notes)
+            self._tensors = obj
+            for name, t in obj.items():
+                _check_tensor(path, name, t)
+                self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
+            self._places = _storage_places(self._file, obj.values()) if self._mapped else {}
+        except BaseException:
+            self._file.close()
+            raise
 
     def read(self, name: str) -> np.ndarray:
-        return valid_bools(self.path, name, tensor_to_numpy(self._tensors[name]))
+        t = self._tensors[name]
+        storage = t.untyped_storage()
+        place = self._places.get(storage.data_ptr())
+        if place is None:
+            return valid_bools(self.path, name, tensor_to_numpy(t))
+        dtype = dtypes.storage(self.infos[name].dtype)
+        raw = self._file.array(place, place, np.dtype(np.uint8), storage.nbytes())
+        flat = raw.view(dtype)
+        strides = tuple(s * dtype.itemsize if d > 1 else 0 for d, s in zip(t.shape, t.stride()))
+        view = np.lib.stride_tricks.as_strided(flat[t.storage_offset():], shape=tuple(t.shape), strides=strides,
+                                               writeable=False)
+        return valid_bools(self.path, name, view)
 
     def release(self, name: str) -> None:
         """Drop the tensor's file pages from this process's memory (they stay in the page cache)."""
-        if self._mapped:
+        if self._mapped and self._tensors[name].untyped_storage().data_ptr() not in self._places:
             storage = self._tensors[name].untyped_storage()
             _drop_pages(storage.data_ptr(), storage.nbytes())
 
+    def check_unchanged(self) -> None:
+        self._file.check_unchanged()
+
     def close(self) -> None:
         self._tensors = {}
+        self._file.close()
+
+
+def _storage_places(file: StableFile, tensors) -> dict[int, int]:
+    """{storage address: its offset in the file} for the storages of a checkpoint torch.load mapped:
+    torch maps the whole file and each storage is its stored zip member's bytes, so one base
+    address must put every storage exactly at a member of its size. Empty when none does."""
+    import zipfile
+
+    from .torch_zip import _member_data_offset
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.nbytes():
+            storages[storage.data_ptr()] = storage.nbytes()
+    if not storages:
+        return {}
+    try:
+        with zipfile.ZipFile(os.fdopen(os.dup(file.fd), "rb")) as archive:
+            members = {}
+            for info in archive.infolist():
+                if info.compress_type == zipfile.ZIP_STORED and "/data/" in info.filename:
+                    start = _member_data_offset(file.fd, info, file.size)
+                    if start is not None:
+                        members[start] = info.file_size
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return {}
+    first, size = next(iter(storages.items()))
+    for start, length in members.items():
+        base = first - start
+        if length == size and all(members.get(address - base) == n for address, n in storages.items()):
+            return {address: address - base for address in storages}
+    return {}
 
 
 def _drop_pages(address: int, length: int) -> None:
