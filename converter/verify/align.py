@@ -1,7 +1,9 @@
 """Pair torch module paths with paddle layer paths.
 
 In order of trust: the same path on both sides; the mapping (the paddle layers
-that receive a torch module's weights, up to their common ancestor); and for
+that receive a torch module's weights, up to their common ancestor; a paddle layer
+fusing several torch modules' weights pairs with each of them, by its slice of the
+output: see fused.py); and for
 layers without weights, the same kind of layer in execution order under the
 same paired parent. A layer that exists on one side only stays unpaired and is
 compared at its nearest paired ancestor.
@@ -12,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..families import kind_of
+from .fused import Slice, fused_slices
 from .matching import common_shape, same_values
+
 
 @dataclass(frozen=True)
 class LayerPair:
@@ -20,6 +24,7 @@ class LayerPair:
     paddle: str
     torch_type: str
     paddle_type: str
+    part: Slice | None = None  # the torch module's slice of a fused paddle layer's output (see fused.py)
 
 
 def parent(path: str) -> str:
@@ -115,6 +120,11 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             pairs[t] = p
             used.add(p)
 
+    # a paddle layer that fuses several torch modules (q|k|v, gate|up): each module with its slice
+    fused = fused_slices(torch_calls, paddle_calls, plan)
+    for t, (p, _) in fused.items():
+        pairs[t] = p
+    used.update(p for p, _ in fused.values())
     own = _targets_by_module(plan)
     holds_weights = lambda t: any(under(module, t) for module in own)
     for path in torch_calls:
@@ -156,4 +166,5 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p])):
                 add(t, p)
     ordered = sorted(pairs.items(), key=lambda kv: torch_calls[kv[0]].end)
-    return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type) for t, p in ordered]
+    return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type, fused[t][1] if t in fused else None)
+            for t, p in ordered]

@@ -15,6 +15,7 @@ from .identity import view_of
 from .metrics import compare, join, rms_over
 from .precision import ROUNDING_DRAWS
 from .forced import ForcedCall, Reference, differing_inputs
+from .fused import sliced
 from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
 
@@ -103,7 +104,7 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
 def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
     """(result with the end-to-end metrics, torch's matched outputs as one array or None, the
     shapes they are compared in)."""
-    t_out, p_out = t_call.outputs, p_call.outputs
+    t_out, p_out = t_call.outputs, sliced(pair, p_call.outputs)
     pairs = outputs_of(t_out, p_out)
     result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
                          pairs.shapes[0] if pairs else tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
@@ -116,7 +117,7 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
             result.note = "no floating output on " + ("paddle's side" if t_out else "torch's side" if p_out else "either side")
             result.ratio = float("inf") if t_out or p_out else 0.0
         return result, None, pairs
-    result.note = _pairing_note(t_out, p_out, pairs)
+    result.note = "; ".join(filter(None, [pair.part and pair.part.note, _pairing_note(t_out, p_out, pairs)]))
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
     m = compare(*unmasked(masked_alike(y_t, y_p), y_t, y_p))
@@ -154,7 +155,7 @@ def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Ev
         return Evidence()
     forced = forced_paddle_inputs(t_call, p_call)
     try:
-        y_local_list = run_paddle(session.paddle_layer(pair.paddle), *forced)
+        y_local_list = sliced(pair, run_paddle(session.paddle_layer(pair.paddle), *forced))
     except Exception:  # the layer refused torch's inputs: the diagnosis has the module pair only
         return Evidence()
     if not pairs.fits(y_local_list):
@@ -190,7 +191,7 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
     except Exception as exc:
         add_note(result, f"could not be judged: the torch module does not run on paddle's inputs ({type(exc).__name__})")
         return
-    y_p = laid_out(to_numpy_list(pairs.of_paddle(p_call.outputs), "paddle"), pairs.shapes)
+    y_p = laid_out(to_numpy_list(pairs.of_paddle(sliced(pair, p_call.outputs)), "paddle"), pairs.shapes)
     _judge_local(result, y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, session.formats))
     add_note(result, "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
@@ -309,10 +310,11 @@ def _analyze_forced(session, pair, passes: Passes, children, differing):
         return result
     if loc.forcing is not None:
         add_note(result, loc.forcing.note)
-    if not pairs.fits(loc.outputs):
+    outputs = sliced(pair, loc.outputs)
+    if not pairs.fits(outputs):
         result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
         return result
-    y_local = laid_out(pairs.of_paddle(loc.outputs), pairs.shapes)
+    y_local = laid_out(pairs.of_paddle(outputs), pairs.shapes)
     found = _local(session, pair, passes, ref, y_local, y_t, pairs)
     result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
     for child in children:
@@ -374,5 +376,5 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
     own = passes.paddle_err.get(pair.paddle)
     e_other = None
     if own is not None and matmul is None:
-        e_other = unmasked(masked, laid_out(pairs.of_paddle(own), pairs.shapes).reshape(y_t.shape))[0]
+        e_other = unmasked(masked, laid_out(pairs.of_paddle(sliced(pair, own)), pairs.shapes).reshape(y_t.shape))[0]
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition, e_other)
