@@ -311,16 +311,10 @@ def converts_a_directory(src: str, dst: str) -> bool:
     return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
 
 
-def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):
-    """Torch model weights as the paddle model's state dict (numpy arrays), and the plan used."""
-    from .frameworks.paddle_side import state_dict_infos
-    from .io.torch_io import StateDictSource
-    from .rules.infer import infer_ruleset
-    ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
-    state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
-    left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
-    source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
-    plan = build_plan(source.infos, ruleset, targets)
+def convert_in_memory(torch_model, paddle_model, mapping=None):
+    """Torch model weights as the paddle model's state dict (numpy arrays), and the plan used. The
+    paddle model's own buffers that no torch tensor fills (see plan_in_memory) are not in it."""
+    plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping)
     state = {}
     for entry in plan.entries:
         array = np.ascontiguousarray(entry.compute(source.read))
@@ -328,6 +322,171 @@ def convert_in_memory(torch_model, paddle_model, mapping: str | None = None):
         for alias in entry.aliases:
             state[alias] = array
     return state, plan, ruleset, source
+
+
+def plan_in_memory(torch_model, paddle_model, mapping=None):
+    """(plan, rule set, torch state dict as a source) mapping the torch model's state dict onto the
+    paddle model's. `mapping`: a rule set, a rule-set name or file, or None to infer the rules.
+    Persistable buffers of the paddle model that no torch tensor fills (a causal mask, position
+    ids, rotary tables it computes itself) are not targets: they stay as the paddle model built
+    them (the paddle state-dict keys the plan does not write), with notes (plan.notes) comparing
+    them with torch's buffers of the same name in the paired module, where there are such. A parameter no torch tensor fills is
+    still a problem of the plan."""
+    from .frameworks.paddle_side import state_dict_infos
+    from .io.torch_io import StateDictSource
+    from .rules.infer import infer_ruleset
+    if isinstance(mapping, RuleSet):
+        ruleset = mapping
+    else:
+        ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
+    state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
+    left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
+    source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
+    kept = _buffers_left_unfilled(source, ruleset, paddle_model)
+    plan = build_plan(source.infos, ruleset, {k: v for k, v in targets.items() if k not in kept})
+    plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
+    return plan, ruleset, source
+
+
+def plan_for_loaded(torch_model, paddle_model, mapping=None):
+    """plan_in_memory for a paddle model that keeps the weights it was loaded with: the rules given,
+    else inferred from the two models, else the shipped set that fits torch's keys and the paddle
+    model (an HF model against its PaddleNLP port); the inference's problems when none does."""
+    if mapping:
+        plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping)
+        how = "given"
+    else:
+        try:
+            plan, ruleset, source = plan_in_memory(torch_model, paddle_model)
+            how = "inferred"
+        except UserError as inferred:
+            plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred)
+            how = "detected from torch's keys"
+    plan.notes.insert(0, f"mapping 'loaded': the paddle model keeps the weights it was loaded with; each is checked "
+                         f"bit for bit against torch's under the rule set '{ruleset.name}' ({how})")
+    return plan, ruleset, source
+
+
+def _shipped_plan(torch_model, paddle_model, inferred: UserError):
+    from .io.torch_io import StateDictSource
+    from .rules.detect import detect
+    try:
+        found = detect(StateDictSource(torch_model.state_dict()).infos)
+        return plan_in_memory(torch_model, paddle_model, found.chosen.ruleset)
+    except UserError:
+        raise UserError(f"mapping 'loaded': {inferred.message.rstrip(':;')}; and no shipped rule set fits the two "
+                        "models: give the rules that pair them (a spec's mapping, or a rule file with --mapping) "
+                        "and set mapping = 'loaded' in the spec", inferred.details) from None
+
+
+def _paddle_buffers(paddle_model) -> dict[str, object]:
+    """State-dict keys of the paddle model that hold a buffer (persistable, not a parameter)."""
+    params = {id(p) for p in paddle_model.parameters()}
+    buffers = {id(b) for _, b in paddle_model.named_buffers()}
+    return {k: v for k, v in paddle_model.state_dict().items() if id(v) in buffers and id(v) not in params}
+
+
+def _buffers_left_unfilled(source, ruleset: RuleSet, paddle_model) -> list[str]:
+    """The paddle model's buffers that the rules fill from no torch tensor (all of them when the
+    rules do not yet fit torch's keys: the plan against the other targets says what is wrong)."""
+    buffers = _paddle_buffers(paddle_model)
+    if not buffers:
+        return []
+    try:
+        loose = build_plan(source.infos, ruleset, None)
+    except UserError:
+        return sorted(buffers)
+    filled = {name for entry in loose.entries for name in (entry.name, *entry.aliases)}
+    return [k for k in buffers if k not in filled]
+
+
+def _ancestor_pairs(plan) -> dict[str, str]:
+    """Paddle layer path -> torch module path: the layers the plan fills from a module's tensors,
+    and their ancestors while both paths end in the same name (gptj.h.0.attn ~ transformer.h.0.attn)."""
+    pairs: dict[str, str] = {}
+    for entry in plan.entries:
+        for name in (entry.name, *entry.aliases):
+            for part in entry.parts:
+                p, t = name.split(".")[:-1], part.source.split(".")[:-1]
+                while True:
+                    pairs.setdefault(".".join(p), ".".join(t))
+                    if not p or not t or p[-1] != t[-1]:
+                        break
+                    p, t = p[:-1], t[:-1]
+    return pairs
+
+
+def _torch_buffer(torch_model, pairs: dict[str, str], key: str):
+    """(torch key, tensor) of the torch buffer that a paddle buffer stands for: the one of the same
+    name in the module paired with its layer (else on the same path), persistent or not; or None."""
+    layer, _, name = key.rpartition(".")
+    for path in dict.fromkeys([pairs.get(layer), layer]):
+        if path is None:
+            continue
+        try:
+            module = torch_model.get_submodule(path)
+        except AttributeError:
+            continue
+        found = dict(module.named_buffers(recurse=False)).get(name)
+        if found is not None:
+            return f"{path}.{name}" if path else name, found
+    return None
+
+
+def _compare_buffer(t_key: str, t_value, p_value) -> str:
+    import torch
+
+    from .frameworks.paddle_side import to_numpy
+    t = t_value.detach().cpu()
+    t = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    p = to_numpy(p_value)
+    if t.shape != p.shape:
+        return f"torch's '{t_key}' is {list(t.shape)}, paddle's {list(p.shape)}"
+    floating = t.dtype.kind == "f" or p.dtype.kind == "f"
+    if np.array_equal(t, p, equal_nan=floating):
+        return f"equal to torch's '{t_key}'"
+    a, b = t.astype(np.float64), p.astype(np.float64)
+    gap = np.where(np.isnan(a) != np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b), nan=0.0))
+    at = np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ()
+    shown = lambda v: f"{v.item():.9g}" if isinstance(v.item(), float) else repr(v.item())
+    where = f" (the worst at {list(map(int, at))})" if gap.ndim else ""
+    return (f"differs from torch's '{t_key}' in {int(np.count_nonzero(gap))} of {gap.size} element(s){where}: "
+            f"paddle {shown(p[at])}, torch {shown(t[at])}")
+
+
+SHOWN_BUFFERS = 6
+
+
+def buffer_notes(torch_model, paddle_model, plan, kept: list[str]) -> list[str]:
+    """What the paddle buffers `kept` (no torch tensor fills them) hold against torch's
+    counterparts: one note for those equal or without a counterpart, one for each that differs."""
+    if not kept:
+        return []
+    pairs, state = _ancestor_pairs(plan), paddle_model.state_dict()
+    same, alone, notes = [], [], []
+    for key in kept:
+        found = _torch_buffer(torch_model, pairs, key)
+        if found is None:
+            alone.append(key)
+            continue
+        said = _compare_buffer(*found, state[key])
+        if said.startswith("equal"):
+            same.append(key)
+        else:
+            notes.append(f"paddle buffer '{key}' (kept as the paddle model built it) {said}; the paddle model "
+                         "computes with its own")
+    listed = lambda keys: ", ".join(keys[:SHOWN_BUFFERS]) + (f" and {len(keys) - SHOWN_BUFFERS} more"
+                                                           if len(keys) > SHOWN_BUFFERS else "")
+    parts = []
+    if same:
+        parts.append(f"{len(same)} equal to torch's buffer of the same name ({listed(same)})")
+    if alone:
+        parts.append(f"{len(alone)} with no torch counterpart ({listed(alone)})")
+    if len(kept) > len(same) + len(alone):
+        parts.append(f"{len(kept) - len(same) - len(alone)} differing (below)")
+    notes.insert(0, f"{len(kept)} paddle buffer(s) that no torch weight fills are kept as the paddle model built them: "
+                    + "; ".join(parts))
+    return notes
 
 
 def _tied_copies_paddle_lacks(state_dict, ruleset, targets) -> set[str]:

@@ -2,7 +2,8 @@
 
 It defines torch_model() -> torch.nn.Module, paddle_model() -> paddle.nn.Layer
 and inputs() -> dict of numpy arrays (keyword arguments) or a tuple (positional).
-It may set `mapping` to a rule-set name, a rule-file path, or None to infer, and define the
+It may set `mapping` to a rule-set name, a rule-file path, None to infer, or "loaded" (verify
+the weights the paddle model was loaded with instead of converting torch's), and define the
 training parts verify-port --train uses (batches, torch_loss, paddle_loss, torch_optimizer,
 paddle_optimizer, clip_grad_norm; see converter/train/spec.py).
 """
@@ -31,6 +32,7 @@ PaddleModel = Union[Callable[[], "paddle.nn.Layer"], "paddle.nn.Layer"]
 InputsOrBuilder = Union[Callable[[], "Inputs"], "Inputs"]
 
 REQUIRED = ("torch_model", "paddle_model", "inputs")
+LOADED = "loaded"  # the mapping value under which the paddle model keeps the weights it was loaded with
 # the optional training parts, and what each is when given
 TRAINING = {"batches": "a function returning a list of (inputs, target), or that list",
             "torch_loss": "a function (output, target) -> scalar tensor",
@@ -83,7 +85,15 @@ class PortSpec:
 
     @property
     def mapping(self) -> str | None:
-        return getattr(self.module, "mapping", None)
+        """The rule set the spec names (None: inferred); None too when it says "loaded"."""
+        value = getattr(self.module, "mapping", None)
+        return None if self.loaded else value
+
+    @property
+    def loaded(self) -> bool:
+        """mapping = "loaded": verify-port leaves the paddle model's own weights in place and checks
+        them bit for bit against torch's under the rules (inferred, or the shipped set that fits)."""
+        return getattr(self.module, "mapping", None) == LOADED
 
     def training_part(self, name: str) -> Any:
         """The spec's training part `name` (one of TRAINING, or clip_grad_norm), or None."""

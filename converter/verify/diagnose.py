@@ -85,6 +85,34 @@ def check_weights(ctx) -> list[Diagnosis]:
     return out
 
 
+SHOWN_WEIGHTS = 5  # loaded weights named one by one in the diagnosis; the report's table holds them all
+
+
+def check_loaded_weights(check) -> list[Diagnosis]:
+    """With mapping 'loaded': each loaded paddle weight that is not torch's under the mapping, bit for
+    bit, named with its worst element (a WeightCheck's differences; the first few, then a count)."""
+    out = []
+    hint = ("the paddle model was loaded with other weights than torch's: load a checkpoint converted from this "
+            "torch model (convert-weights), or verify without mapping 'loaded' to check the port on torch's weights")
+    for d in check.differ[:SHOWN_WEIGHTS]:
+        if d.note.startswith("it holds"):
+            cause = (f"loaded paddle weight '{d.paddle}' {list(d.shape)} is torch's '{d.torch}' transposed under "
+                     f"mapping '{check.mapping}'")
+            out.append(Diagnosis(d.paddle, cause, "paddle.nn.Linear stores [in, out]: the checkpoint it was loaded "
+                                 "from holds torch's [out, in] weight untransposed; convert it again with convert-weights"))
+            continue
+        cause = (f"loaded paddle weight '{d.paddle}' {list(d.shape)} differs from torch's '{d.torch}' under mapping "
+                 f"'{check.mapping}' in {d.differ} of {d.size} element(s); the worst at {list(d.index)}: paddle "
+                 f"{d.paddle_value:.9g}, torch {d.torch_value:.9g} (abs {d.max_abs:.3g})")
+        out.append(Diagnosis(d.paddle, cause + (f" ({d.note})" if d.note else ""), hint))
+    if len(check.differ) > SHOWN_WEIGHTS:
+        more = check.differ[SHOWN_WEIGHTS:]
+        out.append(Diagnosis(more[0].paddle, f"{len(more)} more loaded paddle weight(s) differ from torch's "
+                             f"({', '.join(d.paddle for d in more[:3])}{', ...' if len(more) > 3 else ''}; all "
+                             "in the report's table of loaded weights)", hint))
+    return out
+
+
 EPSILON_NAMES = ("eps", "epsilon", "_epsilon", "variance_epsilon", "_eps", "layer_norm_eps", "norm_eps",
                  "rms_norm_eps", "layer_norm_epsilon")  # what classes no family covers call it (custom RMSNorms)
 

@@ -58,6 +58,38 @@ class LayerResult:
 
 
 @dataclass
+class WeightDiff:
+    """A loaded paddle weight that is not, bit for bit, the torch weight the mapping makes of it:
+    how many elements differ, and the worst (largest absolute difference) with its index and values."""
+    paddle: str
+    torch: str  # the torch key(s) it is computed from, '+'-joined
+    shape: tuple
+    differ: int  # elements whose bits differ
+    size: int
+    max_abs: float
+    index: tuple
+    paddle_value: float
+    torch_value: float
+    note: str = ""  # what the whole tensor is instead (torch's transposed)
+
+    def to_json(self) -> dict:
+        return {"paddle": self.paddle, "torch": self.torch, "shape": list(self.shape), "differ": self.differ,
+                "size": self.size, "max_abs": self.max_abs, "index": list(self.index),
+                "paddle_value": self.paddle_value, "torch_value": self.torch_value, "note": self.note}
+
+
+@dataclass
+class WeightCheck:
+    """The paddle model's loaded weights against torch's under the mapping (mapping 'loaded')."""
+    mapping: str
+    checked: int
+    differ: list[WeightDiff]
+
+    def to_json(self) -> dict:
+        return {"mapping": self.mapping, "checked": self.checked, "differ": [d.to_json() for d in self.differ]}
+
+
+@dataclass
 class Report:
     layers: list[LayerResult]
     first_bad: LayerResult | None
@@ -67,13 +99,18 @@ class Report:
     passes: int
     notes: list[str] = field(default_factory=list)
     outputs: LayerResult | None = None  # the final outputs, end to end, against their own budget
+    weights: WeightCheck | None = None  # with mapping 'loaded': the loaded weights against torch's
 
     @property
     def verdict(self) -> str:
-        return "fail" if self.first_bad is not None else "pass"
+        return "fail" if self.first_bad is not None or self.weights_differ else "pass"
+
+    @property
+    def weights_differ(self) -> bool:
+        return self.weights is not None and bool(self.weights.differ)
 
     def __bool__(self) -> bool:
-        return self.first_bad is None
+        return self.verdict == "pass"
 
     @property
     def exit_code(self) -> int:
@@ -94,7 +131,8 @@ class Report:
                 "strategy": self.strategy, "paired_passes": self.passes, "tightness": self.tightness(),
                 "notes": self.notes, "outputs": None if self.outputs is None else {
                     "max_abs": self.outputs.max_abs, "budget": self.outputs.budget, "ratio": self.outputs.ratio,
-                    "within_budget": self.outputs.within_budget, "note": self.outputs.note}}
+                    "within_budget": self.outputs.within_budget, "note": self.outputs.note},
+                "loaded_weights": None if self.weights is None else self.weights.to_json()}
 
 
 def _num(x) -> str:
@@ -122,6 +160,35 @@ def _rows(report: Report) -> list[tuple]:
     return rows
 
 
+WEIGHT_COLUMNS = ("paddle weight", "torch", "shape", "differ", "max abs", "at", "paddle", "torch value")
+
+
+def _value(x: float) -> str:
+    return f"{x:.9g}"
+
+
+def _weight_rows(check: WeightCheck) -> list[tuple]:
+    return [(d.paddle, d.torch, "x".join(map(str, d.shape)) or "-", f"{d.differ}/{d.size}", _num(d.max_abs),
+             str(list(d.index)), _value(d.paddle_value), _value(d.torch_value)) for d in check.differ]
+
+
+def weight_lines(report: Report) -> list[str]:
+    """The table of loaded weights that differ from torch's (mapping 'loaded'), or none."""
+    if not report.weights_differ:
+        return []
+    check = report.weights
+    rows = _weight_rows(check)
+    widths = [max(len(WEIGHT_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(WEIGHT_COLUMNS))]
+    widths[0], widths[1] = min(widths[0], 60), min(widths[1], 60)
+    fmt = lambda row: "  ".join(str(c)[:widths[i]].ljust(widths[i]) if i < 3 else str(c).rjust(widths[i])
+                                for i, c in enumerate(row))
+    lines = [f"loaded weights that differ from torch's under mapping '{check.mapping}', bit for bit "
+             f"({len(check.differ)} of {check.checked}):", fmt(WEIGHT_COLUMNS),
+             "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    lines += [fmt(row) + (f"  ({d.note})" if d.note else "") for row, d in zip(rows, check.differ)]
+    return lines + [""]
+
+
 def render_text(report: Report, max_rows: int = 60) -> str:
     rows = _rows(report)
     total, left_out = len(rows), ""
@@ -140,7 +207,7 @@ def render_text(report: Report, max_rows: int = 60) -> str:
     if left_out:
         lines.append(left_out)
     lines.append("")
-    return "\n".join(lines + summary_lines(report))
+    return "\n".join(lines + weight_lines(report) + summary_lines(report))
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -156,10 +223,16 @@ def summary_lines(report: Report) -> list[str]:
     if report.outputs is not None and report.outputs.ratio is not None:
         o = report.outputs
         lines.append(f"final outputs: max abs {_num(o.max_abs)} vs end-to-end budget {_num(o.budget)} (ratio {o.ratio:.3g})")
-    if report.first_bad is None:
+    w = report.weights
+    if w is not None and not w.differ:
+        lines.append(f"loaded weights: all {w.checked} equal to torch's under mapping '{w.mapping}', bit for bit")
+    if report.first_bad is None and report.weights_differ:
+        lines.append(f"FAIL: {len(w.differ)} of {w.checked} loaded paddle weight(s) differ from torch's under mapping "
+                     f"'{w.mapping}' (see their table); every compared layer is within its expected-error budget")
+    elif report.first_bad is None:
         lines.append(f"PASS: all {len(report.layers)} compared layers are within their expected-error budget")
         return lines
-    if report.first_bad is report.outputs:
+    elif report.first_bad is report.outputs:
         o = report.outputs
         lines.append(f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
                      f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
@@ -204,9 +277,15 @@ def render_html(report: Report) -> str:
     diag = "".join(f"<li><b>{html.escape(d.layer)}</b>: {html.escape(d.cause)}<br><i>{html.escape(d.hint)}</i></li>"
                    for d in report.diagnosis)
     text = html.escape("\n".join(summary_lines(report)))
+    weights = ""
+    if report.weights_differ:
+        cells = lambda row, tag: "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in row)
+        weights = (f"<h2>Loaded weights that differ from torch's under mapping "
+                   f"'{html.escape(report.weights.mapping)}'</h2><table><tr>{cells(WEIGHT_COLUMNS, 'th')}</tr>"
+                   + "".join(f"<tr>{cells(row, 'td')}</tr>" for row in _weight_rows(report.weights)) + "</table>")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>verify-port report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
             "tr.bad{background:#fdd}</style></head><body>"
             f"<h1>verify-port: {report.verdict.upper()}</h1>{''.join(svg)}<ul>{diag}</ul>"
-            f"<pre>{text}</pre><table><tr>{head}</tr>{body}</table></body></html>\n")
+            f"<pre>{text}</pre>{weights}<table><tr>{head}</tr>{body}</table></body></html>\n")

@@ -71,8 +71,14 @@ def _run(session: PortSession, options: Options, bisect: bool, capture_limit: in
     for r in results:
         if r.note and r.ratio is None:
             notes.append(f"{r.torch or '<model>'}: {r.note}")
+    weights = session.weight_check
+    if weights is not None and weights.differ:  # mapping 'loaded': a loaded weight that is not torch's fails the run
+        from .diagnose import check_loaded_weights
+        named = {d.paddle for d in weights.differ}
+        diagnosis = check_loaded_weights(weights) + [d for d in diagnosis if d.layer not in named]
     precision = {side: p.to_json() for side, p in session.precision.items()}
-    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, notes, outputs)
+    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, session.plan.notes + notes,
+                  outputs, weights)
 
 
 def _not_isolated(results, outputs) -> Diagnosis:

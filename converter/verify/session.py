@@ -153,20 +153,7 @@ class PortSession:
         with spec_call_errors(spec.path, "paddle_model"):
             self.paddle_model = spec.paddle_model()
         self.undo.push(restore.record_layers([layer for _, layer in paddle_side.named_layers(self.paddle_model)]))
-        from ..convert import convert_in_memory
-        state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
-            self.torch_model, self.paddle_model, mapping or spec.mapping)
-        check_dtypes(self.plan, self.paddle_model)
-        self.weight_source = "converted in memory"
-        if converted:
-            from ..frameworks.paddle_side import load_into
-            missing, unexpected = load_into(self.paddle_model, converted)
-            if missing or unexpected:
-                raise UserError(f"--converted '{converted}' does not fit the paddle model "
-                                f"{_keys_off(missing, unexpected)}; convert it again for this model")
-            self.weight_source = converted
-        else:
-            self.paddle_model.set_state_dict(state)
+        self._set_weights(spec, converted, mapping)
         self.torch_model.eval()
         self.paddle_model.eval()
         self.torch64 = copy.deepcopy(self.torch_model).double().cpu()
@@ -189,6 +176,36 @@ class PortSession:
             self.inputs = spec.inputs()
         check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
+
+    def _set_weights(self, spec, converted: str | None, mapping: str | None) -> None:
+        """The paddle model's weights: torch's converted in memory, the file `converted`, or (mapping
+        'loaded') those it was loaded with, checked bit for bit against torch's under the rules
+        (self.weight_check). Its own buffers that no torch tensor fills stay as it built them."""
+        from ..convert import convert_in_memory, plan_for_loaded
+        from ..spec import LOADED
+        self.loaded = mapping == LOADED or (not mapping and spec.loaded)
+        rules = spec.mapping if mapping == LOADED else mapping or spec.mapping
+        self.weight_check = None
+        if self.loaded:
+            self.plan, self.ruleset, self.torch_state = plan_for_loaded(self.torch_model, self.paddle_model, rules)
+            state = None
+        else:
+            state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
+                self.torch_model, self.paddle_model, rules)
+        check_dtypes(self.plan, self.paddle_model)
+        self.weight_source = "as loaded" if self.loaded else "converted in memory"
+        if converted:
+            from ..frameworks.paddle_side import load_into
+            missing, unexpected = load_into(self.paddle_model, converted)
+            if missing or unexpected:
+                raise UserError(f"--converted '{converted}' does not fit the paddle model "
+                                f"{_keys_off(missing, unexpected)}; convert it again for this model")
+            self.weight_source = converted
+        elif state is not None:
+            own = self.paddle_model.state_dict()  # its buffers given back as they are: paddle warns of each one left out
+            self.paddle_model.set_state_dict(state | {k: v for k, v in own.items() if k not in state})
+        if self.loaded:
+            self.weight_check = check_loaded(self.plan, self.torch_state, self.paddle_model)
 
     @property
     def formats(self) -> dict:
@@ -231,14 +248,14 @@ class PortSession:
         """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given; see
         precision.torch_rounding for `draw`)."""
         from ..frameworks import torch_side
-        from .replay import rounded
+        from .replay import float64_reference
         widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
         x = self.inputs
         x = {k: widen(v) for k, v in x.items()} if isinstance(x, dict) else tuple(widen(v) for v in x)
         with _forward_errors("torch_model() in float64", self.spec.path,
                              "verify-port calibrates every budget against a float64 run of the torch model: make its "
                              "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
-                rounded(fmt, draw), _float64_by_default():
+                float64_reference(fmt, draw), _float64_by_default():
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
@@ -292,6 +309,58 @@ def check_dtypes(plan, paddle_model) -> None:
                             f"{entry.name} is {target.dtype}; verify-port compares two models of one dtype: build both "
                             f"in {target.dtype} (torch: model.to(torch.{target.dtype})) or both in {entry.dtype} "
                             "(paddle: model.to(dtype=...)); --emulate checks a bf16 or fp16 deployment")
+
+
+def check_loaded(plan, source, paddle_model):
+    """Every paddle tensor the plan writes, as the paddle model holds it, against the torch tensor the
+    plan makes (read from `source`), bit for bit: a WeightCheck listing those that differ."""
+    from .. import dtypes
+    from ..frameworks.paddle_side import to_numpy
+    from .report import WeightCheck
+    state = paddle_model.state_dict()
+    differ, checked = [], 0
+    for entry in plan.entries:
+        expected = entry.compute(source.read)
+        if entry.dtype == "bfloat16":
+            expected = dtypes.bf16_to_f32(expected)
+        torch_keys = "+".join(part.source for part in entry.parts)
+        for name in (entry.name, *entry.aliases):
+            checked += 1
+            found = weight_difference(name, torch_keys, to_numpy(state[name]), expected)
+            if found is not None:
+                differ.append(found)
+    return WeightCheck(plan.ruleset, checked, differ)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+
+
+def weight_difference(name: str, torch_keys: str, actual: np.ndarray, expected: np.ndarray):
+    """A WeightDiff when `actual` (the paddle tensor) is not `expected` (torch's under the mapping)
+    bit for bit, else None. Narrow floats come widened to float32 on both sides (exactly)."""
+    from .report import WeightDiff
+    if expected.dtype == np.float16:
+        expected = expected.astype(np.float32)
+    if actual.dtype == np.float16:
+        actual = actual.astype(np.float32)
+    same_kind = actual.dtype == expected.dtype and actual.shape == expected.shape
+    if same_kind and np.array_equal(_bits(actual), _bits(expected)):
+        return None
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    if a.shape != e.shape:  # the plan checks shapes against the model: kept for a model changed since
+        return WeightDiff(name, torch_keys, tuple(actual.shape), a.size, a.size, float("inf"), (), float("nan"),
+                          float("nan"), f"torch's is {list(expected.shape)}")
+    mask = _bits(actual) != _bits(expected) if same_kind else a != e
+    gap = np.where(np.isnan(a) != np.isnan(e), np.inf, np.nan_to_num(np.abs(a - e), nan=0.0))
+    gap = np.where(mask, gap, -1.0)
+    at = np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ()
+    note = ""
+    if a.ndim == 2 and a.shape[0] == a.shape[1] and np.array_equal(a, e.T, equal_nan=True):
+        note = "it holds torch's tensor transposed"
+    return WeightDiff(name, torch_keys, tuple(actual.shape), int(np.count_nonzero(mask)), int(a.size),
+                      float(max(gap[at], 0.0)), tuple(int(i) for i in at), float(a[at]), float(e[at]), note)
 
 
 def returned(value, side, depth: int = 0) -> str:
