@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from conftest import run_convert
-from hostile_forge import assert_one_line_error, no_leftovers, safetensors_raw
+from hostile_forge import assert_one_line_error, no_leftovers, run_bounded, safetensors_raw
 
 KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
 
@@ -184,3 +184,12 @@ def test_a_rule_that_is_not_valid_unicode_is_refused(tmp, field):
     (tmp / "r.json").write_text(json.dumps({"name": "x", "rules": [rule]}))
     r = run_convert(tmp / "m.safetensors", tmp / "o.pdparams", "--mapping", tmp / "r.json")
     assert_one_line_error(r, "rule 1", "not valid Unicode")
+
+
+def test_a_shard_that_is_a_fifo_is_named_as_such(tmp):
+    """It read 'names shard(s) that do not exist'; a fifo is there, it is only not a file."""
+    save_file({"a": np.ones(2, np.float32)}, str(tmp / "s1.safetensors"))
+    os.mkfifo(tmp / "s2.safetensors")
+    _index(tmp, {"a": "s1.safetensors", "b": "s2.safetensors"})
+    r = run_bounded(tmp / "model.safetensors.index.json", tmp / "o.pdparams", timeout=60)
+    assert_one_line_error(r, "s2.safetensors", "fifo", "not a regular file")

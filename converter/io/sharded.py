@@ -68,7 +68,7 @@ class ShardedSource(Source):
         for key, shard in weight_map.items():
             shards.setdefault(shard, []).append(key)
         paths = {shard: shard_path(index_path, shard, allow_outside) for shard in shards}
-        missing = sorted(s for s, p in paths.items() if not os.path.isfile(p))
+        missing = sorted(s for s, p in paths.items() if not os.path.exists(p))  # the rest: see open._open_file
         if missing:
             raise UserError(f"{quoted(index_path)} names shard(s) that do not exist: "
                             f"{', '.join(quoted(s) for s in missing[:8])}; download every shard next to the index")
