@@ -34,10 +34,11 @@ def not_a_checkpoint(path: str, head: bytes) -> str | None:
 
 def _scan_legacy(path: str) -> None:
     """A pre-1.6 torch file (pickles one after another, then raw storages) is checked with the
-    data-only unpickler before torch.load sees it: no hash bombs, depth or memo bombs."""
+    data-only unpickler before torch.load sees it: no hash bombs, depth or memo bombs. The file
+    is read, not mapped (a map of a file that shrinks meanwhile dies of SIGBUS): torch.load holds
+    such a file whole in memory afterwards anyway."""
     with open(path, "rb") as f:
-        import mmap
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        data = f.read()
     position = 0
     foreign: list[str] = []
     try:
