@@ -347,26 +347,26 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
     return top, mean, ratio, tolerance
 
 
-def _returned_matmul(passes: Passes, pair, pairs: OutputPairs) -> MatmulStats | None:
-    """The stats of the matmul module inside `pair` whose output it returns as its own (a wrapper,
-    a model ending in its head): that output's error is the matmul's, and the other side's
-    kernels may sum it in another order, which torch's observed error does not show."""
+def _returned_child(passes: Passes, pair, pairs: OutputPairs):
+    """The deepest paired module inside `pair` whose one output `pair` returns as its own (a
+    wrapper, a model ending in its head or its final norm), or None: that output's error is the
+    child's, and the child's budget knows what torch's observed error does not show (the other
+    side's matmul accumulation; paddle's own error, where it was measured)."""
     t_call = passes.t_calls[pair.torch]
-    if len(pairs) != 1 or len(t_call.outputs) <= pairs.torch[0]:
+    if len(pairs) != 1 or pairs.torch != (0,) or pairs.paddle != (0,) or not t_call.outputs:
         return None
-    out = view_of(t_call.outputs[pairs.torch[0]])
-    for path, stats in passes.matmul.items():
-        call = passes.t_calls.get(path)
-        if stats is not None and path != pair.torch and under(path, pair.torch) and call is not None \
-                and len(call.outputs) == 1 and view_of(call.outputs[0]) == out:
-            return stats
-    return None
+    out = view_of(t_call.outputs[0])
+    inside = [p for p in passes.pairs if p.torch != pair.torch and under(p.torch, pair.torch)]
+    same = [p for p in inside if len(passes.t_calls[p.torch].outputs) == 1
+            and view_of(passes.t_calls[p.torch].outputs[0]) == out]
+    return max(same, key=lambda p: p.torch.count("."), default=None)
 
 
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
-    matmul = _fitted(passes.matmul.get(pair.torch) or _returned_matmul(passes, pair, pairs), y_t.shape)
+    child = _returned_child(passes, pair, pairs) if passes.matmul.get(pair.torch) is None else None
+    matmul = _fitted(passes.matmul.get(pair.torch) or (child and passes.matmul.get(child.torch)), y_t.shape)
     rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]
                 for f, r in passes.rounded_64.items()
                 if pair.torch in r and len(r[pair.torch].output_err) > max(pairs.torch)} if matmul is None else {}
@@ -374,6 +374,8 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
     if matmul is None and ref.condition is not None and len(pairs) == 1 and pairs.torch == (0,):
         condition = laid_out([ref.condition], pairs.shapes).reshape(y_t.shape)
     own = passes.paddle_err.get(pair.paddle)
+    if own is None and child is not None:
+        own = passes.paddle_err.get(child.paddle)
     e_other = None
     if own is not None and matmul is None:
         e_other = unmasked(masked, laid_out(pairs.of_paddle(sliced(pair, own)), pairs.shapes).reshape(y_t.shape))[0]

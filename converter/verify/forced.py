@@ -17,6 +17,7 @@ probability), so its rms alone would understate it where the output is large.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -293,13 +294,33 @@ def _root_mean(total):
 PADDLE_MEASURED_SIZE = 1 << 20  # the most parameters a paddle layer may have to be copied to float64
 
 
+@contextlib.contextmanager
+def _paddle_keeps_float64():
+    """Casts of float64 tensors to a lower precision stay float64 inside the block (PaddleNLP's
+    RMSNorm computes in float32 whatever its input, as HF's does); paddle's casts all go through
+    the operator paddle._C_ops.cast, which is replaced for the block."""
+    import paddle
+    ops = paddle._C_ops
+    cast = ops.cast
+
+    def keeping(x, dtype):
+        lower = str(dtype).rpartition(".")[2] in ("float32", "float16", "bfloat16")
+        return cast(x, paddle.float64 if lower and x.dtype == paddle.float64 else dtype)
+    ops.cast = keeping
+    try:
+        yield
+    finally:
+        ops.cast = cast
+
+
 def paddle_own_errors(session, passes) -> dict[str, list]:
     """Per paired paddle leaf that is no matmul (norms, softmax, activations: layers whose
     kernels reduce in an order of their own, which torch's observed error does not show; paddle's
     CPU mean over 1536 values is ten times less exact than torch's), its own fp32 error on torch's
     inputs: its forced output minus a float64 copy of the layer's output on the same inputs.
-    Layers that do not run in float64, or return another dtype (they cast inside), are left out:
-    torch's error stands in for theirs."""
+    Casts inside to a lower precision are kept in float64 (see _paddle_keeps_float64). Layers that
+    do not run in float64, return another dtype, or come out exactly equal are left out: torch's
+    error stands in for theirs."""
     import copy
 
     import paddle
@@ -326,12 +347,14 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
             args, kwargs = forced_paddle_inputs(passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
             layer64 = copy.deepcopy(layer)
             layer64.to(dtype="float64")
-            with paddle.no_grad():
+            with paddle.no_grad(), _paddle_keeps_float64():
                 ys = flatten(layer64(*wide(args), **wide(kwargs)), paddle_side.is_float_tensor)
         except Exception:  # a layer that does not run in float64: not measured
             continue
         if len(ys) != len(loc.outputs) or any(y.dtype != paddle.float64 for y in ys) \
                 or any(tuple(y.shape) != a.shape for y, a in zip(ys, loc.outputs)):
             continue
-        out[pair.paddle] = [np.subtract(a, paddle_side.to_numpy(y)).astype(np.float32) for a, y in zip(loc.outputs, ys)]
+        errs = [np.subtract(a, paddle_side.to_numpy(y)).astype(np.float32) for a, y in zip(loc.outputs, ys)]
+        if any(np.any(e) for e in errs):  # exactly 0: the copy computed in float32 inside, or the layer is exact
+            out[pair.paddle] = errs
     return out

@@ -189,14 +189,29 @@ def to_float64(value, widen=None):
 
 
 @contextlib.contextmanager
-def rounded(fmt: str | None, draw: int = 0):
-    """Inside the block, every torch product on this thread (float32 or float64) rounds its inputs
-    to `fmt` (see precision.torch_rounding)."""
-    if fmt in (None, "fp32"):
-        yield
-        return
-    with torch_rounding(fmt, ("float32", "float64"), draw):
-        yield
+def float64_reference(fmt: str | None = None, draw: int = 0):
+    """The block is a float64 reference run on this thread: casts of float64 tensors to a lower
+    precision are kept in float64 (HF's RMSNorm computes in float32 whatever its input, so its
+    "float64" output was a float32 one and its budget collapsed to the output rounding), and
+    every product rounds its inputs to `fmt` when given (see precision.torch_rounding)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    lower = (torch.float32, torch.float16, torch.bfloat16)
+    to_copy = torch.ops.aten._to_copy.default
+
+    class KeepFloat64(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is to_copy and args[0].dtype == torch.float64 and kwargs.get("dtype") in lower:
+                kwargs = dict(kwargs, dtype=torch.float64)
+            return func(*args, **kwargs)
+
+    with KeepFloat64():
+        if fmt in (None, "fp32"):
+            yield
+        else:
+            with torch_rounding(fmt, ("float32", "float64"), draw):
+                yield
 
 
 def run_torch_module(module, call: Call) -> list[np.ndarray]:
@@ -229,7 +244,7 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
 
 def run_torch64(module64, call: Call, fmt: str | None = None, draw: int = 0) -> list[np.ndarray]:
     import torch
-    with torch.no_grad(), rounded(fmt, draw):
+    with torch.no_grad(), float64_reference(fmt, draw):
         out = module64(*to_float64(call.args), **to_float64(call.kwargs))
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
