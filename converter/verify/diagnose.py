@@ -205,6 +205,15 @@ def check_precision(ctx) -> list[Diagnosis]:
             formats[side] = fmt
             budget = layer_budget(ctx.session, ctx.result.torch, t_call, ev.y_torch, ev.y64, formats)
             ratio, tol = budget.ratio(diff)
+            if ratio <= 1.0 and fmt == "tf32" and not _can_run_tf32(ctx.session.precision[side]):
+                where = ctx.session.precision[side].device
+                return [Diagnosis(ctx.name, f"the local error {float(diff.max()):.3g} is over the "
+                                  f"{ctx.session.formats[side]} budget ({ctx.result.budget:.3g}) but within that of "
+                                  f"inputs rounded to TF32's 10-bit mantissa on the {side} side ({tol:.3g}); TF32 does "
+                                  f"not run on this {'CPU' if where == 'cpu' else 'GPU'}, so the {side} layer rounds "
+                                  "its inputs itself",
+                                  "look in the layer for a cast to a lower precision (astype, to, a bf16/fp16 "
+                                  "kernel or autocast) or a hand-written rounding, and remove it")]
             if ratio <= 1.0:
                 return [Diagnosis(ctx.name, f"consistent with {label} on one side: the local error "
                                   f"{float(diff.max()):.3g} is over the {ctx.session.formats[side]} budget "
@@ -213,6 +222,13 @@ def check_precision(ctx) -> list[Diagnosis]:
                                   f"turn it off ({'FLAGS_cublas_allow_tf32=0, ' if side == 'paddle' else ''}"
                                   "NVIDIA_TF32_OVERRIDE=0 or --precision strict)")]
     return []
+
+
+def _can_run_tf32(side) -> bool:
+    """TF32 exists only in NVIDIA GPUs' tensor cores of compute capability 8.0 and later: on a CPU,
+    or an older GPU, a difference is never TF32's."""
+    capability = side.flags.get("compute_capability")
+    return side.device == "cuda" and capability is not None and int(str(capability).split(".")[0]) >= 8
 
 
 def check_own_forward(ctx) -> list[Diagnosis]:
