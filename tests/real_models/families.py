@@ -281,3 +281,185 @@ def opt_inputs(explicit_positions: bool) -> dict:
     takes position ids)."""
     ids = token_ids()
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+# ---- Mistral onto PaddleNLP's Llama: HF MistralForCausalLM -> PaddleNLP LlamaForCausalLM (mapping "llama"),
+# grouped-query attention (4 heads share 2 key/value heads)
+
+MISTRAL = dict(LLAMA, num_key_value_heads=2)
+
+
+def mistral_torch(**config):
+    hf = _hf()
+    config = hf.MistralConfig(**dict(MISTRAL, **config), sliding_window=MAX_POSITIONS, attn_implementation="eager",
+                              use_cache=False)
+    return randomize(hf.MistralForCausalLM(config))
+
+
+def mistral_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.LlamaForCausalLM(nlp.LlamaConfig(**dict(MISTRAL, **config))).eval()
+
+
+# ---- ERNIE 3.0: HF ErnieModel -> PaddleNLP ErnieModel (mapping "bert": the same names as BERT's)
+
+ERNIE = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+             intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, type_vocab_size=2,
+             hidden_act="gelu", use_task_id=False, **DROPOUTS_OFF)
+
+
+def ernie_torch(**config):
+    hf = _hf()
+    # PaddleNLP builds every ERNIE layer norm with epsilon 1e-12, whatever its config says
+    config = hf.ErnieConfig(**dict(ERNIE, **config), layer_norm_eps=1e-12, attn_implementation="eager")
+    return randomize(hf.ErnieModel(config))
+
+
+def ernie_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.ErnieModel(nlp.ErnieConfig(**dict(ERNIE, **config))).eval()
+
+
+def ernie_inputs(explicit_positions: bool) -> dict:
+    return bert_inputs(explicit_positions)
+
+
+# ---- BART: HF BartModel -> PaddleNLP BartModel (rules: bart.json), a post-norm encoder-decoder with
+# learned positions offset by 2 and a layer norm on the embeddings
+
+BART = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+            encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=INTERMEDIATE,
+            decoder_ffn_dim=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, activation_function="gelu",
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, scale_embedding=False)
+
+
+def bart_torch(**config):
+    hf = _hf()
+    config = hf.BartConfig(**dict(BART, **config), attn_implementation="eager", use_cache=False)
+    return randomize(hf.BartModel(config))
+
+
+def bart_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.BartModel(nlp.BartConfig(**dict(BART, **config), use_cache=False)).eval()
+
+
+def bart_inputs(explicit_positions: bool) -> dict:
+    """Encoder and decoder tokens from 1 (the pad id is 0); neither side takes position ids."""
+    return t5_inputs(explicit_positions)
+
+
+# ---- CLIP: HF CLIPVisionModel / CLIPTextModel -> PaddleNLP's (rules: clip.json), pre-norm towers with
+# quick GELU; the vision tower is a ViT (a patch convolution, a class token, learned positions)
+
+IMAGE, PATCH, CHANNELS = 32, 8, 3
+CLIP = dict(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            hidden_act="quick_gelu", layer_norm_eps=1e-5, attention_dropout=0.0)
+CLIP_VISION = dict(CLIP, image_size=IMAGE, patch_size=PATCH, num_channels=CHANNELS)
+# eos id 2: both sides pool the text at the largest token id (the legacy rule)
+CLIP_TEXT = dict(CLIP, vocab_size=VOCAB, max_position_embeddings=MAX_POSITIONS, eos_token_id=2, pad_token_id=1)
+
+
+def clip_vision_torch(**config):
+    hf = _hf()
+    config = hf.CLIPVisionConfig(**dict(CLIP_VISION, **config), attn_implementation="eager")
+    return randomize(hf.CLIPVisionModel(config))
+
+
+def clip_vision_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.CLIPVisionModel(nlp.CLIPVisionConfig(**dict(CLIP_VISION, **config))).eval()
+
+
+def clip_vision_inputs(explicit_positions: bool) -> dict:
+    rng = np.random.default_rng(SEED)
+    return {"pixel_values": rng.standard_normal((BATCH, CHANNELS, IMAGE, IMAGE)).astype("float32")}
+
+
+def clip_text_torch(**config):
+    hf = _hf()
+    config = hf.CLIPTextConfig(**dict(CLIP_TEXT, **config), attn_implementation="eager")
+    return randomize(hf.CLIPTextModel(config))
+
+
+def clip_text_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.CLIPTextModel(nlp.CLIPTextConfig(**dict(CLIP_TEXT, **config))).eval()
+
+
+def clip_text_inputs(explicit_positions: bool) -> dict:
+    return gpt2_inputs(explicit_positions)
+
+
+# ---- BLOOM: HF BloomModel -> PaddleNLP BloomModel (mapping "bloom"), a fused query_key_value and ALiBi
+
+BLOOM = dict(vocab_size=VOCAB, hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS, layer_norm_epsilon=1e-5,
+             hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def bloom_torch(**config):
+    hf = _hf()
+    return randomize(hf.BloomModel(hf.BloomConfig(**dict(BLOOM, **config), use_cache=False)))
+
+
+def bloom_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.BloomModel(nlp.BloomConfig(**dict(BLOOM, **config), use_cache=False)).eval()
+
+
+def bloom_inputs(explicit_positions: bool) -> dict:
+    ids = token_ids()
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+# ---- RoBERTa: HF RobertaModel -> PaddleNLP RobertaModel (mapping "roberta"): positions offset by the pad id
+
+ROBERTA = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+               intermediate_size=INTERMEDIATE, max_position_embeddings=SEQ + 2 + 2, type_vocab_size=1,
+               pad_token_id=1, hidden_act="gelu", layer_norm_eps=1e-5, **DROPOUTS_OFF)
+
+
+def roberta_torch(**config):
+    hf = _hf()
+    return randomize(hf.RobertaModel(hf.RobertaConfig(**dict(ROBERTA, **config), attn_implementation="eager")))
+
+
+def roberta_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.RobertaModel(nlp.RobertaConfig(**dict(ROBERTA, **config))).eval()
+
+
+def roberta_inputs(explicit_positions: bool) -> dict:
+    """Token ids from 2 (1 is the pad id); positions derived from them on both sides."""
+    return {"input_ids": np.random.default_rng(SEED).integers(2, VOCAB, (BATCH, SEQ)).astype("int64")}
+
+
+# ---- ELECTRA: HF ElectraModel -> PaddleNLP ElectraModel (mapping "electra"), embeddings narrower than the
+# encoder (embeddings_project)
+
+ELECTRA = dict(vocab_size=VOCAB, embedding_size=HIDDEN // 2, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+               num_attention_heads=HEADS, intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS,
+               type_vocab_size=2, hidden_act="gelu", **DROPOUTS_OFF)
+
+
+def electra_torch(**config):
+    hf = _hf()
+    return randomize(hf.ElectraModel(hf.ElectraConfig(**dict(ELECTRA, **config), layer_norm_eps=1e-12,
+                                                      attn_implementation="eager")))
+
+
+def electra_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.ElectraModel(nlp.ElectraConfig(**dict(ELECTRA, **config))).eval()
+
+
+def electra_inputs(explicit_positions: bool) -> dict:
+    return bert_inputs(explicit_positions)
