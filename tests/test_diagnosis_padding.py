@@ -60,3 +60,17 @@ def test_a_stored_pad_row_that_paddle_zeros_is_named_with_its_cause():
 def test_a_zero_pad_row_or_no_padding_idx_passes():
     assert _verify(lambda: torch_model(0.0), PaddleNet).verdict == "pass"
     assert _verify(torch_model, lambda: PaddleNet(padding_idx=None)).verdict == "pass"
+
+
+def test_an_hf_keep_mask_and_an_additive_mask_of_the_same_positions_are_the_same_mask():
+    """HF's 2-D attention_mask (1 keeps, 0 masks; integers or floats) against PaddleNLP's additive
+    [B, 1, 1, T] mask: the same positions masked is no mask finding; other positions are."""
+    from converter.verify.diagnose_model import _same_as_keep_mask
+    keep = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], dtype="int64")
+    additive = np.where(keep == 0, -1e4, 0.0).astype("float32")[:, None, None, :]
+    masked = additive <= -1e3
+    assert _same_as_keep_mask(masked, keep) and _same_as_keep_mask(masked, keep.astype("float32"))
+    other = masked.copy()
+    other[0, 0, 0, 0] = True
+    assert not _same_as_keep_mask(other, keep)
+    assert not _same_as_keep_mask(masked, np.array([[1, 2, 1, 0], [1, 1, 0, 0]]))  # ids, not a mask

@@ -203,7 +203,7 @@ def check_mask(ctx) -> list[Diagnosis]:
     for v in call_tensors(ctx.p_call.args, ctx.p_call.kwargs, paddle_side.is_tensor):
         a = paddle_side.to_numpy(v)
         masked = masked_positions(a)
-        if masked is None or is_causal(masked) or any(same_mask(a, t) for t in t_in):
+        if masked is None or is_causal(masked) or any(same_mask(a, t) or _same_as_keep_mask(masked, t) for t in t_in):
             continue
         where = np.argwhere(masked)
         return [Diagnosis(ctx.name, f"paddle's layer receives a mask [{'x'.join(map(str, a.shape))}] that masks "
@@ -212,6 +212,22 @@ def check_mask(ctx) -> list[Diagnosis]:
                           "give both models the same attention_mask; PaddleNLP models build one from pad_token_id "
                           "when none is given, so tokens equal to pad_token_id are masked on paddle's side only")]
     return []
+
+
+def _same_as_keep_mask(masked: np.ndarray, t: np.ndarray) -> bool:
+    """Whether torch's input `t` is a keep-mask of 1s and 0s (HF's 2-D attention_mask, integer or
+    float: 0 masks a position) masking the positions `masked` masks, along its last axes."""
+    from .matching import common_shape
+    if t.ndim < 2 or t.dtype == np.bool_ or not np.issubdtype(t.dtype, np.number) or t.size == 0 \
+            or not np.all((t == 0) | (t == 1)):
+        return False
+    dropped = t == 0
+    if dropped.ndim < masked.ndim:  # [B, T] against [B, 1, 1, T] or [B, 1, T, T]: per batch, per key
+        dropped = dropped.reshape(dropped.shape[:1] + (1,) * (masked.ndim - dropped.ndim) + dropped.shape[1:])
+    if common_shape(dropped.shape, masked.shape) is None:
+        return False
+    dropped, masked = np.broadcast_arrays(dropped, masked)
+    return bool(np.array_equal(dropped, masked))
 
 
 def check_tied(ctx) -> list[Diagnosis]:
