@@ -87,9 +87,12 @@ def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: s
 
     weights: a torch checkpoint loaded into the torch model first. converted: a paddle weights file
     loaded as is instead of converting torch's weights in memory. mapping: a rule-set name or file
-    (default: the spec's own, else inferred from the two models). Framework flags, hooks, train/eval
-    modes, devices and the weights that emulation rounds are put back when the run ends, also on
-    error; the paddle model keeps the weights it was verified with. Bad input raises UserError."""
+    (default: the spec's own, else inferred from the two models), or "loaded": the paddle model keeps
+    the weights it was loaded with, each checked bit for bit against torch's under the spec's rules
+    (else inferred, else the shipped set that fits); one that differs fails the report (`weights`).
+    Framework flags, hooks, train/eval modes, devices and the weights that emulation rounds are put
+    back when the run ends, also on error; the paddle model keeps the weights it was verified with.
+    Bad input raises UserError."""
     from .verify.run import verify
     if not isinstance(spec, PortSpec):
         raise UserError(f"verify_port takes a PortSpec (PortSpec(...) or PortSpec.from_file(path)), "

@@ -358,7 +358,7 @@ def plan_for_loaded(torch_model, paddle_model, mapping=None):
     else:
         try:
             plan, ruleset, source = plan_in_memory(torch_model, paddle_model)
-            how = "inferred"
+            how = "inferred from the two models"
         except UserError as inferred:
             plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred)
             how = "detected from torch's keys"

@@ -87,7 +87,7 @@ def test_clean_loaded_weights_pass_and_are_left_as_loaded(converted):
     assert report.weights.checked == len(before) == 6 and report.weights.differ == []
     assert "loaded weights: all 6 equal to torch's under mapping 'inferred', bit for bit" in render_text(report)
     assert report.notes[0].startswith("mapping 'loaded': the paddle model keeps the weights it was loaded with")
-    assert "(inferred)" in report.notes[0]
+    assert "under the rule set 'inferred' (inferred from the two models)" in report.notes[0]
     for k, v in paddle_model.state_dict().items():
         assert np.array_equal(v.numpy(), before[k]), k
     assert report.to_json()["loaded_weights"] == {"mapping": "inferred", "checked": 6, "differ": []}
