@@ -189,3 +189,47 @@ def test_verify_port_on_the_port_exits_0_with_the_note(tmp_path):
     assert r.code == 0, r
     assert "note: 4 paddle buffer(s) that no torch weight fills are kept as the paddle model built them" in r.stdout
     assert "Skip loading" not in r.stderr + r.stdout
+
+
+def test_a_paddle_sublayer_holding_only_its_own_buffers_does_not_upset_pairing_by_order():
+    """torch's rotary module keeps its table out of the state dict, paddle's keeps it in: the
+    paddle sublayer of the same name is not left over, and the Linears named differently on the
+    two sides still pair by order."""
+
+    class TorchRotary(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("inv_freq", torch.ones(H // 2), persistent=False)
+
+    class PaddleRotary(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("inv_freq", paddle.ones([H // 2]), persistable=True)
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rotary = TorchRotary()
+            self.fc = torch.nn.Linear(H, H)
+
+        def forward(self, x):
+            return self.fc(x) * self.rotary.inv_freq.repeat(2)
+
+    class PaddleNet(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.rotary = PaddleRotary()
+            self.proj = paddle.nn.Linear(H, H)
+
+        def forward(self, x):
+            return self.proj(x) * paddle.tile(self.rotary.inv_freq, [2])
+
+    torch.manual_seed(2)
+    torch_model = TorchNet()
+    state, plan, _, _ = convert_in_memory(torch_model, PaddleNet())
+    assert {e.name: e.parts[0].source for e in plan.entries} == {"proj.weight": "fc.weight", "proj.bias": "fc.bias"}
+    assert np.array_equal(state["proj.weight"], torch_model.fc.weight.detach().numpy().T)
+    assert any("equal to torch's buffer of the same name (rotary.inv_freq)" in n for n in plan.notes), plan.notes
+    spec = spec_from_functions(lambda: torch_model, PaddleNet,
+                               lambda: (np.random.default_rng(2).standard_normal((2, H)).astype("float32"),))
+    assert verify(spec, Options(device="cpu")).verdict == "pass"

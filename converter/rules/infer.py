@@ -62,8 +62,9 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
             paired.append((name, child, name, p_children.pop(name)))
         else:
             t_left.append((name, child))
-    if t_left:
-        p_left = [(n, c) for n, c in p_children.items() if c.state_dict()]
+    if t_left:  # a paddle layer named as a torch module without state holds its own buffers (a rotary table)
+        named = {n for n, _ in t_mod.named_children()}
+        p_left = [(n, c) for n, c in p_children.items() if c.state_dict() and n not in named]
         if len(p_left) != len(t_left):  # modules whose tensors are all tied to others' need none in paddle
             ties = [_tied_child(child, f"{t_path}.{name}" if t_path else name, tied) for name, child in t_left]
             if all(ties):  # only when nothing else is left over: never a cause to pair the rest by order
