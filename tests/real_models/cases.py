@@ -14,6 +14,7 @@ This module imports neither transformers nor PaddleNLP at import time.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -57,6 +58,10 @@ FAMILIES = {
     "ernie": Family("ernie", F.ernie_torch, F.ernie_paddle, F.ernie_inputs, "bert", True),
     # a post-norm encoder-decoder on paddle.nn.TransformerEncoder/Decoder
     "bart": Family("bart", F.bart_torch, F.bart_paddle, F.bart_inputs, os.path.join(HERE, "bart.json"), False),
+    # a pre-norm encoder-decoder, a final layer norm on each side
+    "mbart": Family("mbart", F.mbart_torch, F.mbart_paddle, F.bart_inputs, os.path.join(HERE, "bart.json"), False),
+    # a sparse mixture of experts; the port's MoE forward needs one reshape to run under paddle 3.x (families.py)
+    "mixtral": Family("mixtral", F.mixtral_torch, F.mixtral_paddle, F.llama_inputs, "mixtral", True),
     # a ViT: patch convolution, class token, pre-norm layers with quick GELU
     "clip-vision": Family("clip-vision", F.clip_vision_torch, F.clip_vision_paddle, F.clip_vision_inputs,
                           os.path.join(HERE, "clip.json"), False),
@@ -394,6 +399,10 @@ BINARY_UNDER_TF32 = Defect("binary judges each unit's boundary against the end-t
                            "boundary of a DeBERTa-v2-xlarge layer; full names them by the layer's own budget",
                            ("binary",))
 XL_STRATEGIES = ("auto", "binary")
+BINARY_PAST_ROUTING = Defect("binary does not name layer 0's MoE block: it descends into model.layers.1, whose experts "
+                             "receive other numbers of tokens on the two sides (layer 0's error changed the routing), "
+                             "and names model.layers.1.block_sparse_moe.experts.1.w1 at ratio inf with 'no known "
+                             "porting pitfall fits this layer'; full names the block", ("binary",))
 QUICK_GELU = Defect("the activation-variant diagnosis does not know HF's QuickGELUActivation (x * sigmoid(1.702 x)): "
                     "paddle's exact GELU in its place is named at the module, but with 'no known porting pitfall "
                     "fits this layer'", ("auto", "full"))  # auto is full at this size
@@ -416,6 +425,9 @@ CLEAN = [
     Case("ernie-clean", "ernie", ""),
     Case("ernie-clean-default-positions", "ernie", "", explicit_positions=False),
     Case("bart-clean", "bart", ""),
+    Case("mbart-clean", "mbart", ""),
+    Case("mixtral-clean", "mixtral", ""),
+    Case("mixtral-clean-default-positions", "mixtral", "", explicit_positions=False),
     Case("clip-vision-clean", "clip-vision", ""),
     Case("clip-text-clean", "clip-text", ""),
     Case("clip-text-clean-default-positions", "clip-text", "", explicit_positions=False),
@@ -545,6 +557,23 @@ BUGS = [
     Case("bart-cross-query-untransposed", "bart", "square cross-attention query weight untransposed",
          "decoder.layers.0.encoder_attn.q_proj", "untransposed",
          after_load=_untranspose("decoder.decoder.layers.0.cross_attn.q_proj.weight")),
+    Case("mbart-dropped-residual", "mbart", "the encoder's feed-forward residual is dropped", "encoder.layers.1",
+         "own forward", plant=lambda m: _forward(m.encoder.encoder.layers[1], _encoder_layer_without_ffn_residual)),
+    Case("mbart-final-layernorm-epsilon", "mbart", "the decoder's final LayerNorm epsilon 1e-3 (torch: 1e-5)",
+         "decoder.layer_norm", "epsilon", plant=lambda m: _set_epsilon(m.decoder.decoder.norm, "_epsilon", 1e-3)),
+    Case("mbart-no-causal-mask", "mbart", "the decoder's first self-attention gets a mask that hides nothing",
+         "decoder.layers.0.self_attn", "causal",
+         plant=lambda m: _attention_without_causal_mask(m.decoder.decoder.layers[0].self_attn, "attn_mask")),
+    Case("mixtral-routing-not-renormalized", "mixtral", "the top-2 routing weights left unnormalized",
+         "model.layers.0.block_sparse_moe", "own forward", defects=(BINARY_PAST_ROUTING,),
+         plant=lambda m: _forward(m.mixtral.layers[0].block_sparse_moe,
+                                  functools.partial(F.moe_forward, renormalize=False))),
+    Case("mixtral-expert-gelu", "mixtral", "one expert's activation is GELU (torch: SiLU)",
+         "model.layers.1.block_sparse_moe.experts.2.act_fn", "activation variant",
+         plant=lambda m: setattr(m.mixtral.layers[1].block_sparse_moe.experts[2], "act_fn", _paddle().nn.GELU())),
+    Case("mixtral-rmsnorm-epsilon", "mixtral", "an RMSNorm with variance_epsilon 1e-5 (torch: 1e-6)",
+         "model.layers.1.post_attention_layernorm", "epsilon",
+         plant=lambda m: _set_epsilon(m.mixtral.layers[1].post_attention_layernorm, "variance_epsilon", 1e-5)),
     Case("clip-vision-activation-gelu", "clip-vision", "the MLP's activation is GELU (torch: quick GELU)",
          "vision_model.encoder.layers.0.mlp.activation_fn", "activation variant", defects=(QUICK_GELU,),
          plant=lambda m: _set_activation(m.vision_model.transformer.layers[0], _paddle().nn.GELU())),

@@ -463,3 +463,68 @@ def electra_paddle(**config):
 
 def electra_inputs(explicit_positions: bool) -> dict:
     return bert_inputs(explicit_positions)
+
+
+# ---- mBART: HF MBartModel -> PaddleNLP MBartModel (rules: bart.json), a pre-norm encoder-decoder with a
+# final layer norm on each side
+
+def mbart_torch(**config):
+    hf = _hf()
+    config = hf.MBartConfig(**dict(BART, **config), attn_implementation="eager", use_cache=False)
+    return randomize(hf.MBartModel(config))
+
+
+def mbart_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.MBartModel(nlp.MBartConfig(**dict(BART, **config), use_cache=False)).eval()
+
+
+# ---- Mixtral: HF MixtralForCausalLM -> PaddleNLP MixtralForCausalLM (mapping "mixtral"), a sparse MoE
+# (4 experts, 2 per token) and grouped-query attention
+
+MIXTRAL = dict(MISTRAL, num_local_experts=4, num_experts_per_tok=2, output_router_logits=False)
+
+
+def mixtral_torch(**config):
+    hf = _hf()
+    config = hf.MixtralConfig(**dict(MIXTRAL, **config), sliding_window=MAX_POSITIONS, attn_implementation="eager",
+                              use_cache=False)
+    return randomize(hf.MixtralForCausalLM(config))
+
+
+def moe_forward(self, hidden_states, renormalize: bool = True):
+    """PaddleNLP 2.8.1's MixtralSparseMoeBlock.forward, the same math with one reshape: under paddle
+    3.x, paddle.where(cond) returns 1-D indices, so its routing weights came out [N], not [N, 1],
+    and did not broadcast against the experts' [N, H] outputs (the forward raised). `renormalize`
+    False leaves the top-k routing weights as the softmax gave them (a porting bug)."""
+    import paddle
+    F_ = paddle.nn.functional
+    batch, seq, hidden = hidden_states.shape
+    hidden_states = hidden_states.reshape([-1, hidden])
+    router_logits = self.gate(hidden_states)
+    routing = F_.softmax(router_logits.astype("float32"), axis=1)
+    routing, selected = paddle.topk(routing, self.top_k, axis=-1)
+    if renormalize:
+        routing = routing / routing.sum(axis=-1, keepdim=True)
+    routing = routing.astype(hidden_states.dtype)
+    out = paddle.zeros([batch * seq, hidden], dtype=hidden_states.dtype)
+    expert_mask = F_.one_hot(selected, num_classes=self.num_experts).transpose([2, 1, 0])
+    for expert_id in range(self.num_experts):
+        idx, top_x = paddle.where(expert_mask[expert_id])
+        idx, top_x = idx.reshape([-1]), top_x.reshape([-1])
+        if top_x.shape[0] == 0:
+            continue
+        current = self.experts[expert_id](paddle.gather(hidden_states, top_x)) * routing[top_x, idx].reshape([-1, 1])
+        out.index_add_(top_x, 0, current.astype(hidden_states.dtype))
+    return out.reshape([batch, seq, hidden]), router_logits
+
+
+def mixtral_paddle(**config):
+    import types
+    nlp = _nlp()
+    _paddle_seeded()
+    model = nlp.MixtralForCausalLM(nlp.MixtralConfig(**dict(MIXTRAL, **config))).eval()
+    for layer in model.mixtral.layers:  # this instance only: PaddleNLP's files are not touched
+        layer.block_sparse_moe.forward = types.MethodType(moe_forward, layer.block_sparse_moe)
+    return model
