@@ -284,6 +284,22 @@ def test_slices_follow_the_plan_order_and_need_the_same_input(rules):
     t_calls["layers.0.attn.k_proj"] = _call("layers.0.attn.k_proj", (2, 16, KV), 1, x)
     p_calls["layers.0.attn.qkv"] = _call("layers.0.attn.qkv", (2, 16, H + KV), 0)
     assert fused_slices(t_calls, p_calls, plan) == {}
+    # nor paired with q_proj alone, whose weights are only part of its own: it is judged within its parent
+    assert [p for p in align(t_calls, p_calls, plan) if p.paddle == "layers.0.attn.qkv"] == []
+
+
+def test_a_fused_layer_that_returns_one_output_per_module_pairs_them_in_order(rules):
+    plan = _plan(rules)
+    x = torch.ones(2, 16, H)
+    t_calls = {f"layers.0.attn.{m}_proj": _call(f"layers.0.attn.{m}_proj", (2, 16, n), i, x)
+               for i, (m, n) in enumerate((("q", H), ("k", KV), ("v", KV)))}
+    p_calls = {"layers.0.attn.qkv": Call("layers.0.attn.qkv", "Linear", 0, 0, shapes=[(2, 16, H), (2, 16, KV), (2, 16, KV)])}
+    pairs = align(t_calls, p_calls, plan)
+    assert [(p.torch, p.part.output) for p in pairs] == [
+        ("layers.0.attn.q_proj", 0), ("layers.0.attn.k_proj", 1), ("layers.0.attn.v_proj", 2)]
+    outputs = [np.zeros((2, 16, H)), np.ones((2, 16, KV)), np.full((2, 16, KV), 2.0)]
+    assert [sliced(p, outputs)[0][0, 0, 0] for p in pairs] == [0.0, 1.0, 2.0]
+    assert "output 1 of paddle's fused layer" in pairs[1].part.note
 
 
 def test_a_slice_takes_its_part_of_paddle_tensors_and_numpy_arrays_alike():

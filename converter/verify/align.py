@@ -66,6 +66,14 @@ def _targets_by_module(plan) -> dict[str, set[str]]:
     return out
 
 
+def _sources_by_layer(plan) -> dict[str, set[str]]:
+    """paddle layer path -> torch module paths whose weights it receives, from the mapping plan."""
+    out: dict[str, set[str]] = {}
+    for entry in plan.entries if plan is not None else ():
+        out.setdefault(parent(entry.name), set()).update(parent(part.source) for part in entry.parts)
+    return out
+
+
 def shapes_fit(t_call, p_call) -> bool:
     """Whether two calls' outputs can be the same values: as many, each pair broadcast-compatible."""
     a, b = t_call.shapes, p_call.shapes
@@ -134,9 +142,11 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         if path in paddle_calls and (holds_weights(path) or shapes_fit(torch_calls[path], paddle_calls[path])):
             add(path, path)
     # weights: a torch module pairs with a paddle layer when the weights of the two subtrees are
-    # exactly the same ones under the mapping. Where several torch modules fit one paddle layer
+    # exactly the same ones under the mapping, both ways (a fused q|k|v layer that could not be
+    # cut into slices holds more than q_proj's). Where several torch modules fit one paddle layer
     # (a wrapper around a Linear), the one of the same kind wins, then the innermost.
     receiving = set().union(*own.values()) if own else set()
+    sources = _sources_by_layer(plan)
     candidates: dict[str, list[str]] = {}
     for t in torch_calls:
         if t in pairs:
@@ -145,7 +155,8 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         if not targets:
             continue
         p = _common_ancestor(sorted(targets))
-        if p in paddle_calls and p not in used and {x for x in receiving if under(x, p)} == targets:
+        if p in paddle_calls and p not in used and {x for x in receiving if under(x, p)} == targets \
+                and all(under(m, t) for x in targets for m in sources.get(x, ())):
             candidates.setdefault(p, []).append(t)
     for p, ts in candidates.items():
         same_kind = lambda t: kind_of(torch_calls[t].type) == kind_of(paddle_calls[p].type)

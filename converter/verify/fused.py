@@ -3,8 +3,10 @@
 A fused q|k|v projection (PaddleNLP QWen's `c_attn`, a `qkv_proj`) or a fused gate|up
 Linear holds the weights of several torch modules, merged by the mapping along one axis.
 Its output is then those modules' outputs side by side, in the plan's order, along the
-output axis where its size is the sum of theirs. Each torch module is paired with its own
-slice of that output and judged against its own budget; the layout is never a difference.
+output axis where its size is the sum of theirs (or, where it returns one output per module,
+those outputs in that order). Each torch module is paired with its own slice of that output
+and judged against its own budget; the layout is never a difference. A fused layer whose
+output cannot be cut so is paired with none of them: it is judged within its parent.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Slice:
     start: int
     stop: int
     modules: tuple  # the torch modules the layer fuses, in the plan's order
+    output: int | None = None  # where the layer returns one output per module: this module's
 
     def take(self, value):
         """This slice of a paddle tensor or numpy array."""
@@ -29,9 +32,11 @@ class Slice:
 
     @property
     def note(self) -> str:
+        merges = f"the mapping merges {', '.join(self.modules)} into this layer, in that order"
+        if self.output is not None:
+            return f"output {self.output} of paddle's fused layer ({merges})"
         axis = "last axis" if self.axis == -1 else f"axis {self.axis}"
-        return (f"elements {self.start}:{self.stop} of paddle's fused output along its {axis} (the mapping merges "
-                f"{', '.join(self.modules)} into this layer, in that order)")
+        return f"elements {self.start}:{self.stop} of paddle's fused output along its {axis} ({merges})"
 
 
 def sliced(pair, outputs: list) -> list:
@@ -40,6 +45,8 @@ def sliced(pair, outputs: list) -> list:
     part = getattr(pair, "part", None)
     if part is None or not outputs:
         return outputs
+    if part.output is not None:
+        return outputs[part.output:part.output + 1]
     return [part.take(outputs[0])]
 
 
@@ -97,18 +104,24 @@ def _same_input(t_calls: list) -> bool:
 
 def fused_slices(torch_calls: dict, paddle_calls: dict, plan) -> dict[str, tuple[str, Slice]]:
     """torch module path -> (fused paddle layer path, its slice), for every paddle layer the plan
-    fuses from several torch modules whose calls fit: one floating output on each side, the
-    torch outputs side by side along one axis of paddle's, the same input to all of them."""
+    fuses from several torch modules whose calls fit: one floating output each, the same input
+    to all of them, and paddle's output their outputs side by side along one axis, or one output
+    per module, each of its module's shape."""
     out = {}
     for layer, modules in merged_modules(plan).items():
         p_call = paddle_calls.get(layer)
         t_calls = [torch_calls.get(m) for m in modules]
-        if p_call is None or any(c is None for c in t_calls) or len(p_call.shapes) != 1 \
-                or any(len(c.shapes) != 1 for c in t_calls):
+        if p_call is None or any(c is None for c in t_calls) or any(len(c.shapes) != 1 for c in t_calls) \
+                or not _same_input(t_calls):
             continue
         t_shapes = [tuple(c.shapes[0]) for c in t_calls]
-        axis = _axis(t_shapes, tuple(p_call.shapes[0]))
-        if axis is None or not _same_input(t_calls):
+        p_shapes = [tuple(s) for s in p_call.shapes]
+        if p_shapes == t_shapes:
+            out.update((m, (layer, Slice(-1, 0, s[-1] if s else 0, modules, i))) for i, (m, s) in
+                       enumerate(zip(modules, t_shapes)))
+            continue
+        axis = _axis(t_shapes, p_shapes[0]) if len(p_shapes) == 1 else None
+        if axis is None:
             continue
         start = 0
         for module, shape in zip(modules, t_shapes):

@@ -22,11 +22,12 @@ from .align import align, parent, shapes_fit, under
 from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
 from .forced import forced_paddle, paddle_own_errors, torch_references
+from .fused import sliced
 from .overlap import TorchWorker
 from .budget import make_budget
 from ..frameworks import paddle_side, torch_side
 from .capture import Allowance, capture_calls, capture_paddle, capture_torch
-from .matching import masked_alike, pair_outputs
+from .matching import masked_alike, masked_by_torch, pair_outputs
 from .metrics import compare, rms, rms_over
 from .precision import ROUNDING_DRAWS
 from .replay import to_numpy_list
@@ -271,6 +272,7 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     y64 = laid_out(pairs.of_torch(references[None]), shapes)
     masked = masked_alike(y_t, y_p)  # positions both sides mask (a position bias that carries its mask)
     y_t, y_p, y64 = unmasked(masked, y_t, y_p, y64)
+    y64 = np.where(masked_by_torch(y_t, y64), y_t, y64)  # a mask on torch's side only: no drift known there
     y_t, y_p, y64 = _finite_reference(session, unit, y_t, y_p, y64, t_calls)
     m = compare(y_t, y_p)
     result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
@@ -297,7 +299,7 @@ class BinarySearch:
         """One paired pass recording only `unit`'s output, against the end-to-end budget."""
         self.passes += 1
         t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle})
-        result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, p_calls[unit.paddle].outputs,
+        result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
                                   free_references(session, unit.torch),
                                   "end to end at this unit's output (a binary-search probe)")
         return result.within_budget is False, result
