@@ -52,6 +52,9 @@ FAMILIES = {
     "t5-untied": Family("t5-untied", F.t5_untied_torch, F.t5_untied_paddle, F.t5_inputs, "t5", False),
     # HF runs the feed-forward on [B*T, H], PaddleNLP on [B, T, H]; HF's mask needs float64 as torch's default dtype
     "opt": Family("opt", F.opt_torch, F.opt_paddle, F.opt_inputs, "opt", False),
+    # HF's default DeBERTa-v2: separate position projections, absolute positions, token types, embed_proj
+    "deberta-separate": Family("deberta-separate", F.deberta_separate_torch, F.deberta_separate_paddle,
+                               F.deberta_separate_inputs, None, True),
     # grouped-query attention: HF Mistral (4 heads, 2 key/value heads) onto PaddleNLP's Llama
     "mistral": Family("mistral", F.mistral_torch, F.mistral_paddle, F.llama_inputs, "llama", True),
     # ERNIE 3.0's keys are BERT's
@@ -399,6 +402,7 @@ BINARY_UNDER_TF32 = Defect("binary judges each unit's boundary against the end-t
                            "boundary of a DeBERTa-v2-xlarge layer; full names them by the layer's own budget",
                            ("binary",))
 XL_STRATEGIES = ("auto", "binary")
+OPT_350M = {"do_layer_norm_before": False, "word_embed_proj_dim": 16}  # post-LN, project_in and project_out
 BINARY_PAST_ROUTING = Defect("binary does not name layer 0's MoE block: it descends into model.layers.1, whose experts "
                              "receive other numbers of tokens on the two sides (layer 0's error changed the routing), "
                              "and names model.layers.1.block_sparse_moe.experts.1.w1 at ratio inf with 'no known "
@@ -420,6 +424,9 @@ CLEAN = [
     Case("t5-clean", "t5", ""),
     Case("t5-untied-clean", "t5-untied", ""),
     Case("opt-clean", "opt", ""),
+    Case("opt-350m-clean", "opt", "", config=OPT_350M),
+    Case("deberta-separate-clean", "deberta-separate", ""),
+    Case("deberta-separate-clean-default-positions", "deberta-separate", "", explicit_positions=False),
     Case("mistral-clean", "mistral", ""),
     Case("mistral-clean-default-positions", "mistral", "", explicit_positions=False),
     Case("ernie-clean", "ernie", ""),
@@ -532,6 +539,16 @@ BUGS = [
          plant=lambda m: _forward(m.decoder.layers[0].self_attn, _opt_attention_unscaled)),
     Case("opt-no-causal-mask", "opt", "attention gets a mask that hides nothing", "decoder.layers.1.self_attn",
          "causal", plant=lambda m: _attention_without_causal_mask(m.decoder.layers[1].self_attn, "attn_mask")),
+    Case("opt-350m-layernorm-epsilon", "opt", "a post-LN LayerNorm built with epsilon 1e-3 (torch: 1e-5)",
+         "decoder.layers.1.self_attn_layer_norm", "epsilon", config=OPT_350M,
+         plant=lambda m: _set_epsilon(m.decoder.layers[1].norm1, "_epsilon", 1e-3)),
+    Case("opt-350m-activation-gelu", "opt", "the FFN's activation is GELU (OPT uses ReLU)",
+         "decoder.layers.0.activation_fn", "activation variant", config=OPT_350M, plant=_opt_gelu),
+    Case("deberta-separate-pos-query-untransposed", "deberta-separate", "square pos_query_proj weight untransposed",
+         "encoder.layer.1.attention.self.pos_query_proj", "untransposed",
+         after_load=_untranspose("encoder.layer.1.attention.self.pos_query_proj.weight")),
+    Case("deberta-separate-gelu-tanh", "deberta-separate", "GELU's tanh form where torch uses the exact one",
+         "encoder.layer.0.intermediate.intermediate_act_fn", "GELU", plant=_exact_gelu),
     Case("mistral-rmsnorm-epsilon", "mistral", "an RMSNorm with variance_epsilon 1e-5 (torch: 1e-6)",
          "model.layers.0.input_layernorm", "epsilon",
          plant=lambda m: _set_epsilon(m.llama.layers[0].input_layernorm, "variance_epsilon", 1e-5)),

@@ -528,3 +528,27 @@ def mixtral_paddle(**config):
     for layer in model.mixtral.layers:  # this instance only: PaddleNLP's files are not touched
         layer.block_sparse_moe.forward = types.MethodType(moe_forward, layer.block_sparse_moe)
     return model
+
+
+# ---- DeBERTa-v2 as HF's defaults build it: separate position projections (no shared attention key),
+# absolute positions added to the input, token types, and embeddings narrower than the encoder (embed_proj)
+
+DEBERTA_SEPARATE = dict(DEBERTA, type_vocab_size=2, position_biased_input=True, position_buckets=-1,
+                        norm_rel_ebd="none", embedding_size=HIDDEN // 2)
+
+
+def deberta_separate_torch(**config):
+    hf = _hf()
+    return randomize(hf.DebertaV2Model(hf.DebertaV2Config(**dict(DEBERTA_SEPARATE, **config), share_att_key=False)))
+
+
+def deberta_separate_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    config = nlp.DebertaV2Config(**dict(DEBERTA_SEPARATE, **config), output_hidden_states=False)
+    config.share_att_key = False  # the modeling reads share_att_key; the config's own name is share_attn_key
+    return nlp.DebertaV2Model(config).eval()
+
+
+def deberta_separate_inputs(explicit_positions: bool) -> dict:
+    return bert_inputs(explicit_positions)
