@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .align import LayerPair, nearest_in, under
-from .matching import OutputPairs, common_shape, lay_out, masked_alike, merged_shape, pair_outputs
+from .matching import (OutputPairs, common_shape, lay_out, masked_alike, masked_by_torch, merged_shape,
+                       pair_outputs)
 from .budget import Budget, MatmulStats, budget_from_error, make_budget
 from .capture import Call
 from .identity import view_of
@@ -365,6 +366,10 @@ def _returned_child(passes: Passes, pair, pairs: OutputPairs):
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
+    with np.errstate(invalid="ignore", over="ignore"):
+        alone = masked_by_torch(y_t, y_t.astype(np.float64) + e_ref)  # (the references keep float64 - float32)
+    if alone.any():
+        e_ref = np.where(alone, np.float32(0), e_ref)
     child = _returned_child(passes, pair, pairs) if passes.matmul.get(pair.torch) is None else None
     matmul = _fitted(passes.matmul.get(pair.torch) or (child and passes.matmul.get(child.torch)), y_t.shape)
     rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]

@@ -35,6 +35,14 @@ MATCH_RTOL = 5e-2
 MASKED_BELOW = -1e3  # an additive mask value at or below this masks its position
 
 
+def masked_by_torch(y_t: np.ndarray, y64: np.ndarray) -> np.ndarray:
+    """Positions torch's fp32 run fills with a mask value and its float64 run with one float32
+    cannot hold (float64's lowest, where HF takes finfo(dtype).min): their difference is no drift
+    but two mask values, and the other side is judged there as against torch's fp32 value."""
+    with np.errstate(invalid="ignore"):
+        return (y_t <= MASKED_BELOW) & ~(y64 >= -float(np.finfo(np.float32).max))
+
+
 @dataclass(frozen=True)
 class InputMatch:
     index: int  # among the call tensors of the side being forced (paddle's, in a forced paddle pass)
