@@ -308,3 +308,40 @@ def test_a_slice_takes_its_part_of_paddle_tensors_and_numpy_arrays_alike():
     assert np.array_equal(s.take(a), a[:, 2:5, :])
     assert np.array_equal(s.take(paddle.to_tensor(a)).numpy(), a[:, 2:5, :])
     assert sliced(type("P", (), {"part": None})(), [a]) == [a]
+
+
+class _TorchTopLevel(torch.nn.Module):  # the fused modules are themselves the binary search's units
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.o = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.o(torch.cat([self.q(x), self.k(x)], -1))
+
+
+class _PaddleTopLevel(paddle.nn.Layer):
+    def __init__(self, k_scale=1.0):
+        super().__init__()
+        self.qk, self.o = FusedLinear(8, 16, scale=np.r_[np.ones(8), np.full(8, k_scale)].astype("float32")), \
+            paddle.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.o(self.qk(x))
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_a_wrong_slice_of_a_fused_layer_that_is_a_search_unit_is_named_by_both_strategies(tmp_path, strategy):
+    rules = tmp_path / "qk.json"
+    rules.write_text(json.dumps({"name": "qk", "rules": [
+        {"kind": "merge", "match": [r"q\.(weight|bias)", r"k\.(weight|bias)"], "to": r"qk.\1", "axis": -1},
+        {"kind": "rename", "match": r"o\.(weight|bias)", "to": r"o.\1"},
+        {"kind": "transpose", "match": r"[qko]\.weight"}]}))
+
+    def torch_model():
+        torch.manual_seed(0)
+        return _TorchTopLevel()
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    for k_scale, culprit in ((1.0, None), (1.1, "k")):
+        spec = spec_from_functions(torch_model, lambda s=k_scale: _PaddleTopLevel(s), lambda: (x,), mapping=str(rules))
+        report = verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
+        assert (None if report.first_bad is None else report.first_bad.torch) == culprit, report.first_bad
