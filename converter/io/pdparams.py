@@ -14,6 +14,7 @@ import collections
 import io
 import math
 import mmap
+import os
 import pickle
 import struct
 
@@ -304,8 +305,9 @@ class PdparamsSource(Source):
 
     def _place(self, path: str) -> None:
         data = _mapped(self._file.fd)
-        if len(data) != self._file.size:
-            raise changed(path, f"is {len(data)} bytes now, {self._file.size} when it was opened")
+        now = os.fstat(self._file.fd).st_size  # the map's length is the size when it was made
+        if len(data) != self._file.size or now != self._file.size:
+            raise changed(path, f"is {now} bytes now, {self._file.size} when it was opened")
         arrays = _arrays_in(path, data)
         base = np.frombuffer(data, np.uint8).ctypes.data if len(data) else 0
         self._where: dict[str, tuple] = {}  # name -> (offset, dtype, shape, order)
