@@ -274,9 +274,16 @@ def _round_paddle_value(value, fmt: str):
 def emulate_paddle(fmt: str):
     """Every float32 matmul, batched matmul and convolution paddle runs, in any layer or function,
     rounds its inputs to `fmt` until the returned function is called (paddle's operators are
-    module functions, so this holds process-wide: only the paddle model runs in paddle here)."""
+    module functions, so this holds process-wide: only the paddle model runs in paddle here).
+    Calls nest: the operators are replaced by the first and put back by the last restore; a
+    nested call in another format is an error of the caller."""
     import paddle
     ops = paddle._C_ops
+    if _PADDLE_EMULATION:
+        if _PADDLE_EMULATION["fmt"] != fmt:
+            raise RuntimeError(f"paddle already emulates {_PADDLE_EMULATION['fmt']}, not {fmt}")
+        _PADDLE_EMULATION["depth"] += 1
+        return _leave_paddle_emulation
 
     def rounding(op, where):
         def call(*args, **kwargs):
@@ -288,8 +295,18 @@ def emulate_paddle(fmt: str):
     saved += [(paddle.Tensor, name, getattr(paddle.Tensor, name)) for name in _PADDLE_TENSOR_ROUNDED]
     for owner, name, op in saved:
         setattr(owner, name, rounding(op, _PADDLE_ROUNDED.get(name, (0, 1))))
+    _PADDLE_EMULATION.update(fmt=fmt, depth=1, saved=saved)
+    return _leave_paddle_emulation
 
-    def restore():
-        for owner, name, op in saved:
+
+_PADDLE_EMULATION: dict = {}  # while paddle's operators are replaced: format, depth, the originals
+
+
+def _leave_paddle_emulation() -> None:
+    if not _PADDLE_EMULATION:
+        return
+    _PADDLE_EMULATION["depth"] -= 1
+    if _PADDLE_EMULATION["depth"] == 0:
+        for owner, name, op in _PADDLE_EMULATION["saved"]:
             setattr(owner, name, op)
-    return restore
+        _PADDLE_EMULATION.clear()
