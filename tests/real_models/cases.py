@@ -61,6 +61,9 @@ FAMILIES = {
     "ernie": Family("ernie", F.ernie_torch, F.ernie_paddle, F.ernie_inputs, "bert", True),
     # a post-norm encoder-decoder on paddle.nn.TransformerEncoder/Decoder
     "bart": Family("bart", F.bart_torch, F.bart_paddle, F.bart_inputs, os.path.join(HERE, "bart.json"), False),
+    # the LM head and its persistable buffer final_logits_bias
+    "bart-lm": Family("bart-lm", F.bart_lm_torch, F.bart_lm_paddle, F.bart_inputs, os.path.join(HERE, "bart.json"),
+                      False),
     # a pre-norm encoder-decoder, a final layer norm on each side
     "mbart": Family("mbart", F.mbart_torch, F.mbart_paddle, F.bart_inputs, os.path.join(HERE, "bart.json"), False),
     # a sparse mixture of experts; the port's MoE forward needs one reshape to run under paddle 3.x (families.py)
@@ -370,6 +373,10 @@ def _set_activation(layer, activation):
     layer.activation = activation
 
 
+def _logits_bias_not_persistable(model):
+    model.register_buffer("final_logits_bias", model.final_logits_bias, persistable=False)
+
+
 def _llama_mlp_gelu(self, x):
     F_ = _paddle().nn.functional
     return self.down_proj(F_.gelu(self.gate_proj(x)) * self.up_proj(x))  # torch: SiLU
@@ -402,6 +409,14 @@ BINARY_UNDER_TF32 = Defect("binary judges each unit's boundary against the end-t
                            "boundary of a DeBERTa-v2-xlarge layer; full names them by the layer's own budget",
                            ("binary",))
 XL_STRATEGIES = ("auto", "binary")
+BUFFER_NOT_PERSISTABLE = Defect("exit 2, 'mapping bart does not fit the checkpoint: target final_logits_bias is not in "
+                                "the paddle model', telling to fix the rules: the rules are right, and the paddle "
+                                "model holds final_logits_bias as a buffer that is not persistable, which the port "
+                                "got wrong; no report")
+ROOT_EVIDENCE_DTYPE = Defect("exit 3 (RuntimeError: value cannot be converted to type float without overflow): the "
+                             "first bad layer is the model itself (the logits bias is added at the top), and the "
+                             "culprit's evidence reruns the whole torch model in float64 without torch's default "
+                             "dtype float64, so HF BART's causal mask (finfo(float64).min) overflows a float32 tensor")
 OPT_350M = {"do_layer_norm_before": False, "word_embed_proj_dim": 16}  # post-LN, project_in and project_out
 BINARY_PAST_ROUTING = Defect("binary does not name layer 0's MoE block: it descends into model.layers.1, whose experts "
                              "receive other numbers of tokens on the two sides (layer 0's error changed the routing), "
@@ -432,6 +447,7 @@ CLEAN = [
     Case("ernie-clean", "ernie", ""),
     Case("ernie-clean-default-positions", "ernie", "", explicit_positions=False),
     Case("bart-clean", "bart", ""),
+    Case("bart-lm-clean", "bart-lm", ""),
     Case("mbart-clean", "mbart", ""),
     Case("mixtral-clean", "mixtral", ""),
     Case("mixtral-clean-default-positions", "mixtral", "", explicit_positions=False),
@@ -574,6 +590,13 @@ BUGS = [
     Case("bart-cross-query-untransposed", "bart", "square cross-attention query weight untransposed",
          "decoder.layers.0.encoder_attn.q_proj", "untransposed",
          after_load=_untranspose("decoder.decoder.layers.0.cross_attn.q_proj.weight")),
+    Case("bart-lm-logits-bias-not-persistable", "bart-lm", "final_logits_bias not persistable, never loaded", "",
+         "buffer", plant=_logits_bias_not_persistable, defects=(BUFFER_NOT_PERSISTABLE,)),
+    Case("bart-lm-logits-bias-zeroed", "bart-lm", "final_logits_bias reset to zeros after loading", "", "buffer",
+         defects=(ROOT_EVIDENCE_DTYPE,), after_load=lambda m: m.final_logits_bias.set_value(_paddle().zeros_like(m.final_logits_bias))),
+    Case("bart-lm-layernorm-epsilon", "bart-lm", "a decoder LayerNorm epsilon 1e-3 (torch: 1e-5)",
+         "model.decoder.layers.1.final_layer_norm", "epsilon",
+         plant=lambda m: _set_epsilon(m.bart.decoder.decoder.layers[1].norm3, "_epsilon", 1e-3)),
     Case("mbart-dropped-residual", "mbart", "the encoder's feed-forward residual is dropped", "encoder.layers.1",
          "own forward", plant=lambda m: _forward(m.encoder.encoder.layers[1], _encoder_layer_without_ffn_residual)),
     Case("mbart-final-layernorm-epsilon", "mbart", "the decoder's final LayerNorm epsilon 1e-3 (torch: 1e-5)",

@@ -552,3 +552,29 @@ def deberta_separate_paddle(**config):
 
 def deberta_separate_inputs(explicit_positions: bool) -> dict:
     return bert_inputs(explicit_positions)
+
+
+# ---- BART with its head: HF BartForConditionalGeneration -> PaddleNLP's (rules: bart.json); both hold
+# final_logits_bias as a persistable buffer, added to the logits
+
+def bart_lm_torch(**config):
+    import torch
+    hf = _hf()
+
+    class BartForConditionalGenerationLogits(hf.BartForConditionalGeneration):
+        """The logits only, as PaddleNLP's returns them (HF adds the encoder's last hidden state)."""
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs).logits
+
+    config = hf.BartConfig(**dict(BART, **config), attn_implementation="eager", use_cache=False)
+    model = randomize(BartForConditionalGenerationLogits(config))
+    gen = torch.Generator().manual_seed(SEED + 2)
+    with torch.no_grad():  # zeros as built: random, so that a buffer left unloaded shows
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=gen))
+    return model
+
+
+def bart_lm_paddle(**config):
+    nlp = _nlp()
+    _paddle_seeded()
+    return nlp.BartForConditionalGeneration(nlp.BartConfig(**dict(BART, **config), use_cache=False)).eval()
