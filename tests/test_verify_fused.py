@@ -243,7 +243,9 @@ def test_a_converted_file_with_two_slices_exchanged_is_named_at_the_first_wrong_
         report = verify(_spec(rules), Options(device="cpu", strategy=strategy), converted=str(path), bisect=True)
         assert report.first_bad is not None and report.first_bad.torch == "layers.0.attn.k_proj", strategy
         assert _rows(report)["layers.0.attn.q_proj"].within_budget
-        assert any("layers.0.attn.qkv.weight" in d.cause for d in report.diagnosis), report.diagnosis
+        causes = " ".join(d.cause for d in report.diagnosis)
+        assert f"'layers.0.attn.qkv.weight' differs from torch's 'layers.0.attn.k_proj.weight' (its elements " \
+               f"{H}:{H + KV} along axis 1)" in causes, causes
 
 
 def _plan(rules):

@@ -79,7 +79,8 @@ def check_weights(ctx) -> list[Diagnosis]:
                                  f"gives {list(expected.shape)}", "reconvert the weights for this model"))
         else:
             diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
-            out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' differs from torch's '{sources[0]}' under the "
+            out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' differs from torch's "
+                                 f"{_differing_source(entry, actual, session.torch_state.read)} under the "
                                  f"mapping (max abs {diff:.3g})",
                                  "load the converted weights again, and check that nothing changes them after loading"))
     return out
@@ -111,6 +112,24 @@ def check_loaded_weights(check) -> list[Diagnosis]:
                              f"({', '.join(d.paddle for d in more[:3])}{', ...' if len(more) > 3 else ''}; all "
                              "in the report's table of loaded weights)", hint))
     return out
+
+
+def _differing_source(entry, actual: np.ndarray, read) -> str:
+    """The torch tensor a paddle weight is built from, quoted; of a merge, the first part that
+    differs, with its elements along the merge axis (a fused q|k|v weight whose v part is wrong)."""
+    if entry.merge_axis is None or len(entry.parts) < 2:
+        return f"'{entry.parts[0].source}'"
+    start = 0
+    for part in entry.parts:
+        piece = dtypes.cast(part.apply(read(part.source)), entry.source_dtype, entry.dtype)
+        if entry.dtype == "bfloat16":
+            piece = dtypes.bf16_to_f32(piece)
+        stop = start + piece.shape[entry.merge_axis]
+        got = np.take(actual, np.arange(start, stop), axis=entry.merge_axis)
+        if got.shape != piece.shape or not np.array_equal(got.astype(np.float64), piece.astype(np.float64)):
+            return f"'{part.source}' (its elements {start}:{stop} along axis {entry.merge_axis})"
+        start = stop
+    return f"'{entry.parts[0].source}'"
 
 
 EPSILON_NAMES = ("eps", "epsilon", "_epsilon", "variance_epsilon", "_eps", "layer_norm_eps", "norm_eps",
