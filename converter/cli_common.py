@@ -64,8 +64,8 @@ def one_line_errors(func):
             if exc.errno is None:  # not the operating system's: paddle raises OSError for its kernels' errors
                 say(f"error: {one_line(exc)}")
             else:
-                say(f"error: {one_line(exc.strerror or exc)} ({one_line(exc.filename or '')}); "
-                    "check the paths and free disk space")
+                where = f" ({one_line(exc.filename)})" if exc.filename else ""
+                say(f"error: {one_line(exc.strerror or exc)}{where}; check the paths and free disk space")
             sys.exit(2)
         except Exception as exc:  # an internal bug: one line, the traceback only on request
             if os.environ.get("CONVERTER_DEBUG"):

@@ -216,6 +216,28 @@ def test_json_on_a_file_system_that_refuses_writes_leaves_no_out_dir(tmp, hf):
     assert sorted(os.listdir(tmp)) == ["top"]
 
 
+@pytest.fixture
+def full_disk(tmp):
+    """A 4 KiB tmpfs already full: an open succeeds, the first flush fails with ENOSPC."""
+    (tmp / "full").mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(tmp / "full")],
+                      capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs privileges this machine does not give")
+    (tmp / "full" / "fill").write_bytes(b"\0" * 4096)
+    yield tmp / "full"
+    subprocess.run(["umount", str(tmp / "full")], check=True)
+
+
+def test_json_on_a_full_disk_leaves_no_hidden_out_dir(tmp, hf, full_disk):
+    """The report's buffer cannot be flushed, neither at its sync nor when it is closed: the
+    hidden OUT_DIR written beside it is removed all the same."""
+    r = run_convert(hf, tmp / "out", "--json", full_disk / "r.json", "--quiet")
+    assert_one_line_error(r, "No space left on device")
+    assert "()" not in r.stderr
+    assert sorted(os.listdir(tmp)) == ["full", "top"]
+    assert sorted(os.listdir(full_disk)) == ["fill"]
+
+
 def test_emit_mapping_is_not_written_before_a_conversion_that_fails(tmp, ckpt):
     src, _ = ckpt
     save_file({"w": torch.ones(2), "extra": torch.ones(3)}, str(src))
@@ -546,3 +568,10 @@ def test_spec_load_check_reads_the_file_before_it_is_named(tmp, suffix):
     report = json.loads((tmp / "r.json").read_text())
     assert report["missing_keys"] == [] and report["unexpected_keys"] == [] and report["ok"]
     assert sorted(os.listdir(tmp)) == sorted(["m.pt", dst.name, "r.json"])
+
+
+def test_out_dir_that_is_a_regular_file_is_named_as_a_file(tmp, hf):
+    (tmp / "out").write_text("notes")
+    r = run_convert(hf, tmp / "out", "--force", "--quiet")
+    assert_one_line_error(r, "is a file; a model directory converts into a directory")
+    assert (tmp / "out").read_text() == "notes"

@@ -190,7 +190,7 @@ def _kind(mode: int) -> str:
                        (stat.S_ISLNK, "a symbolic link")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "a file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -422,7 +422,10 @@ class AtomicOutput:
             self._worker.shutdown(wait=True)  # never close the file under a running sync
             self._worker = None
         if self.file is not None:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:  # a buffer that cannot be flushed (a full disk): its data is discarded anyway
+                pass
         for name in (self._tmp_name, self._kept):
             if name and os.path.lexists(name):
                 os.unlink(name)
@@ -648,7 +651,10 @@ class OutputGroup:
                 self._commit()
         finally:
             for output in self.outputs:
-                output.discard()
+                try:
+                    output.discard()
+                except OSError:
+                    pass  # the others are still removed; the first error is the one to report
         return False
 
     def _commit(self) -> None:
