@@ -161,9 +161,16 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
                 continue
             with np.errstate(over="ignore"):
                 sq = np.square(np.asarray(effect, dtype=dt).ravel())
-            const += float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
+            ms = float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
+            const += ms
             if sq.size == var.size:
                 var += sq
+                # and in proportion to each element's own size, at the tensor's ratio of the two: a few
+                # draws per element may all come out small where the effect is large (a probability
+                # near 1), and it scales with the value it rounds
+                y_ms = float(np.mean(y2, dtype=np.float64)) if y2.size else 0.0
+                if y_ms > 0 and math.isfinite(ms / y_ms):
+                    var += y2 * dt(ms / y_ms)
     if matmul is not None:  # its result stored in each side's format (bf16 under AMP: measured on a GPU)
         y2 *= dt(sum(STORED_UNIT[fmt] ** 2 for fmt in formats.values()))
     else:
