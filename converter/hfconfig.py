@@ -181,6 +181,8 @@ LIST = Kind("a list", lambda v: isinstance(v, list))
 TOKEN = Kind("a token id (an integer) or null", lambda v: v is None or _int(v))
 TOKENS = Kind("a token id, a list of them, or null", lambda v: TOKEN.test(v) or (isinstance(v, list) and all(map(_int, v))))
 STRINGS = Kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+DTYPE = Kind("'float16', 'bfloat16', 'float32', 'float64' or null",  # what paddle can take as PaddleNLP's dtype
+             lambda v: v is None or v in ("float16", "bfloat16", "float32", "float64"))
 
 # What each field that some family reads (copies, renames, translates or judges) must hold, as
 # HF's configuration classes write it; tests/test_config.py checks that no read field is missing.
@@ -212,7 +214,8 @@ KINDS: dict[str, Kind] = {
                      "relative_attention", "position_biased_input"], BOOL),
     "early_stopping": Kind("true, false or 'never'", lambda v: isinstance(v, bool) or v == "never"),
     **dict.fromkeys(["hidden_act", "activation_function", "feed_forward_proj", "pooler_hidden_act", "norm_rel_ebd"], STR),
-    **dict.fromkeys(["torch_dtype", "dtype", "finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
+    **dict.fromkeys(["torch_dtype", "dtype"], DTYPE),
+    **dict.fromkeys(["finetuning_task", "problem_type", "tokenizer_class", "prefix"], STR.or_null()),
     **dict.fromkeys(["bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "forced_bos_token_id"],
                     TOKEN),
     **dict.fromkeys(["eos_token_id", "forced_eos_token_id"], TOKENS),  # generation stops at any of several

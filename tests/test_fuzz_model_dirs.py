@@ -55,7 +55,7 @@ WRITTEN = {**dict.fromkeys(["hidden_size", "num_hidden_layers", "num_attention_h
            "use_cache": lambda v: type(v) is bool, "tie_word_embeddings": lambda v: type(v) is bool,
            "architectures": lambda v: type(v) is list and all(x == "BertModel" for x in v),
            "pad_token_id": lambda v: v is None or type(v) is int,
-           "id2label": lambda v: type(v) is dict, "dtype": lambda v: v is None or type(v) is str}
+           "id2label": lambda v: type(v) is dict, "dtype": lambda v: v in (None, "float16", "bfloat16", "float32", "float64")}
 WHOLE = ["", "not json", "[1, 2]", '"bert"', "null", "\ufeff{}", '{"model_type": "bert"', "\udcff"]
 CONFIG_FILES = ["fifo", "dev_zero", "directory", "dangling", "link", "sparse", "empty"]
 WEIGHT_FILES = ["missing", "truncated", "empty", "link", "directory", "appended", "fifo", "dangling"]

@@ -204,3 +204,13 @@ def test_hfs_later_dtype_field_is_read_and_checked_as_torch_dtype():
 
 def test_eos_may_be_several_token_ids():
     assert translate_config(dict(BERT, eos_token_id=[1, 2])).config["eos_token_id"] == [1, 2]
+
+
+@pytest.mark.parametrize("field", ["torch_dtype", "dtype"])
+@pytest.mark.parametrize("value", ["float128", "int8", "float\n32", "", "torch.float32"])
+def test_a_dtype_paddle_cannot_take_is_refused(field, value):
+    """PaddleNLP reads `dtype` to build its parameters: a name paddle has no format for was copied
+    as it stood, and failed only when the directory was loaded."""
+    with pytest.raises(UserError, match=f"field '{field}' is .*expected 'float16', 'bfloat16'") as caught:
+        translate_config(dict(BERT, **{field: value}), force=True)
+    assert "\n" not in str(caught.value)
