@@ -296,7 +296,7 @@ PADDLE_MEASURED_SIZE = 1 << 20  # the most parameters a paddle layer may have to
 
 @contextlib.contextmanager
 def _paddle_keeps_float64():
-    """Casts of float64 tensors to a lower precision stay float64 inside the block (PaddleNLP's
+    """Casts to a lower float precision give float64 inside the block (PaddleNLP's
     RMSNorm computes in float32 whatever its input, as HF's does); paddle's casts all go through
     the operator paddle._C_ops.cast, which is replaced for the block."""
     import paddle
@@ -305,7 +305,7 @@ def _paddle_keeps_float64():
 
     def keeping(x, dtype):
         lower = str(dtype).rpartition(".")[2] in ("float32", "float16", "bfloat16")
-        return cast(x, paddle.float64 if lower and x.dtype == paddle.float64 else dtype)
+        return cast(x, paddle.float64 if lower else dtype)
     ops.cast = keeping
     try:
         yield

@@ -190,9 +190,10 @@ def to_float64(value, widen=None):
 
 @contextlib.contextmanager
 def float64_reference(fmt: str | None = None, draw: int = 0):
-    """The block is a float64 reference run on this thread: casts of float64 tensors to a lower
-    precision are kept in float64 (HF's RMSNorm computes in float32 whatever its input, so its
-    "float64" output was a float32 one and its budget collapsed to the output rounding), and
+    """The block is a float64 reference run on this thread: casts to a lower float precision give
+    float64 (HF's RMSNorm computes in float32 whatever its input, so its "float64" output was a
+    float32 one and its budget collapsed to the output rounding; HF Llama's rotary casts its
+    integer positions and its float64 inverse frequencies with .float(): both float64), and
     every product rounds its inputs to `fmt` when given (see precision.torch_rounding)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -202,7 +203,7 @@ def float64_reference(fmt: str | None = None, draw: int = 0):
     class KeepFloat64(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func is to_copy and args[0].dtype == torch.float64 and kwargs.get("dtype") in lower:
+            if func is to_copy and kwargs.get("dtype") in lower:  # any cast to a float format: float64
                 kwargs = dict(kwargs, dtype=torch.float64)
             return func(*args, **kwargs)
 
