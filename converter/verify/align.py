@@ -32,6 +32,13 @@ def parent(path: str) -> str:
     return path.rsplit(".", 1)[0] if "." in path else ""
 
 
+def common_ancestor(a: str, b: str) -> str:
+    """The nearest module holding both paths (one of them when it holds the other)."""
+    while not under(b, a):
+        a = parent(a)
+    return a
+
+
 def under(path: str, root: str) -> bool:
     """Whether `path` lies in the subtree at `root`, `root` itself included."""
     return root == "" or path == root or path.startswith(root + ".")

@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 
-from .align import align, parent, shapes_fit, under
+from .align import align, common_ancestor, parent, shapes_fit, under
 from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
 from .forced import forced_paddle, paddle_own_errors, torch_references
@@ -333,9 +334,7 @@ class BinarySearch:
             # does not persist there, so the earlier units not yet probed are probed in order.
             earlier = next((i for i in range(found) if i not in probes and self._probe_at(session, i, probes)), None)
             if earlier is None:
-                bad = probes[found]
-                bad.ratio = max(bad.ratio or 0.0, 1.0 + 1e-9)
-                add_note(bad, "over budget at this unit's boundary, with no layer inside it over budget")
+                bad = self._between(pairs, found, probes[found])
                 results = results + [bad]
                 break
             found = earlier
@@ -365,6 +364,26 @@ class BinarySearch:
                 return found
             found = earlier
         return found
+
+    def _between(self, pairs, found: int, probe: LayerResult) -> LayerResult:
+        """The answer when unit `found` is over budget at its boundary, nothing inside it is, and
+        every earlier unit it may read is within budget: its inputs came from code between the
+        units, the own code of the nearest paired module holding it and the unit before it (a
+        scale applied between two layers of a model's forward), which full capture names too."""
+        paired = {p.torch: p for p in pairs}
+        here = self.units[found].torch
+        holder = parent(here) if found == 0 else common_ancestor(self.units[found - 1].torch, here)
+        while holder not in paired and holder:
+            holder = parent(holder)
+        pair = paired.get(holder)
+        if pair is None:  # no paired module holds it: the unit's own boundary is the answer
+            return dataclasses.replace(probe, note=f"over budget at this unit's boundary (ratio {probe.ratio:.3g}), "
+                                       "with no layer inside it over budget")
+        return dataclasses.replace(
+            probe, torch=pair.torch, paddle=pair.paddle, type=pair.torch_type, paddle_type=pair.paddle_type,
+            note=f"{here or '<model>'} is over budget at its boundary (ratio {probe.ratio:.3g}) with nothing inside it "
+                 "over budget, and every earlier unit it reads is within budget: what it receives comes from "
+                 f"{holder or '<model>'}'s own code between the units")
 
     def _probe_at(self, session, index: int, probes: dict) -> bool:
         bad, probes[index] = self._probe(session, self.units[index])
