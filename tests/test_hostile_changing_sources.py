@@ -39,6 +39,11 @@ def array(self, *args):
                 f.seek(self.size - 8)
                 f.write(b"\\x7f" * 8)
             os.utime(target, ns=(self.identity[3] + 10**9, self.identity[3] + 10**9))
+        elif how == "rewrite, time set back":  # as touch -r or rsync --inplace -t leave it
+            with open(target, "r+b") as f:
+                f.seek(self.size - 8)
+                f.write(b"\x7f" * 8)
+            os.utime(target, ns=(self.identity[3], self.identity[3]))
         elif how == "replace":
             os.rename(target + ".other", target)
     return read(self, *args)
@@ -119,6 +124,16 @@ def test_a_source_rewritten_in_place_while_it_is_read_is_one_line(tmp, fmt):
     r = _convert_changing(changing, "rewrite", src, tmp / "o.pdparams", "--mapping", _rules(tmp))
     assert_one_line_error(r, CHANGED, changing.name)
     assert not (tmp / "o.pdparams").exists()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_source_rewritten_in_place_with_its_time_set_back_is_one_line(tmp, fmt):
+    """Same size, other bytes, the modification time it had: only the status change time
+    tells (exit 0 before, with an output that mixed the two versions)."""
+    src, changing = _source(tmp, fmt)
+    r = _convert_changing(changing, "rewrite, time set back", src, tmp / "o.pdparams", "--mapping", _rules(tmp))
+    assert_one_line_error(r, CHANGED, changing.name, "was written to")
+    assert not (tmp / "o.pdparams").exists() and not no_leftovers(tmp)
 
 
 def test_a_source_replaced_while_it_is_read_is_one_line(tmp):

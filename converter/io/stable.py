@@ -5,8 +5,8 @@ conversion runs) kills the reader with SIGBUS the moment it touches a page past 
 and Python cannot turn that signal into an exception. So tensor data is read with pread into
 memory of our own, each read checked against the size the file had when it was opened: a file
 that shrank is an error, never a signal. Before a commit the file is checked again (device,
-inode, size, modification time), so a file rewritten in place or replaced meanwhile is an
-error too, rather than an output made of two versions.
+inode, size, modification and status change times), so a file rewritten in place or
+replaced meanwhile is an error too, rather than an output made of two versions.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def changed(path: str, why: str) -> UserError:
 
 
 def _identity(info: os.stat_result) -> tuple:
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+    """The status change time too: a rewrite in place that keeps the size and sets the old
+    modification time back (`touch -r`, `rsync --inplace -t`) still moves it."""
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 class StableFile:
@@ -73,17 +75,17 @@ class StableFile:
         return out
 
     def check_unchanged(self) -> None:
-        """The file under its path is still the file opened, with the same size and time."""
-        now = _identity(os.fstat(self.fd))
-        if now != self.identity:
-            what = "shrank or grew" if now[2] != self.size else "was written to"
-            raise changed(self.path, f"{what} ({now[2]} bytes now, {self.size} when it was opened)")
+        """The file under its path is still the file opened, with the same size and times."""
         try:
             there = _identity(os.stat(self.path))
         except OSError:
             raise changed(self.path, "was removed or renamed") from None
-        if there != self.identity:
+        if there[:2] != self.identity[:2]:  # checked first: unlinking the opened file moves its status change time
             raise changed(self.path, "was replaced by another file")
+        now = _identity(os.fstat(self.fd))
+        if now != self.identity or there != self.identity:
+            what = "shrank or grew" if now[2] != self.size else "was written to"
+            raise changed(self.path, f"{what} ({now[2]} bytes now, {self.size} when it was opened)")
 
     def close(self) -> None:
         if self.fd is not None:
