@@ -31,6 +31,7 @@ STRATEGIES = ("auto", "full", "binary")
 EMULATED_SIDES = ("torch", "paddle")
 EMULATED_FORMATS = ("tf32", "bf16", "fp16")
 DEFAULT_STEPS = 10  # verify-port --train's default
+MAX_STEPS = 10_000  # a check of N steps compares every step: more is a run, not a check
 
 
 @dataclass
@@ -63,8 +64,8 @@ class VerifyOptions:
             _one_of(f"emulate format for {side}", fmt, EMULATED_FORMATS)
         if not isinstance(self.train, bool):
             raise UserError(f"VerifyOptions: train must be True or False; got {self.train!r}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise UserError(f"VerifyOptions: steps must be a whole number of at least 1; got {self.steps!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UserError(f"VerifyOptions: steps must be a whole number from 1 to {MAX_STEPS}; got {self.steps!r}")
 
     def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect)."""

@@ -211,3 +211,13 @@ def test_the_rule_index_names_exactly_the_rules_that_match(tmp):
         expected = [rule.where for rule in ruleset.rules if rule.match(key) is not None]
         assert got == expected, key
     assert len(index.matching("enc.3.w", "naming")) == 4  # rules 4 and 704, (.*)\.w and the literal key
+
+
+def test_a_rule_files_name_or_description_that_is_no_string_is_one_line(tmp_path):
+    from converter.errors import UserError
+    from converter.rules.ruleset import load_ruleset
+    for field in ("name", "description"):
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps({field: ["k"], "rules": []}))
+        with pytest.raises(UserError, match=f"'{field}' must be a string"):
+            load_ruleset(str(path))

@@ -3,7 +3,7 @@ naming what is wrong, never a traceback or an internal error."""
 
 import pytest
 
-from conftest import run_verify
+from conftest import run_verify, spec_path
 
 SPEC = '''
 import asyncio
@@ -106,3 +106,11 @@ def test_base_exceptions_from_training_parts_are_one_line(tmp_path, raised, part
     else:
         err = run_train(tmp_path, f"\n\ndef {part}(*args):\n    raise {raised}\n")
     assert f"{name}: stop (line " in err, err
+
+
+def test_steps_beyond_what_a_check_needs_are_one_line():
+    """A step count with no bound ran until killed: --steps takes 1 to MAX_STEPS."""
+    from converter.api import MAX_STEPS
+    for steps in ("0", str(MAX_STEPS + 1), "99999999999999999999"):
+        r = run_verify("--spec", spec_path("train_mlp"), "--device", "cpu", "--train", "--steps", steps)
+        assert r.code == 2 and r.stderr.count("\n") == 1 and "--steps" in r.stderr, (steps, r)

@@ -324,7 +324,11 @@ def parse_ruleset(body, origin: str) -> RuleSet:
     if unmatched not in UNMATCHED:
         raise UserError(f"mapping '{origin}': 'unmatched' must be \"error\" (the default: every key needs a rule) or "
                         f"\"keep\" (keys no naming rule touches keep their names), not {json.dumps(unmatched)}")
-    return RuleSet(str(body.get("name", os.path.basename(origin))), rules, str(body.get("description", "")), unmatched)
+    for key in ("name", "description"):
+        if not isinstance(body.get(key, ""), str):
+            raise UserError(f"mapping {quoted(origin)}: '{key}' must be a string, not "
+                            f"{one_line(json.dumps(body[key]))[:40]}")
+    return RuleSet(body.get("name", os.path.basename(origin)), rules, body.get("description", ""), unmatched)
 
 
 UNMATCHED = ("error", "keep")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..api import MAX_STEPS
 from ..errors import UserError
 
 
@@ -15,8 +16,8 @@ def run_train(spec, options, steps: int, weights, converted, mapping, emit_optim
     from ..api import verify_port
     from .report import render_text
     from .run import translation_of
-    if steps < 1:
-        raise UserError(f"--steps must be at least 1; got {steps}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise UserError(f"--steps takes 1 to {MAX_STEPS} steps; got {steps}")
     if emit_optimizer:
         translation_of(spec)  # nothing to write is bad input, said before the checks run
     report = verify_port(spec, dataclasses.replace(options, train=True, steps=steps), weights=weights,
