@@ -420,8 +420,9 @@ def bloom_inputs(explicit_positions: bool) -> dict:
 
 # ---- RoBERTa: HF RobertaModel -> PaddleNLP RobertaModel (mapping "roberta"): positions offset by the pad id
 
+# positions start after the pad id on both sides: the table holds pad id + 1 rows more
 ROBERTA = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-               intermediate_size=INTERMEDIATE, max_position_embeddings=SEQ + 2 + 2, type_vocab_size=1,
+               intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS + 2, type_vocab_size=1,
                pad_token_id=1, hidden_act="gelu", layer_norm_eps=1e-5, **DROPOUTS_OFF)
 
 
