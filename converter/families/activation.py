@@ -20,6 +20,7 @@ def _candidates(x):
     return {"GELU (exact, erf)": lambda: F.gelu(x), "GELU (tanh approximation)": lambda: F.gelu(x, approximate="tanh"),
             "ReLU": lambda: F.relu(x), "ReLU6": lambda: F.relu6(x), "Hardswish": lambda: F.hardswish(x),
             "SiLU/Swish": lambda: F.silu(x), "Sigmoid": lambda: torch.sigmoid(x), "Tanh": lambda: torch.tanh(x),
+            "QuickGELU (x * sigmoid(1.702 x), CLIP's)": lambda: x * torch.sigmoid(1.702 * x),
             "LeakyReLU(0.01)": lambda: F.leaky_relu(x, 0.01), "LeakyReLU(0.2)": lambda: F.leaky_relu(x, 0.2),
             "identity": lambda: x}
 

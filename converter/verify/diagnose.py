@@ -56,6 +56,7 @@ def check_weights(ctx) -> list[Diagnosis]:
     session = ctx.session
     prefix = ctx.result.torch
     paddle_state = session.paddle_model.state_dict()
+    parameters = {name for name, _ in session.paddle_model.named_parameters()}
     out = []
     for entry in session.plan.entries:
         sources = [p.source for p in entry.parts]
@@ -79,7 +80,8 @@ def check_weights(ctx) -> list[Diagnosis]:
                                  f"gives {list(expected.shape)}", "reconvert the weights for this model"))
         else:
             diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
-            out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' differs from torch's "
+            kind = "weight" if entry.name in parameters else "buffer"
+            out.append(Diagnosis(entry.name, f"paddle {kind} '{entry.name}' differs from torch's "
                                  f"{_differing_source(entry, actual, session.torch_state.read)} under the "
                                  f"mapping (max abs {diff:.3g})",
                                  "load the converted weights again, and check that nothing changes them after loading"))

@@ -193,18 +193,30 @@ def float64_reference(fmt: str | None = None, draw: int = 0):
     """The block is a float64 reference run on this thread: casts to a lower float precision give
     float64 (HF's RMSNorm computes in float32 whatever its input, so its "float64" output was a
     float32 one and its budget collapsed to the output rounding; HF Llama's rotary casts its
-    integer positions and its float64 inverse frequencies with .float(): both float64), and
+    integer positions and its float64 inverse frequencies with .float(): both float64; a tensor
+    made in the default float dtype is float64 too), and
     every product rounds its inputs to `fmt` when given (see precision.torch_rounding)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     lower = (torch.float32, torch.float16, torch.bfloat16)
-    to_copy = torch.ops.aten._to_copy.default
+    aten = torch.ops.aten
+    to_copy = aten._to_copy.default
+    # tensors made from nothing in the default float dtype (HF BART's causal mask, torch.full(...,
+    # finfo(float64).min), overflowed float32): float64 too, on this thread only
+    made = {aten.zeros.default, aten.ones.default, aten.empty.memory_format, aten.rand.default, aten.randn.default}
+    full = aten.full.default
+
+    def floats(func, args, kwargs) -> bool:
+        if "dtype" in kwargs:
+            return kwargs["dtype"] in lower
+        return func in made or (func is full and isinstance(args[1], float))
 
     class KeepFloat64(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func is to_copy and kwargs.get("dtype") in lower:  # any cast to a float format: float64
-                kwargs = dict(kwargs, dtype=torch.float64)
+            if (func is to_copy and kwargs.get("dtype") in lower) or ((func in made or func is full)
+                                                                    and floats(func, args, kwargs)):
+                kwargs = dict(kwargs, dtype=torch.float64)  # any cast to, or tensor made in, a float format
             return func(*args, **kwargs)
 
     with KeepFloat64():
