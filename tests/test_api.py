@@ -141,9 +141,9 @@ def test_convert_weights_refuses_bad_input_and_writes_nothing(tmp_path):
     ({"emulate": {"paddle": "fp8"}}, "emulate format for paddle must be one of tf32, bf16, fp16"),
     ({"emulate": "paddle=tf32"}, "emulate must be a dict"),
     ({"train": "yes"}, "train must be True or False; got 'yes'"),
-    ({"train": True, "steps": 0}, "steps must be a whole number of at least 1; got 0"),
-    ({"train": True, "steps": "3"}, "steps must be a whole number of at least 1; got '3'"),
-    ({"train": True, "steps": True}, "steps must be a whole number of at least 1; got True"),
+    ({"train": True, "steps": 0}, "steps must be a whole number from 1 to 10000; got 0"),
+    ({"train": True, "steps": "3"}, "steps must be a whole number from 1 to 10000; got '3'"),
+    ({"train": True, "steps": True}, "steps must be a whole number from 1 to 10000; got True"),
 ])
 def test_bad_options_are_one_clear_error(kwargs, message):
     with pytest.raises(UserError, match=message):

@@ -334,7 +334,12 @@ class BinarySearch:
             # does not persist there, so the earlier units not yet probed are probed in order.
             earlier = next((i for i in range(found) if i not in probes and self._probe_at(session, i, probes)), None)
             if earlier is None:
-                bad = self._between(pairs, found, probes[found])
+                own = next((r for r in results if r.torch == self.units[found].torch), None)
+                if own is not None and own.within_budget:  # judged on torch's inputs, and within budget
+                    bad = self._between(pairs, found, probes[found])
+                else:  # the unit's own output could not be judged inside it (a fused layer, a NaN): its boundary
+                    bad = dataclasses.replace(probes[found], note="over budget at this unit's boundary, with no "
+                                              "layer inside it over budget")
                 results = results + [bad]
                 break
             found = earlier
