@@ -142,19 +142,19 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
     else:
         # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
         # steps of a recurrence), the other side's is expected to be large too
-        var = np.square(e_ref, dtype=dt)
-        if condition is not None:
-            var += np.square(np.asarray(condition, dtype=dt).ravel())
-        const = e_ref_ms * len(formats)
-        if e_other is not None and len(formats) > 1 and np.size(e_other) == e_ref.size:
-            e_other = np.asarray(e_other, dtype=dt).ravel()
-            const += float(np.dot(e_other, e_other)) / n - e_ref_ms
-            var *= dt(len(formats) - 1)
-            var += np.square(e_other)
-            if condition is not None:
-                var += np.square(np.asarray(condition, dtype=dt).ravel())
-        else:
-            var *= dt(len(formats))
+        # each side's own observed error: torch's, and the other side's where it was measured
+        own = {side: e_ref for side in formats}
+        if e_other is not None and np.size(e_other) == e_ref.size:
+            own.update((side, np.asarray(e_other, dtype=dt).ravel()) for side in formats if side != "torch")
+        cond2 = np.square(np.asarray(condition, dtype=dt).ravel()) if condition is not None else None
+        var = np.zeros(e_ref.shape, dt)
+        const = 0.0
+        for e in own.values():
+            var += np.square(e, dtype=dt)
+            if cond2 is not None:
+                var += cond2
+            const += float(np.dot(e, e)) / n
+        y_ms = float(np.mean(y2, dtype=np.float64)) if y2.size else 0.0
         for fmt in formats.values():  # a side in another format: its rounding's effect, per element and rms
             effect = rounding.get(fmt) if fmt != "fp32" else None
             if effect is None:
@@ -168,7 +168,6 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
                 # and in proportion to each element's own size, at the tensor's ratio of the two: a few
                 # draws per element may all come out small where the effect is large (a probability
                 # near 1), and it scales with the value it rounds
-                y_ms = float(np.mean(y2, dtype=np.float64)) if y2.size else 0.0
                 if y_ms > 0 and math.isfinite(ms / y_ms):
                     var += y2 * dt(ms / y_ms)
     if matmul is not None:  # its result stored in each side's format (bf16 under AMP: measured on a GPU)

@@ -229,7 +229,7 @@ def check_precision(ctx) -> list[Diagnosis]:
             formats[side] = fmt
             budget = layer_budget(ctx.session, ctx.result.torch, t_call, ev.y_torch, ev.y64, formats)
             ratio, tol = budget.ratio(diff)
-            if ratio <= 1.0 and fmt == "tf32" and not _can_run_tf32(ctx.session.precision[side]):
+            if ratio <= 1.0 and fmt == "tf32" and not ctx.session.precision[side].can_run_tf32:
                 where = ctx.session.precision[side].device
                 return [Diagnosis(ctx.name, f"the local error {float(diff.max()):.3g} is over the "
                                   f"{ctx.session.formats[side]} budget ({ctx.result.budget:.3g}) but within that of "
@@ -254,13 +254,6 @@ def _follows_the_output(signed: np.ndarray, y: np.ndarray) -> bool:
     y = np.asarray(y, dtype=np.float64).ravel()
     norm = float(np.linalg.norm(signed)) * float(np.linalg.norm(y))
     return norm > 0 and abs(float(np.dot(signed, y))) / norm > 0.5
-
-
-def _can_run_tf32(side) -> bool:
-    """TF32 exists only in NVIDIA GPUs' tensor cores of compute capability 8.0 and later: on a CPU,
-    or an older GPU, a difference is never TF32's."""
-    capability = side.flags.get("compute_capability")
-    return side.device == "cuda" and capability is not None and int(str(capability).split(".")[0]) >= 8
 
 
 def check_own_forward(ctx) -> list[Diagnosis]:

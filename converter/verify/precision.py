@@ -58,7 +58,7 @@ def round_paddle(t, fmt: str):
     import paddle
     if fmt == "fp32" or t.dtype not in (paddle.float32, paddle.float64):
         return t
-    return paddle.to_tensor(round_array(t.numpy(), fmt))
+    return paddle.to_tensor(round_array(t.numpy(), fmt), place=t.place)
 
 
 @dataclass
@@ -74,6 +74,12 @@ class SidePrecision:
     @property
     def format(self) -> str:
         return self.emulated or self.matmul
+
+    @property
+    def can_run_tf32(self) -> bool:
+        """TF32 exists only in NVIDIA GPUs' tensor cores of compute capability 8.0 and later."""
+        capability = self.flags.get("compute_capability")
+        return self.device == "cuda" and capability is not None and int(capability.split(".")[0]) >= 8
 
     def to_json(self) -> dict:
         return {"framework": self.framework, "device": self.device, "flags": self.flags,
@@ -100,7 +106,7 @@ def torch_precision(device: str) -> SidePrecision:
         cc = torch.cuda.get_device_capability()
         flags["compute_capability"] = f"{cc[0]}.{cc[1]}"
         uses_tf32 = flags["cuda.matmul.allow_tf32"] or fp32_precision == "tf32"
-        if cc[0] >= 8 and uses_tf32 and not _tf32_override_off():
+        if side.can_run_tf32 and uses_tf32 and not _tf32_override_off():
             side.matmul = "tf32"
     return side
 
@@ -121,7 +127,7 @@ def paddle_precision(device: str) -> SidePrecision:
         cc = paddle.device.cuda.get_device_capability()
         flags["compute_capability"] = f"{cc[0]}.{cc[1]}"
         uses_tf32 = flags.get("FLAGS_cublas_allow_tf32", flags.get("cublas_switch", False))
-        if cc[0] >= 8 and uses_tf32 and not _tf32_override_off():
+        if side.can_run_tf32 and uses_tf32 and not _tf32_override_off():
             side.matmul = "tf32"
     return side
 
@@ -267,7 +273,7 @@ def _round_paddle_value(value, fmt: str):
         return type(value)(_round_paddle_value(v, fmt) for v in value)
     if not isinstance(value, paddle.Tensor) or value.dtype != paddle.float32:
         return value
-    r = paddle.to_tensor(round_array(value.numpy(), fmt), place=value.place)
+    r = round_paddle(value, fmt)
     return r if value.stop_gradient else value + (r - value).detach()
 
 
