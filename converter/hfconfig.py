@@ -185,7 +185,7 @@ DTYPE = Kind("'float16', 'bfloat16', 'float32', 'float64' or null",  # what padd
              lambda v: v is None or v in ("float16", "bfloat16", "float32", "float64"))
 
 # What each field that some family reads (copies, renames, translates or judges) must hold, as
-# HF's configuration classes write it; tests/test_config.py checks that no read field is missing.
+# HF's configuration classes write it; tests/unit/rules/test_config.py checks that no read field is missing.
 KINDS: dict[str, Kind] = {
     **dict.fromkeys(["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                      "max_position_embeddings", "n_embd", "n_embed", "n_head", "n_layer", "n_positions", "d_ff", "d_kv",

@@ -347,7 +347,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="one family")
     ap.add_argument("--skip-directories", action="store_true")
-    ap.add_argument("--record", metavar="FILE", help="write what the tests replay (tests/test_families_recorded.json)")
+    ap.add_argument("--record", metavar="FILE", help="write what the tests replay (tests/unit/rules/test_families_recorded.json)")
     args = ap.parse_args()
     global RECORDED
     RECORDED = [] if args.record else None

@@ -3,7 +3,7 @@ its side environment); the README's main-job command is the bundled default."""
 
 import os
 
-from conftest import ROOT
+from helpers.cli import ROOT
 
 
 def _readme_lines(prefix):

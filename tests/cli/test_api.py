@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_convert, run_verify, spec_path
+from helpers.cli import ROOT, run_convert, run_verify, spec_path
 
 from converter import PortSpec, VerifyOptions, convert_weights, verify_port
 from converter.errors import UserError

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import run_convert, spec_path
+from helpers.cli import run_convert, spec_path
 
 
 def _state():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_fp32_close, forward_both, load_output_into, run_convert, spec_path
+from helpers.cli import run_convert, spec_path
+from helpers.models import assert_fp32_close, forward_both, load_output_into
 from converter.spec import load_spec
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter.io.pdparams import load_pdparams
 from test_families import RECORDED, hf_state
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run_verify
+from helpers.cli import run_verify
 
 BASE = '''
 import numpy as np, paddle, torch

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import run_verify, spec_path
+from helpers.cli import run_verify, spec_path
 
 SPEC_TEXT = open(spec_path("train_mlp")).read()
 

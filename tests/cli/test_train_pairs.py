@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import run_verify, spec_path
+from helpers.cli import run_verify, spec_path
 
 STEPS = 20
 

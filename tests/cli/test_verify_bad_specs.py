@@ -3,7 +3,7 @@ never a silent exit 0 and never a report that passes."""
 
 import pytest
 
-from conftest import run_verify, spec_path
+from helpers.cli import run_verify, spec_path
 
 BASE = open(spec_path("signatures")).read()
 TORCH_RETURN = "return self.head(self.norm(h + self.attn(h)))"
@@ -54,7 +54,7 @@ def test_randomness_in_the_torch_forward_never_passes(tmp_path, strategy):
 def test_converted_file_of_wrong_shape_or_dtype_is_refused_before_loading(tmp_path, change):
     import numpy as np
     from converter.io.pdparams import load_pdparams
-    from conftest import run_convert
+    from helpers.cli import run_convert
     spec = spec_path("signatures")
     good = tmp_path / "good.pdparams"
     assert run_convert(_torch_checkpoint(tmp_path), good, "--spec", spec).code == 0

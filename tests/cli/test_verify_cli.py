@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from conftest import run_script, run_verify, spec_path
+from helpers.cli import run_script, run_verify, spec_path
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
 from converter.verify.session import Options
@@ -34,9 +34,9 @@ def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
 def _planted_bert(name):
     """(spec, bug) for one of the planted BERT bugs."""
     import sys
-    from conftest import SPECS
+    from helpers.cli import SPECS
     sys.path.insert(0, SPECS)
-    from planted import BERT_BUGS, clean_bert
+    from helpers.planted import BERT_BUGS, clean_bert
     from converter.examples import bert_port as B
     bug = next(b for b in BERT_BUGS if b.name == name)
 
@@ -100,7 +100,7 @@ def test_converted_file_that_is_a_hostile_pickle(tmp):
 def test_converted_file_for_another_model_is_one_line_and_not_loaded(tmp):
     from safetensors.numpy import save_file
 
-    from conftest import run_convert
+    from helpers.cli import run_convert
     from converter.spec import load_spec
     cnn = load_spec(spec_path("cnn")).torch_model()
     save_file({k: v.detach().numpy().copy() for k, v in cnn.state_dict().items()}, str(tmp / "cnn.safetensors"))
@@ -241,7 +241,7 @@ def test_an_oserror_from_a_library_gets_no_disk_hint(capsys):
     ("convert-weights", ["a.pt", "b.pdparams", "--dtype"], "Option '--dtype' requires an argument"),
 ])
 def test_a_usage_error_is_one_line_saying_where_help_is(command, args, words):
-    from conftest import run_convert
+    from helpers.cli import run_convert
     r = (run_verify if command == "verify-port" else run_convert)(*args)
     assert r.code == 2, r
     assert r.stderr.splitlines() == [r.stderr.rstrip("\n")], r  # one line, no usage block

@@ -20,7 +20,7 @@ from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from hostile_forge import assert_clean_verdict, fuzz_settings, no_leftovers, run_in_process
+from helpers.hostile_forge import assert_clean_verdict, fuzz_settings, no_leftovers, run_in_process
 from test_model_dir import BERT, BERT_CONFIG, load_dir
 
 LAYOUTS = ("bin", "safetensors", "sharded")

@@ -17,7 +17,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
-from hostile_forge import (assert_clean_verdict, fuzz_settings, p_dict, p_int, p_str, p_tensor, pickle_of, run_in_process,
+from helpers.hostile_forge import (assert_clean_verdict, fuzz_settings, p_dict, p_int, p_str, p_tensor, pickle_of, run_in_process,
                            safetensors_raw, torch_zip)
 
 KEEP_ALL = json.dumps({"name": "keep", "rules": [{"kind": "rename", "match": "(.*)", "to": r"\1"}]})

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from hostile_forge import assert_clean_verdict, fuzz_settings, run_in_process
+from helpers.hostile_forge import assert_clean_verdict, fuzz_settings, run_in_process
 
 SOURCE = {"enc.layer.0.w": np.arange(12, dtype=np.float32).reshape(2, 6),
           "enc.layer.1.w": np.arange(12, 24, dtype=np.float32).reshape(2, 6),

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.cli import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import fuzz_readers  # noqa: E402

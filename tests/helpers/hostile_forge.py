@@ -1,5 +1,5 @@
 """Builders for hostile and malformed checkpoints, written opcode by opcode, and a runner that
-bounds a conversion's time and memory. Used by the tests/test_hostile_*.py and test_fuzz_*.py."""
+bounds a conversion's time and memory. Used by tests/hostile and tests/fuzz."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 import zipfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # ---- pickle opcodes (protocol 2, as torch.save writes data.pkl)
 

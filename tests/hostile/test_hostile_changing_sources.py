@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from hostile_forge import ROOT, assert_one_line_error, no_leftovers
+from helpers.hostile_forge import ROOT, assert_one_line_error, no_leftovers
 
 KEEP_ALL = {"name": "keep", "rules": [{"kind": "rename", "match": "(.*)", "to": r"\1"}]}
 CHANGED = "SRC changed while it was being read"

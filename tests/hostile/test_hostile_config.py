@@ -9,11 +9,11 @@ import os
 import pytest
 import torch
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter.errors import UserError
 from converter.hfconfig import FAMILIES, KINDS, check_kinds, reads, translate_config
 from converter.hfdir import read_config
-from hostile_forge import no_leftovers
+from helpers.hostile_forge import no_leftovers
 from test_config import CASES
 
 GPT2, DEBERTA, BERT = CASES["gpt2"][0], CASES["deberta-v2"][0], CASES["bert"][0]

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from conftest import ROOT, run_convert, run_verify, spec_path
-from hostile_forge import assert_one_line_error, fuzz_settings, no_leftovers
+from helpers.cli import ROOT, run_convert, run_verify, spec_path
+from helpers.hostile_forge import assert_one_line_error, fuzz_settings, no_leftovers
 from test_model_dir import BERT, hf_dir, load_dir
 from test_families import hf_state
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import ROOT, run_convert, run_verify, spec_path
-from hostile_forge import assert_one_line_error, no_leftovers
+from helpers.cli import ROOT, run_convert, run_verify, spec_path
+from helpers.hostile_forge import assert_one_line_error, no_leftovers
 
 KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
 

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import run_convert
-from hostile_forge import assert_one_line_error, run_bounded
+from helpers.cli import run_convert
+from helpers.hostile_forge import assert_one_line_error, run_bounded
 
 
 def _paddle_state():
@@ -161,7 +161,7 @@ def test_files_that_are_not_a_dict_of_arrays(tmp, body):
 
 @pytest.mark.parametrize("code,order,raw", [("O8", "|", b"\x41" * 16), ("U2", "<", b"a\0\0\0b\0\0\0"), ("V8", "|", b"x" * 16)])
 def test_verify_port_converted_with_an_object_string_or_structured_array(tmp, code, order, raw):
-    from conftest import run_verify, spec_path
+    from helpers.cli import run_verify, spec_path
     path = tmp / "bad.pdparams"
     path.write_bytes(_array_pickle(code, order, raw, (2,) if code != "U2" else (1,)))
     r = run_verify("--spec", spec_path("cnn"), "--converted", path)
@@ -189,7 +189,7 @@ def test_arrays_numpy_itself_pickled_that_are_not_plain_numbers(tmp, kind):
     """A state dict that fits the model but for one array of another dtype, pickled by numpy
     itself (as paddle.save writes it): the reader refuses it, and verify-port --converted says so
     in one line (it ended in an internal error)."""
-    from conftest import run_verify, spec_path
+    from helpers.cli import run_verify, spec_path
     from converter.errors import UserError
     from converter.io.pdparams import load_pdparams
     from converter.spec import load_spec

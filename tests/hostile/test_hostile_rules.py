@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import run_convert
-from hostile_forge import assert_one_line_error, run_bounded
+from helpers.cli import run_convert
+from helpers.hostile_forge import assert_one_line_error, run_bounded
 
 
 def _setup(tmp, rules, state=None):

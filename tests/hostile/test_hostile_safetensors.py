@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import run_convert
-from hostile_forge import assert_one_line_error, no_leftovers, run_bounded, safetensors_raw
+from helpers.cli import run_convert
+from helpers.hostile_forge import assert_one_line_error, no_leftovers, run_bounded, safetensors_raw
 
 KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
 
@@ -167,7 +167,7 @@ def test_a_key_that_is_not_valid_unicode_is_refused(tmp, fmt):
                         bytes(4))
         src = tmp / "m.safetensors"
     else:
-        from hostile_forge import float_bytes, p_dict, p_tensor, pickle_of, torch_zip
+        from helpers.hostile_forge import float_bytes, p_dict, p_tensor, pickle_of, torch_zip
         key = b"X\x03\x00\x00\x00\xed\xa0\x80"
         torch_zip(tmp / "m.bin", pickle_of(p_dict([(key, p_tensor(shape=(2,), stride=(1,)))])), {"0": float_bytes([1, 2, 3, 4])})
         src = tmp / "m.bin"

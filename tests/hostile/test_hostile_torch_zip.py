@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_convert
-from hostile_forge import (assert_one_line_error, float_bytes, no_leftovers, p_dict, p_int, p_str, p_tensor,
+from helpers.cli import run_convert
+from helpers.hostile_forge import (assert_one_line_error, float_bytes, no_leftovers, p_dict, p_int, p_str, p_tensor,
                            pickle_of, run_bounded, torch_zip)
 
 KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
@@ -220,7 +220,7 @@ def test_a_bool_tensor_holding_other_bytes_is_refused(tmp, fmt):
         torch_zip(tmp / "m.bin", pickle_of(p_dict([(p_str("w"), p_tensor(numel=2, shape=(2,), stride=(1,),
                                                                         storage_type="BoolStorage"))])), {"0": b"\x14\x01"})
     else:
-        from hostile_forge import safetensors_raw
+        from helpers.hostile_forge import safetensors_raw
         safetensors_raw(tmp / "m.bin", {"w": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x01\x14")
         (tmp / "m.bin").rename(tmp / "m.safetensors")
     src = tmp / ("m.bin" if fmt == "zip" else "m.safetensors")

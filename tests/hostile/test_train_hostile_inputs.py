@@ -3,7 +3,7 @@ naming what is wrong, never a traceback or an internal error."""
 
 import pytest
 
-from conftest import run_verify, spec_path
+from helpers.cli import run_verify, spec_path
 
 SPEC = '''
 import asyncio

@@ -4,7 +4,7 @@ one line, or an honest verdict, never a traceback and never a pass it has not ea
 import numpy as np
 import pytest
 
-from conftest import run_verify
+from helpers.cli import run_verify
 
 SPEC = '''
 import numpy as np

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter import layout
 from converter.io.base import TensorInfo
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import ROOT, run_convert
+from helpers.cli import ROOT, run_convert
 
 
 def _rules(tmp, rules):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 from safetensors.numpy import save_file
 
-from hostile_forge import ROOT
+from helpers.hostile_forge import ROOT
 
 MIB = 1 << 20
 

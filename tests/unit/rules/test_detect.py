@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter.errors import UserError
 from converter.io.base import TensorInfo
 from converter.io.pdparams import load_pdparams
@@ -113,7 +113,7 @@ def test_two_fit_the_more_specific_is_used_and_the_other_named(tmp):
 
 def test_two_sets_that_differ_only_in_rules_the_checkpoint_does_not_use_give_the_same_file(tmp):
     case = _bert_keys()
-    with open(os.path.join(os.path.dirname(__file__), "..", "mappings", "bert.json")) as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "mappings", "bert.json")) as f:
         body = json.load(f)
     bare = [r for r in body["rules"] if "classifier" not in json.dumps(r) and "cls" not in json.dumps(r)]
     found = detect(_infos(case["hf"]), names=["bert", _rule_file(tmp, "bert-bare", bare)])

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import ROOT, run_convert
+from helpers.cli import ROOT, run_convert
 from converter.io.pdparams import load_pdparams
 
-with open(os.path.join(ROOT, "tests", "test_families_recorded.json")) as f:
+with open(os.path.join(ROOT, "tests", "unit", "rules", "test_families_recorded.json")) as f:
     RECORDED = json.load(f)
 
 

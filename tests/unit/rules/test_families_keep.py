@@ -6,7 +6,7 @@ import os
 import numpy as np
 import torch
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter.io.pdparams import load_pdparams
 from converter.rules.ruleset import load_ruleset
 

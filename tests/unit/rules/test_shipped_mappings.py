@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_convert
+from helpers.cli import run_convert
 from converter.examples import bert_port as B
 from converter.io.pdparams import load_pdparams
 

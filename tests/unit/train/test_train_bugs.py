@@ -6,7 +6,7 @@ import paddle
 import pytest
 import torch
 
-from conftest import spec_path
+from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.run import train_check
 

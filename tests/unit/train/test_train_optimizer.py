@@ -110,7 +110,7 @@ def test_groups_differing_in_any_setting_are_bad_input_naming_it():
 
 
 def _mlp_with(torch_optimizer):
-    from conftest import spec_path
+    from helpers.cli import spec_path
     from converter.spec import PortSpec
     spec = PortSpec.from_file(spec_path("train_mlp"))
     spec.module.torch_optimizer = torch_optimizer
@@ -139,7 +139,7 @@ def test_torch_optimizer_over_a_part_of_the_model_is_translated_over_that_part()
     assert not [r for r in report.rows if r.phase == "structure"]
     namespace = {}
     exec(compile(report.optimizer_code, "<emitted>", "exec"), namespace)
-    from conftest import spec_path
+    from helpers.cli import spec_path
     from converter.spec import PortSpec
     model = PortSpec.from_file(spec_path("train_mlp")).module.paddle_model()
     popt = namespace["paddle_optimizer"](model)

@@ -1,7 +1,7 @@
 """The seed story, training side: paddle's matmuls in TF32 (emulated) and a BatchNorm momentum left
 in torch's convention. The report calls the first noise and names the second as the cause."""
 
-from conftest import spec_path
+from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.report import render_text
 from converter.train.run import train_check

@@ -115,7 +115,7 @@ def test_another_activation_gets_a_hint_to_compute_torchs():
 def _signatures():
     import importlib.util
 
-    from conftest import spec_path
+    from helpers.cli import spec_path
     spec = importlib.util.spec_from_file_location("signatures_for_padding", spec_path("signatures"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,7 +5,7 @@ import sys
 
 import paddle
 
-from conftest import SPECS
+from helpers.cli import SPECS
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
 from converter.verify.session import Options

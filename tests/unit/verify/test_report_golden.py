@@ -1,16 +1,16 @@
-"""Golden files for the text and HTML reports of the bundled example (tests/golden/). Numbers
+"""Golden files for the text and HTML reports of the bundled example (tests/unit/verify/golden/). Numbers
 are masked: the figures are tested elsewhere, against float64; these guard what a report
-says and how it is laid out. After an intended change: T2P_UPDATE_GOLDEN=1 pytest tests/test_report_golden.py."""
+says and how it is laid out. After an intended change: T2P_UPDATE_GOLDEN=1 pytest tests/unit/verify/test_report_golden.py."""
 
 import os
 import re
 
 import pytest
 
-from conftest import ROOT
+from helpers.cli import ROOT
 from converter.examples import bert_port
 
-GOLDEN = os.path.join(ROOT, "tests", "golden")
+GOLDEN = os.path.join(ROOT, "tests", "unit", "verify", "golden")
 NUMBER = re.compile(r"(?<![\w.])[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?(?![\w.])")
 # a figure left out ('-': a layer bit-identical to torch's on the same inputs needs no budget) is
 # one as much as a number is: which layers come out exactly equal depends on the CPU's kernels

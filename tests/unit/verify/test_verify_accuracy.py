@@ -6,14 +6,14 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SPECS, spec_path
+from helpers.cli import SPECS, spec_path
 from converter.examples import bert_port as B
 from converter.spec import load_spec, spec_from_functions
 from converter.verify.run import verify
 from converter.verify.session import Options
 
 sys.path.insert(0, SPECS)
-from planted import ALL_BUGS, clean_bert  # noqa: E402
+from helpers.planted import ALL_BUGS, clean_bert  # noqa: E402
 
 
 def _spec_for(bug):

@@ -7,7 +7,7 @@ import paddle
 import pytest
 import torch
 
-from conftest import run_verify
+from helpers.cli import run_verify
 from converter.convert import convert_in_memory
 from converter.errors import UserError
 from converter.spec import spec_from_functions

@@ -11,7 +11,7 @@ import paddle
 import pytest
 import torch
 
-from conftest import SPECS, run_verify
+from helpers.cli import SPECS, run_verify
 from converter.api import PortSpec, VerifyOptions, convert_weights, verify_port
 from converter.errors import UserError
 from converter.verify.report import render_html, render_text

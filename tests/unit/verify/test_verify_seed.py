@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from conftest import SPECS, run_convert, run_verify, spec_path
+from helpers.cli import SPECS, run_convert, run_verify, spec_path
 from converter.spec import load_spec, spec_from_functions
 from converter.verify.run import verify
 from converter.verify.session import Options

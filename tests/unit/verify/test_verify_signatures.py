@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from conftest import run_verify, spec_path
+from helpers.cli import run_verify, spec_path
 
 
 def _spec_module():
