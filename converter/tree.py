@@ -1,0 +1,134 @@
+"""Walking nested values: a model's outputs, a call's arguments, a spec's inputs.
+
+One rule for the containers walked, in one order, for every walker in the package:
+
+- a dict (any subclass: OrderedDict, an HF or PaddleNLP ModelOutput): its values in key order;
+  rebuilt as a copy of the same type with the same keys, so a layer that checks its input with
+  isinstance still accepts it;
+- a namedtuple, a tuple, a list: by position; rebuilt in the same type;
+- a dataclass instance (that is no dict): its fields in declaration order; rebuilt as a copy of
+  the same type with the fields set;
+- anything else that is not a leaf: no leaves, kept as it is.
+
+Which values are leaves is the caller's `is_leaf`; the rule for the tensors verification
+compares is `is_float_tensor` (a floating tensor of either framework, of any width: a float16
+or bfloat16 output is compared, not dropped). Neither framework is imported here: a value
+can only be one of their tensors once its framework is loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from typing import Any, Callable
+
+Leaf = Callable[[Any], bool]
+
+PADDLE_FLOATS = ("float16", "bfloat16", "float32", "float64")  # the float dtypes paddle's tensors convert from
+
+
+def is_torch_tensor(value) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def is_paddle_tensor(value) -> bool:
+    paddle = sys.modules.get("paddle")
+    return paddle is not None and isinstance(value, paddle.Tensor)
+
+
+def is_tensor(value) -> bool:
+    """A tensor of either framework."""
+    return is_torch_tensor(value) or is_paddle_tensor(value)
+
+
+def is_float_tensor(value) -> bool:
+    """A floating tensor of either framework, of any width: the leaves verification compares."""
+    if is_torch_tensor(value):
+        return value.is_floating_point()
+    return is_paddle_tensor(value) and str(value.dtype).rpartition(".")[2] in PADDLE_FLOATS
+
+
+def _children(value) -> list | None:
+    """The (key, child) pairs of a container, or None for a value that is none."""
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, (tuple, list)):
+        return list(enumerate(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    return None
+
+
+def _rebuild(value, items: list):
+    """A container of `value`'s type holding `items`, the (key, child) pairs _children gave."""
+    if isinstance(value, dict):
+        if type(value) is dict:
+            return dict(items)
+        new = copy.copy(value)  # OrderedDict, defaultdict, ModelOutput: type, keys and attributes kept
+        for k, v in items:
+            new[k] = v
+        return new
+    if isinstance(value, (tuple, list)):
+        children = [v for _, v in items]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*children)
+        return type(value)(children)
+    new = copy.copy(value)  # a dataclass: copied, not rebuilt through __init__ (init=False fields, frozen ones)
+    for k, v in items:
+        object.__setattr__(new, k, v)
+    return new
+
+
+def flatten(value, is_leaf: Leaf = is_float_tensor) -> list:
+    """The leaves of a nested value, in the walk's order."""
+    out: list = []
+
+    def walk(v, on_path: frozenset) -> None:
+        if is_leaf(v):
+            out.append(v)
+            return
+        children = _children(v)
+        if children is None or id(v) in on_path:  # a container holding itself: walked once
+            return
+        inside = on_path | {id(v)}
+        for _, child in children:
+            walk(child, inside)
+
+    walk(value, frozenset())
+    return out
+
+
+def map_leaves(value, fn: Callable[[Any], Any], is_leaf: Leaf = is_float_tensor):
+    """`value` with each leaf replaced by fn(leaf), in flatten's order; a container with a changed
+    leaf inside rebuilt in its own type, everything else kept as it is (the same object)."""
+    def walk(v, on_path: frozenset):
+        if is_leaf(v):
+            return fn(v)
+        children = _children(v)
+        if children is None or id(v) in on_path:
+            return v
+        inside = on_path | {id(v)}
+        items = [(k, walk(c, inside)) for k, c in children]
+        if all(new is old for (_, new), (_, old) in zip(items, children)):
+            return v  # nothing inside changed: the container itself, not a copy
+        return _rebuild(v, items)
+
+    return walk(value, frozenset())
+
+
+def replace(value, new: dict | list, is_leaf: Leaf = is_float_tensor):
+    """`value` with its leaf number k (in flatten's order) replaced by new[k]: a dict gives some
+    of them (the rest kept), a list gives all of them, one each, in order."""
+    if isinstance(new, list):
+        if len(new) != len(flatten(value, is_leaf)):
+            raise ValueError(f"{len(new)} replacements for {len(flatten(value, is_leaf))} leaves")
+        new = dict(enumerate(new))
+    count = iter(range(sys.maxsize))
+
+    def swap(leaf):
+        k = next(count)
+        return new.get(k, leaf)
+
+    return map_leaves(value, swap, is_leaf)
