@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .convert import ConversionResult
     from .train.result import TrainReport
     from .verify.report import Report
-    from .verify.session import Options
+    from .compare.session import Options
 
 __all__ = ["PortSpec", "VerifyOptions", "convert_weights", "verify_port"]
 
@@ -69,7 +69,7 @@ class VerifyOptions:
 
     def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect)."""
-        from .verify.session import Options
+        from .compare.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),
                        strategy=self.strategy)
 

@@ -9,7 +9,7 @@
    RSS is sampled every 5 ms on a thread.
 
     python scripts/bench_verify.py
-    python scripts/bench_verify.py caches   # what each table in verify/identity.py saves
+    python scripts/bench_verify.py caches   # what each table in compare/identity.py saves
 """
 
 import os
@@ -28,7 +28,7 @@ import_paddle()  # first, quietly: the example imports paddle at its top
 from converter.examples import bert_port as B  # noqa: E402
 from converter.spec import spec_from_functions  # noqa: E402
 from converter.verify.strategies import choose  # noqa: E402
-from converter.verify.session import Options, PortSession  # noqa: E402
+from converter.compare.session import Options, PortSession  # noqa: E402
 
 MB = 1 << 20
 
@@ -94,7 +94,7 @@ def speed(repeat=5):
           f"median of per-round ratios {ratios[len(ratios) // 2]:.2f} (target <= 3)")
 
 
-CACHES = ("converted", "known")  # verify/identity.py: the named tables
+CACHES = ("converted", "known")  # compare/identity.py: the named tables
 
 
 def caches(repeat=3):
@@ -106,7 +106,7 @@ def caches(repeat=3):
     the memory benchmark), with every table and without each, in fresh processes."""
     import statistics
 
-    from converter.verify import identity
+    from converter.compare import identity
     B.resize(hidden=768, layers=12, heads=12, ffn=3072, seq=128, batch=2)
     session = PortSession(clean_spec(), Options(device="cpu", strategy="full"))
     session.run_torch(), session.run_paddle()  # warm up
@@ -142,9 +142,9 @@ def _held_in_fresh_process(name, layers, off=None) -> int:
 
 def memory_one(name, layers, off=None):
     """Run in a fresh process: the allocator keeps what an earlier run freed. `off`: a table of
-    verify/identity.py to turn off."""
+    compare/identity.py to turn off."""
     if off:
-        from converter.verify import identity
+        from converter.compare import identity
         identity.TURNED_OFF.add(off)
     B.resize(hidden=256, layers=layers, heads=4, ffn=1024, seq=512, batch=4)
     session = PortSession(clean_spec(), Options(device="cpu"))

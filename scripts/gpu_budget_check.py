@@ -1,7 +1,7 @@
 """Real GPU arithmetic against the budgets the verifier gives for it (torch only; needs CUDA).
 
 The verifier never runs TF32 or bf16 on a CPU: it derives what those formats may cost from the
-arithmetic model in converter/verify/budget.py, and emulates them by rounding the inputs and
+arithmetic model in converter/compare/budget.py, and emulates them by rounding the inputs and
 weights of matmul layers. This script checks both against real tensor-core arithmetic:
 
 * forward: for matmul layers with real-model shapes (DeBERTa-v2-xlarge's 1536x1536 query_proj,
@@ -53,7 +53,7 @@ def _stats(module, x):
     import torch
 
     from converter.families import lookup
-    from converter.verify.budget import MatmulStats
+    from converter.compare.budget import MatmulStats
     m64 = copy.deepcopy(module).double()
     with torch.no_grad():
         s2, k = lookup(module).products(m64, (x.double(),), m64.weight.double() ** 2, lambda t: t * t)
@@ -63,7 +63,7 @@ def _stats(module, x):
 def _run(module, x, fmt: str | None = None, emulate: str | None = None):
     import torch
 
-    from converter.verify.precision import round_torch
+    from converter.compare.precision import round_torch
     m = copy.deepcopy(module)
     with torch.no_grad():
         if emulate:
@@ -77,7 +77,7 @@ def _run(module, x, fmt: str | None = None, emulate: str | None = None):
 def forward_rows(device: str) -> list[tuple]:
     import torch
 
-    from converter.verify.budget import make_budget
+    from converter.compare.budget import make_budget
     rows = []
     for name, module, x in _forward_cases():
         stats = _stats(module, x)

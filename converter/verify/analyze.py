@@ -7,17 +7,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .align import LayerPair, nearest_in, under
-from .matching import (OutputPairs, common_shape, lay_out, masked_alike, masked_by_torch, merged_shape,
+from ..compare.align import LayerPair, nearest_in, under
+from ..compare.matching import (OutputPairs, common_shape, lay_out, masked_alike, masked_by_torch, merged_shape,
                        pair_outputs)
-from .budget import Budget, MatmulStats, budget_from_error, make_budget
-from .capture import Call
-from .identity import view_of
-from .metrics import compare, join, rms_over
-from .precision import ROUNDING_DRAWS
-from .forced import ForcedCall, Reference, differing_inputs
-from .fused import sliced
-from .replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
+from ..compare.budget import Budget, MatmulStats, budget_from_error, make_budget
+from ..compare.capture import Call
+from ..compare.identity import view_of
+from ..compare.metrics import compare, join, rms_over
+from ..compare.precision import ROUNDING_DRAWS
+from ..compare.forced import ForcedCall, Reference, differing_inputs
+from ..compare.fused import sliced
+from ..compare.replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
 
 
@@ -183,7 +183,7 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
     matched by value to torch's call; paddle's output against that. The error it inherited is
     then gone, and the rest is its own. Sets the result's ratio; a result that cannot be judged
     this way either keeps ratio None, and the final outputs' check answers for it."""
-    from .replay import torch_call_on
+    from ..compare.replay import torch_call_on
     try:
         call32, call64 = torch_call_on(t_call, p_call)
         module = session.torch_module(pair.torch)

@@ -41,7 +41,7 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     from ..api import verify_port as run_verification
     from ..cli_common import json_text
     from ..io.atomic import check_outputs, write_texts
-    from .precision import parse_emulate
+    from ..compare.precision import parse_emulate
     from .report import render_html, render_text
 
     if weights and not os.path.exists(weights):

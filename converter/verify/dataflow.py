@@ -38,7 +38,7 @@ class Dataflow:
         return True
 
     def _pre(self, path, type_name, args, kwargs):
-        from .capture import call_tensors
+        from ..compare.capture import call_tensors
         tensors = call_tensors(args, kwargs, _is_tensor)
         if path == "" and not self._inputs:  # the model's own call: its inputs
             self._inputs = {id(t): weakref.ref(t) for t in tensors}
@@ -51,7 +51,7 @@ class Dataflow:
             self._running.append(call)
 
     def _post(self, path, output, is_tensor):
-        from .capture import flatten
+        from ..compare.capture import flatten
         maker = self._running[-1] if self._running else None
         for t in flatten(output, _is_tensor):
             if id(t) not in self._made or self._made[id(t)][0]() is not t:  # the first module to return it
@@ -109,7 +109,7 @@ def _is_parameter(t) -> bool:
 def trace(session, units: list[str]) -> Dataflow:
     """One torch forward pass with the hooks; the units each unit reads."""
     from ..frameworks import torch_side
-    from .capture import record
+    from ..compare.capture import record
     flow = record(torch_side, session.torch_model, Dataflow(units))
     try:
         session.run_torch()

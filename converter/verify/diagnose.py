@@ -185,7 +185,7 @@ def check_recorded_activation(ctx) -> list[Diagnosis]:
 
 def check_training(ctx) -> list[Diagnosis]:
     """A layer in training mode, or randomness between two identical runs (dropout left on)."""
-    from .replay import run_paddle
+    from ..compare.replay import run_paddle
     out = []
     training = [n for n, l in paddle_side.named_layers(ctx.paddle_layer) if l.training]
     if training:

@@ -114,10 +114,10 @@ def _without_masks(call, causal: bool):
     """The call with its additive masks replaced by zeros: the causal ones (exactly the positions
     after each query masked) when `causal`, else the others (padding)."""
     import torch
-    from .capture import Call
-    from .matching import MASKED_BELOW, is_causal
+    from ..compare.capture import Call
+    from ..compare.matching import MASKED_BELOW, is_causal
     from ..frameworks import torch_side
-    from .replay import replace_call_tensors, torch_inputs
+    from ..compare.replay import replace_call_tensors, torch_inputs
     new = {}
     for i, t in enumerate(torch_inputs(call)):
         if not t.is_floating_point() or t.dim() < 2:
@@ -135,7 +135,7 @@ def _without_masks(call, causal: bool):
 def _what_if(ctx, change, call=None) -> bool:
     """Whether torch's module, changed, lands on paddle's output where torch's own does not."""
     from .analyze import laid_out
-    from .replay import run_torch64
+    from ..compare.replay import run_torch64
     ev = ctx.evidence
     if ev is None or ev.y_local is None or ev.y64 is None or ev.pairs is None or ctx.t_call is None:
         return False
@@ -156,7 +156,7 @@ def _what_if(ctx, change, call=None) -> bool:
 
 
 def _unmasked_positions(a: np.ndarray, b: np.ndarray):
-    from .matching import masked_alike
+    from ..compare.matching import masked_alike
     masked = masked_alike(a, b)
     return slice(None) if masked is None else ~masked
 
@@ -195,8 +195,8 @@ def check_mask(ctx) -> list[Diagnosis]:
     """A mask on paddle's side that masks positions torch's call does not mask (a causal mask is
     the attention's own business: torch's may apply it inside; check_attention sees to it)."""
     from ..frameworks import paddle_side, torch_side
-    from .capture import call_tensors
-    from .matching import is_causal, masked_positions, same_mask
+    from ..compare.capture import call_tensors
+    from ..compare.matching import is_causal, masked_positions, same_mask
     if ctx.t_call is None or ctx.p_call is None:
         return []
     t_in = [torch_side.to_numpy(t) for t in call_tensors(ctx.t_call.args, ctx.t_call.kwargs, torch_side.is_tensor)]
@@ -217,7 +217,7 @@ def check_mask(ctx) -> list[Diagnosis]:
 def _same_as_keep_mask(masked: np.ndarray, t: np.ndarray) -> bool:
     """Whether torch's input `t` is a keep-mask of 1s and 0s (HF's 2-D attention_mask, integer or
     float: 0 masks a position) masking the positions `masked` masks, along its last axes."""
-    from .matching import common_shape
+    from ..compare.matching import common_shape
     if t.ndim < 2 or t.dtype == np.bool_ or not np.issubdtype(t.dtype, np.number) or t.size == 0 \
             or not np.all((t == 0) | (t == 1)):
         return False

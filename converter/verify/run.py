@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from .analyze import culprit_evidence
 from .strategies import BinarySearch, FullCapture, choose, first_bad
-from .capture import CaptureTooLarge
+from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
-from .align import under
+from ..compare.align import under
 from .report import Diagnosis, Report
-from .session import Options, PortSession
+from ..compare.session import Options, PortSession
 
 
 def available_memory() -> int:

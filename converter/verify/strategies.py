@@ -19,19 +19,19 @@ import threading
 
 import numpy as np
 
-from .align import align, common_ancestor, parent, shapes_fit, under
+from ..compare.align import align, common_ancestor, parent, shapes_fit, under
 from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
-from .forced import forced_paddle, paddle_own_errors, torch_references
-from .fused import sliced
-from .overlap import TorchWorker
-from .budget import make_budget
+from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
+from ..compare.fused import sliced
+from ..compare.overlap import TorchWorker
+from ..compare.budget import make_budget
 from ..frameworks import paddle_side, torch_side
-from .capture import Allowance, capture_calls, capture_paddle, capture_torch
-from .matching import masked_alike, masked_by_torch, pair_outputs
-from .metrics import compare, rms, rms_over
-from .precision import ROUNDING_DRAWS
-from .replay import to_numpy_list
+from ..compare.capture import Allowance, capture_calls, capture_paddle, capture_torch
+from ..compare.matching import masked_alike, masked_by_torch, pair_outputs
+from ..compare.metrics import compare, rms, rms_over
+from ..compare.precision import ROUNDING_DRAWS
+from ..compare.replay import to_numpy_list
 from ..errors import UserError
 from .report import LayerResult
 

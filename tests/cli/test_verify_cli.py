@@ -8,7 +8,7 @@ import pytest
 from helpers.cli import run_script, run_verify, spec_path
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 
 def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
@@ -141,7 +141,7 @@ def test_weights_checkpoint_is_loaded_into_the_torch_model_first(tmp):
     r = run_verify("--spec", spec_path("cnn"), "--weights", tmp / "trained.safetensors", "--json", tmp / "r.json")
     assert r.code == 0, r
     assert json.loads((tmp / "r.json").read_text())["verdict"] == "pass"
-    from converter.verify.session import Options, PortSession
+    from converter.compare.session import Options, PortSession
     session = PortSession(spec, Options(device="cpu"), weights=str(tmp / "trained.safetensors"))
     assert torch.equal(session.torch_model.head.weight, trained.head.weight)
     (tmp / "wrong.safetensors").write_bytes((tmp / "trained.safetensors").read_bytes()[:100])
@@ -162,8 +162,8 @@ def test_captures_running_at_once_share_one_memory_limit():
     together, and once it is passed both stop."""
     from converter.examples import bert_port as B
     from converter.verify.strategies import FullCapture
-    from converter.verify.capture import Allowance, CaptureTooLarge, capture_torch
-    from converter.verify.session import PortSession
+    from converter.compare.capture import Allowance, CaptureTooLarge, capture_torch
+    from converter.compare.session import PortSession
     session = PortSession(spec_from_functions(B.torch_model, B.paddle_model, B.inputs, label="bert"),
                           Options(device="cpu"))
     alone = Allowance()

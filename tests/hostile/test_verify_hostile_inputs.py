@@ -74,7 +74,7 @@ def one_line(r, code):
 # budgets that overflow float32 -------------------------------------------------------------
 
 def test_budget_of_values_whose_squares_overflow_float32_stays_finite():
-    from converter.verify.budget import make_budget
+    from converter.compare.budget import make_budget
     rng = np.random.default_rng(0)
     y64 = rng.standard_normal(256) * 2.5e19  # squares above float32's 3.4e38
     y32 = y64.astype(np.float32)
@@ -86,7 +86,7 @@ def test_budget_of_values_whose_squares_overflow_float32_stays_finite():
 
 
 def test_small_values_keep_a_float32_budget():
-    from converter.verify.budget import make_budget
+    from converter.compare.budget import make_budget
     y64 = np.random.default_rng(1).standard_normal(64)
     budget = make_budget({"torch": "fp32", "paddle": "fp32"}, y64.astype(np.float32), y64, None, {})
     assert budget.var.dtype == np.float32

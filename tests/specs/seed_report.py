@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import torch
 
-from converter.verify.precision import round_paddle
+from converter.compare.precision import round_paddle
 
 D = 1536
 

@@ -58,7 +58,7 @@ class _PaddleBilinear(paddle.nn.Layer):
 def _verify(bug=False):
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     rng = np.random.default_rng(0)
     inputs = (rng.standard_normal((3, 6)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32))
 
@@ -79,8 +79,8 @@ def test_bilinear_and_an_uncovered_module_are_verified():
 
 
 def test_bilinear_products_match_float64():
-    from converter.verify.capture import Call
-    from converter.verify.replay import matmul_stats
+    from converter.compare.capture import Call
+    from converter.compare.replay import matmul_stats
     m = torch.nn.Bilinear(6, 5, 4)
     a, b = torch.randn(3, 6), torch.randn(3, 5)
     stats = matmul_stats(m, Call("", "Bilinear", 0, args=(a, b)), square_dtype=torch.float32)

@@ -348,7 +348,7 @@ def test_a_tied_head_with_no_paddle_layer_needs_no_rule_file():
     sublayer")."""
     from converter.rules.infer import infer_ruleset
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     spec = PortSpec.from_file(spec_path("train_tied"))
     rules = {r.spec["key"]: r.spec for r in infer_ruleset(spec.torch_model(), spec.paddle_model()).rules
              if r.kind == "drop"}

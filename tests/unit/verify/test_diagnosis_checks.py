@@ -74,7 +74,7 @@ class _Paddle(paddle.nn.Layer):
 def test_an_activation_class_no_family_covers_is_diagnosed_by_what_it_computes():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     def torch_model():
         torch.manual_seed(0)
@@ -100,7 +100,7 @@ class _PaddleWithRelu(_Paddle):
 def test_another_activation_gets_a_hint_to_compute_torchs():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     def torch_model():
         torch.manual_seed(0)
@@ -161,7 +161,7 @@ class _PaddlePaddedModel(S.PaddleModel):
 def test_attention_that_ignores_the_padding_mask():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     ids = S.inputs()["input_ids"]
     keep = np.ones_like(ids)
     keep[0, -3:] = 0  # the first sequence ends in three padding tokens
@@ -206,7 +206,7 @@ class _PaddleWithShift(paddle.nn.Layer):
 def test_a_layer_no_known_pitfall_explains_gets_the_fallback_naming_both_classes():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     def torch_model():
         torch.manual_seed(0)

@@ -8,7 +8,7 @@ import paddle
 from helpers.cli import SPECS
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 sys.path.insert(0, SPECS)
 import seed_report as s  # noqa: E402

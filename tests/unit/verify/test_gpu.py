@@ -15,8 +15,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 @cuda
 def test_real_tf32_stays_within_the_tf32_budget_and_exceeds_fp32():
-    from converter.verify.budget import MatmulStats, make_budget
-    from converter.verify.precision import torch_precision
+    from converter.compare.budget import MatmulStats, make_budget
+    from converter.compare.precision import torch_precision
     if torch.cuda.get_device_capability()[0] < 8:
         pytest.skip("TF32 needs compute capability 8.0")
     torch.manual_seed(0)
@@ -49,7 +49,7 @@ def test_real_bf16_convolution_stays_within_the_bf16_budget():
     """cuDNN's bf16 convolution returns bf16: the budget of a bf16 side counts that rounding
     of the result (without it the ratio was 1.08 on an H200)."""
     from converter.families import lookup
-    from converter.verify.budget import MatmulStats, make_budget
+    from converter.compare.budget import MatmulStats, make_budget
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(256, 256, 3, padding=1).cuda()
     x = torch.randn(8, 256, 28, 28, device="cuda")

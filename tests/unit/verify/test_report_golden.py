@@ -28,7 +28,7 @@ def mask(text: str) -> str:
 def report():
     from converter.spec import load_spec
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     return verify(load_spec(bert_port.__file__), Options(device="cpu"), bisect=True)
 
 

@@ -10,7 +10,7 @@ from helpers.cli import SPECS, spec_path
 from converter.examples import bert_port as B
 from converter.spec import load_spec, spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 sys.path.insert(0, SPECS)
 from helpers.planted import ALL_BUGS, clean_bert  # noqa: E402

@@ -12,7 +12,7 @@ from converter.convert import convert_in_memory
 from converter.errors import UserError
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 T, H, VOCAB = 16, 8, 20
 

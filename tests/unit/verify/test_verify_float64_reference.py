@@ -8,9 +8,9 @@ import paddle
 import torch
 
 from converter.spec import spec_from_functions
-from converter.verify.replay import float64_reference
+from converter.compare.replay import float64_reference
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 HIDDEN = 1536
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from converter.spec import spec_from_functions
-from converter.verify.align import align
-from converter.verify.capture import Call
-from converter.verify.fused import Slice, fused_slices, merged_modules, sliced
+from converter.compare.align import align
+from converter.compare.capture import Call
+from converter.compare.fused import Slice, fused_slices, merged_modules, sliced
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 H, HEADS, KV_HEADS, FFN = 64, 4, 2, 96
 HEAD = H // HEADS

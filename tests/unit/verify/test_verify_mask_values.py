@@ -9,7 +9,7 @@ import torch
 
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 T, D = 8, 16
 

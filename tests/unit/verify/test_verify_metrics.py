@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from converter.verify.budget import budget_from_error
-from converter.verify.metrics import compare
+from converter.compare.budget import budget_from_error
+from converter.compare.metrics import compare
 
 
 def _reference(ref, got):
@@ -60,7 +60,7 @@ def test_by_identity_forgets_changed_and_dead_objects():
 
     import torch
 
-    from converter.verify.identity import ByIdentity
+    from converter.compare.identity import ByIdentity
     table = ByIdentity()
     t = torch.zeros(3)
     table.put(t, "zeros", t._version)
@@ -87,8 +87,8 @@ def test_s2_in_bf16_is_within_two_percent_of_float64(make):
     float32 stay within 2% of S2 in float64, elementwise."""
     import torch
 
-    from converter.verify.capture import Call
-    from converter.verify.replay import matmul_stats
+    from converter.compare.capture import Call
+    from converter.compare.replay import matmul_stats
     torch.manual_seed(0)
     module, x = make(torch)
     exact = matmul_stats(module.double(), Call("m", "T", 0, args=(x.double(),)), torch.float64)
@@ -103,7 +103,7 @@ def test_float64_minus_float32_is_exact_before_its_rounding_to_float32():
     """The float64 reference's error is computed in float64 and only then stored as float32."""
     import torch
 
-    from converter.verify.forced import _minus
+    from converter.compare.forced import _minus
     rng = np.random.default_rng(3)
     r32 = torch.from_numpy(rng.standard_normal(5000).astype(np.float32))
     v64 = r32.double() + torch.from_numpy(rng.standard_normal(5000) * 1e-8)
@@ -120,7 +120,7 @@ def test_by_identity_made_keeps_one_copy_while_it_lives_and_is_usable():
 
     import torch
 
-    from converter.verify.identity import ByIdentity
+    from converter.compare.identity import ByIdentity
     table = ByIdentity()
     t = torch.ones(4)
     made = []

@@ -11,7 +11,7 @@ import torch
 
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 WIDTH, HIDDEN, ROWS = 384, 1536, 16
 

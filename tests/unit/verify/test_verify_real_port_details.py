@@ -9,11 +9,11 @@ import pytest
 import paddle
 import torch
 
-from converter.verify.capture import Call
+from converter.compare.capture import Call
 
 
 def test_same_path_layers_without_weights_pair_only_when_their_outputs_can_agree():
-    from converter.verify.align import align
+    from converter.compare.align import align
 
     def call(path, shape, end):
         return Call(path, "Dropout", 0, end, shapes=[shape])
@@ -27,7 +27,7 @@ def test_same_path_layers_without_weights_pair_only_when_their_outputs_can_agree
 
 
 def test_positions_both_sides_mask_are_no_error():
-    from converter.verify.matching import masked_alike
+    from converter.compare.matching import masked_alike
     bias = np.array([[0.5, -3.4e38], [0.2, 0.1]], np.float32)
     other = np.array([[0.5, -1e9], [0.2, 0.1]], np.float32)
     assert masked_alike(bias, other).tolist() == [[False, True], [False, False]]
@@ -66,7 +66,7 @@ class _PaddleModel(paddle.nn.Layer):
 def test_an_elementwise_formula_that_cancels_is_not_a_false_alarm():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     x = np.linspace(-6.0, -2.0, 4096, dtype=np.float32).reshape(64, 64)  # where 0.5 x (1 + tanh) cancels
     report = verify(spec_from_functions(_TorchModel, _PaddleModel, lambda: (x,), label="gelu"), Options(device="cpu"))
@@ -102,7 +102,7 @@ def test_a_tied_head_the_paddle_model_computes_from_its_embedding_is_left_out_in
 
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     rules = tmp_path / "tied.json"
     rules.write_text(json.dumps({"name": "tied", "rules": [
         {"kind": "rename", "key": "emb.weight", "to": "emb.weight"},
@@ -126,7 +126,7 @@ def test_a_tied_head_the_paddle_model_computes_from_its_embedding_is_left_out_in
 
 
 def test_merged_shape_is_only_a_merge_of_leading_axes():
-    from converter.verify.matching import common_shape, merged_shape
+    from converter.compare.matching import common_shape, merged_shape
     assert merged_shape((2, 12, 64), (24, 64)) == (24, 64) == merged_shape((24, 64), (2, 12, 64))
     assert merged_shape((3, 8, 64), (8, 3, 64)) is None  # the same sizes in another order: not a merge
     assert merged_shape((2, 768), (2, 12, 64)) is None  # trailing axes split: heads, not tokens
@@ -158,7 +158,7 @@ class _PaddleTokens(paddle.nn.Layer):  # PaddleNLP's: on [B, T, H]
 def test_layers_that_see_the_tokens_flattened_on_one_side_are_compared_and_judged():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     def torch_model():
         torch.manual_seed(0)
@@ -227,7 +227,7 @@ def _full_and_binary_name(torch_model, paddle_model, culprit: str):
     """Full capture and the binary search both name `culprit` on inputs x, y; the spec."""
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
     spec = spec_from_functions(torch_model, paddle_model, lambda: (x, y))
@@ -269,7 +269,7 @@ def test_binary_search_names_the_first_copy_of_a_bug_when_a_later_unit_starts_ov
     own input: the probe at the decoder's clean first layer clears only what that layer reads
     (nothing of the encoder), so the search goes back and names the encoder, as full capture does."""
     from converter.verify.dataflow import trace
-    from converter.verify.session import Options, PortSession
+    from converter.compare.session import Options, PortSession
     spec = _full_and_binary_name(_seeded(_TorchTwoStarts), _PaddleTwoStarts, "enc")
     with PortSession(spec, Options(device="cpu")) as session:
         flow = trace(session, ["enc", "dec_emb", "dec_in", "cross", ""])
@@ -406,7 +406,7 @@ def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded(bug):
     ReLU after the stem), and the clean port passes."""
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     x = np.random.default_rng(0).standard_normal((2, 8, 6, 6)).astype(np.float32)
     torch_model = lambda: _resnet_like(True)
     clean = spec_from_functions(torch_model, lambda: _resnet_like(False), lambda: (x,))
@@ -453,7 +453,7 @@ def test_a_layer_that_changes_its_own_input_in_place():
         return lambda: paddle.nn.Sequential(paddle.nn.Linear(8, 8), _PaddleShift(scale), paddle.nn.Linear(8, 8))
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     for strategy in ("full", "binary"):
         clean = verify(spec_from_functions(torch_model, paddle_model(1.0), lambda: (x,)),
@@ -480,7 +480,7 @@ def test_a_torch_forward_under_inference_mode_is_verified():
     them as having none, under both strategies (full capture raised before)."""
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
 
     class Twin(paddle.nn.Layer):
         def __init__(self):
@@ -519,7 +519,7 @@ def test_a_layer_exact_on_torchs_inputs_gets_no_precision_diagnosis():
     budget but consistent with TF32'; full capture names the parent's own forward."""
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     spec = spec_from_functions(_seeded(_TorchScaledBetween), _PaddleScaledBetween, lambda: (x,))
     full = verify(spec, Options(device="cpu", strategy="full"), bisect=True)
@@ -535,9 +535,9 @@ def test_an_error_in_our_own_hooks_is_not_blamed_on_the_model(monkeypatch):
     line), not 'torch_model() fails on inputs()'."""
     from converter.errors import UserError
     from converter.spec import spec_from_functions
-    from converter.verify import capture
+    from converter.compare import capture
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     spec = spec_from_functions(_seeded(_TorchScaledBetween), _PaddleScaledBetween, lambda: (x,))
 

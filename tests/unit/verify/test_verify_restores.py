@@ -10,7 +10,7 @@ import torch
 from converter import PortSpec, VerifyOptions, verify_port
 from converter.convert import convert_in_memory
 from converter.errors import UserError
-from converter.verify.restore import record_torch_flags
+from converter.compare.restore import record_torch_flags
 
 PADDLE_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
 

@@ -8,7 +8,7 @@ import torch
 from helpers.cli import SPECS, run_convert, run_verify, spec_path
 from converter.spec import load_spec, spec_from_functions
 from converter.verify.run import verify
-from converter.verify.session import Options
+from converter.compare.session import Options
 
 SEED = spec_path("seed_report")
 

@@ -11,7 +11,7 @@ def _report(serial: bool):
     from converter.spec import load_spec
     from converter.verify.report import render_text
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     report = verify(load_spec(bert_port.__file__), Options(device="cpu", serial=serial), bisect=True)
     return render_text(report, max_rows=1000), _rounded(report.to_json())
 
@@ -37,7 +37,7 @@ def test_serial_and_overlapped_runs_give_the_same_report():
 
 
 def test_the_environment_variable_asks_for_serial(monkeypatch):
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     monkeypatch.setenv("T2P_SERIAL", "1")
     assert Options().serial
     monkeypatch.delenv("T2P_SERIAL")

@@ -19,7 +19,7 @@ def _spec_module():
 def _verify(bug=None, strategy="full"):
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
-    from converter.verify.session import Options
+    from converter.compare.session import Options
     m = _spec_module()
     spec = spec_from_functions(m.torch_model, lambda: m.paddle_model(bug), m.inputs, m.mapping)
     return verify(spec, Options(device="cpu", strategy=strategy), bisect=True)
@@ -67,7 +67,7 @@ def test_outputs_of_another_structure_are_bad_input(tmp_path):
 # ---- the matching itself
 
 def test_values_match_up_to_broadcasting():
-    from converter.verify.matching import fit, same_values
+    from converter.compare.matching import fit, same_values
     row = np.arange(6)[None]
     assert same_values(np.repeat(row, 3, 0), row) == 0.0
     assert same_values(np.repeat(row, 3, 0), row + 1) is None  # integers: exactly or not at all
@@ -79,7 +79,7 @@ def test_values_match_up_to_broadcasting():
 
 
 def test_masks_in_other_conventions_are_the_same_positions():
-    from converter.verify.matching import same_mask
+    from converter.compare.matching import same_mask
     keep = np.array([[1, 1, 1, 0]], bool)  # batch 1, the last token is padding
     additive = np.where(keep, 0.0, -1e4).astype(np.float32).reshape(1, 1, 1, 4)
     hf_like = np.broadcast_to(np.where(keep, 0.0, np.finfo(np.float32).min), (1, 1, 4, 4)).astype(np.float32)
@@ -91,7 +91,7 @@ def test_masks_in_other_conventions_are_the_same_positions():
 
 
 def test_inputs_pair_by_value_not_by_position():
-    from converter.verify.matching import MASK, NONE, POSITION, VALUE, match_inputs
+    from converter.compare.matching import MASK, NONE, POSITION, VALUE, match_inputs
     h = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
     positions = np.arange(5)[None]
     causal = np.triu(np.full((5, 5), -1e4, np.float32), 1)[None, None]
@@ -109,7 +109,7 @@ def test_inputs_pair_by_value_not_by_position():
 
 
 def test_several_outputs_pair_by_value():
-    from converter.verify.matching import pair_outputs
+    from converter.compare.matching import pair_outputs
     rng = np.random.default_rng(1)
     emb, h1, last = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3))
     torch_out = [last, emb, h1, last]  # HF: the last hidden state, then all of them

@@ -316,7 +316,7 @@ def check_loaded(plan, source, paddle_model):
     plan makes (read from `source`), bit for bit: a WeightCheck listing those that differ."""
     from .. import dtypes
     from ..frameworks.paddle_side import to_numpy
-    from .report import WeightCheck
+    from ..verify.report import WeightCheck
     state = paddle_model.state_dict()
     differ, checked = [], 0
     for entry in plan.entries:
@@ -340,7 +340,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 def weight_difference(name: str, torch_keys: str, actual: np.ndarray, expected: np.ndarray):
     """A WeightDiff when `actual` (the paddle tensor) is not `expected` (torch's under the mapping)
     bit for bit, else None. Narrow floats come widened to float32 on both sides (exactly)."""
-    from .report import WeightDiff
+    from ..verify.report import WeightDiff
     if expected.dtype == np.float16:
         expected = expected.astype(np.float32)
     if actual.dtype == np.float16:
