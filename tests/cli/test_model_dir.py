@@ -6,49 +6,10 @@ import os
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from helpers.cli import run_convert
 from converter.io.pdparams import load_pdparams
-from test_families import RECORDED, hf_state
-
-BERT = next(c for c in RECORDED if c["hf_class"] == "BertModel")
-BERT_CONFIG = {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
-               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300, "type_vocab_size": 2,
-               "layer_norm_eps": 1e-12, "hidden_act": "gelu", "transformers_version": "4.44.2"}
-
-
-def hf_dir(path, state, config=BERT_CONFIG, shards=1):
-    """An HF model directory as save_pretrained writes it: one pytorch_model.bin, or safetensors shards."""
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(config))
-    if shards == 1:
-        torch.save(state, path / "pytorch_model.bin")
-        return path
-    keys = list(state)
-    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
-    weight_map = {}
-    for i, name in enumerate(names):
-        part = keys[i::shards]
-        save_file({k: state[k].clone() for k in part}, str(path / name))
-        weight_map.update({k: name for k in part})
-    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    return path
-
-
-def load_dir(out):
-    """Every tensor of an output directory, through its index when it has one."""
-    index = out / "model_state.pdparams.index.json"
-    if not index.exists():
-        return load_pdparams(str(out / "model_state.pdparams"))
-    weight_map = json.loads(index.read_text())["weight_map"]
-    state = {}
-    for shard in sorted(set(weight_map.values())):
-        part = load_pdparams(str(out / shard))
-        assert sorted(part) == sorted(k for k, v in weight_map.items() if v == shard)
-        state.update(part)
-    return state
-
+from helpers.hf_models import BERT, BERT_CONFIG, RECORDED, hf_dir, hf_state, load_dir
 
 def single_file(tmp, state):
     torch.save(state, tmp / "single.bin")

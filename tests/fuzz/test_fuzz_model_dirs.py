@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from helpers.hostile_forge import assert_clean_verdict, fuzz_settings, no_leftovers, run_in_process
-from test_model_dir import BERT, BERT_CONFIG, load_dir
+from helpers.hf_models import BERT, BERT_CONFIG, load_dir
 
 LAYOUTS = ("bin", "safetensors", "sharded")
 
@@ -64,7 +64,7 @@ WEIGHT_FILES = ["missing", "truncated", "empty", "link", "directory", "appended"
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     """One clean model directory per layout, and the tensors the clean bin directory converts to."""
-    from test_families import hf_state
+    from helpers.hf_models import hf_state
     root = tmp_path_factory.mktemp("clean")
     state = hf_state(BERT)
     for layout in LAYOUTS:

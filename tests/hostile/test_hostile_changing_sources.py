@@ -181,8 +181,7 @@ def test_a_source_truncated_by_another_process_during_a_conversion_never_kills_i
 @pytest.mark.parametrize("shards", [1, 2])
 def test_a_model_directory_whose_weights_change_while_they_are_read_is_one_line(tmp, shards):
     """HF_DIR OUT_DIR: a .bin or a shard truncated after it was opened; no OUT_DIR is left."""
-    from test_families import hf_state
-    from test_model_dir import BERT, hf_dir
+    from helpers.hf_models import BERT, hf_dir, hf_state
     src = hf_dir(tmp / "hf", hf_state(BERT), shards=shards)
     changing = src / ("pytorch_model.bin" if shards == 1 else "model-00002-of-00002.safetensors")
     r = _convert_changing(changing, "truncate", src, tmp / "out")

@@ -14,7 +14,7 @@ from converter.errors import UserError
 from converter.hfconfig import FAMILIES, KINDS, check_kinds, reads, translate_config
 from converter.hfdir import read_config
 from helpers.hostile_forge import no_leftovers
-from test_config import CASES
+from helpers.hf_configs import CASES
 
 GPT2, DEBERTA, BERT = CASES["gpt2"][0], CASES["deberta-v2"][0], CASES["bert"][0]
 

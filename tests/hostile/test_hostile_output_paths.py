@@ -22,8 +22,7 @@ from safetensors.torch import save_file
 
 from helpers.cli import ROOT, run_convert, run_verify, spec_path
 from helpers.hostile_forge import assert_one_line_error, fuzz_settings, no_leftovers
-from test_model_dir import BERT, hf_dir, load_dir
-from test_families import hf_state
+from helpers.hf_models import BERT, hf_dir, hf_state, load_dir
 
 KEEP_ALL = [{"kind": "rename", "match": "(.*)", "to": r"\1"}]
 

@@ -11,14 +11,14 @@ from converter.errors import UserError
 from converter.io.base import TensorInfo
 from converter.io.pdparams import load_pdparams
 from converter.rules.detect import detect
-from test_families import RECORDED, _label, hf_state
+from helpers.hf_models import RECORDED, case_id, hf_state
 
 
 def _infos(keys_shapes):
     return {k: TensorInfo(k, "float32", tuple(s)) for k, s in keys_shapes.items()}
 
 
-@pytest.mark.parametrize("case", RECORDED, ids=[_label(c) for c in RECORDED])
+@pytest.mark.parametrize("case", RECORDED, ids=[case_id(c) for c in RECORDED])
 def test_each_family_with_and_without_heads_is_detected(case):
     found = detect(_infos(case["hf"]))
     assert found.chosen.name in [case["family"]] + case["same_file"]

@@ -8,48 +8,15 @@ HF keys and shapes get new random values, and the file must have exactly those k
 values, bit for bit.
 """
 
-import json
-import os
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.cli import ROOT, run_convert
+from helpers.cli import run_convert
+from helpers.hf_models import RECORDED, case_id, hf_state
 from converter.io.pdparams import load_pdparams
-
-with open(os.path.join(ROOT, "tests", "unit", "rules", "test_families_recorded.json")) as f:
-    RECORDED = json.load(f)
-
-
-def _label(case):
-    return f"{case['family']}-{case['hf_class']}-{case['how']}" + ("-" + case["note"].split(":")[0].split(" ")[0] if case["note"] else "")
-
-
-def tied_groups(case):
-    """HF keys that hold one tensor in HF (a .bin keeps each of its names)."""
-    groups = {}
-    for sources, _, _ in case["paddle"].values():
-        if len(sources) > 1:
-            group = set(sources)
-            for k in sources:
-                group |= groups.get(k, set())
-            for k in group:
-                groups[k] = group
-    return groups
-
-
-def hf_state(case, seed=0):
-    """Random tensors with the case's HF keys and shapes; tied keys share one tensor, as in HF."""
-    g = torch.Generator().manual_seed(seed)
-    groups = tied_groups(case)
-    state = {}
-    for key, shape in case["hf"].items():
-        twin = next((state[k] for k in sorted(groups.get(key, ())) if k in state), None)
-        state[key] = twin if twin is not None else torch.randn(shape, generator=g)
-    return state
-
 
 def write(case, state, directory):
     if case["how"] == "safetensors":
@@ -61,7 +28,7 @@ def write(case, state, directory):
     return path
 
 
-@pytest.mark.parametrize("case", RECORDED, ids=[_label(c) for c in RECORDED])
+@pytest.mark.parametrize("case", RECORDED, ids=[case_id(c) for c in RECORDED])
 def test_family_converts_as_paddlenlp_takes_it(tmp, case):
     state = hf_state(case)
     src = write(case, state, tmp)
