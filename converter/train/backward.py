@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._verify import Recorder, TorchCopies, force_paddle_args, paddle_side, record
+from ..frameworks import paddle_side
+from ..compare.capture import Recorder, record
+from ..compare.replay import TorchCopies, force_paddle_args
 from .judge import judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
 from .emulate import remove

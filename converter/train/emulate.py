@@ -5,7 +5,7 @@ and gradients flow through the rounding unchanged (straight through)."""
 from __future__ import annotations
 
 from ..families import paddle_rounds_inputs, rounds_inputs
-from ._verify import round_array, round_torch
+from ..compare.precision import round_array, round_torch
 
 
 class Emulation:

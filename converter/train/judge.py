@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._verify import budget_from_error
+from ..compare.budget import budget_from_error
 from .result import Row
 
 FP32 = {"torch": "fp32", "paddle": "fp32"}

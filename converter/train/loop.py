@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
-from ._verify import flatten
+from ..compare.capture import flatten
 from .emulate import remove
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")

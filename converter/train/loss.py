@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from ._verify import U32
+from ..compare.precision import U32
 from .judge import judge
 from .loop import BACKWARD_HINT, call_model, float_outputs, paddle_loss, spec_errors, to_paddle, to_torch, torch_loss
 

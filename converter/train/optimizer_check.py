@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._verify import U32
+from ..compare.precision import U32
 from .judge import judge
 from .loop import paddle_optimizer
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._verify import Options, PortSession
+from ..compare.session import Options, PortSession
 from .emulate import Emulation
 
 

@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from ._verify import MARGIN, U32, tail
+from ..compare.budget import MARGIN, tail
+from ..compare.precision import U32
 from .backward import zero_note
 from .judge import judge
 from .result import LR_REL, Row, StepRow

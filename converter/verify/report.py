@@ -7,15 +7,8 @@ import html
 import math
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Diagnosis:
-    layer: str
-    cause: str
-    hint: str
-
-    def to_json(self) -> dict:
-        return {"layer": self.layer, "cause": self.cause, "hint": self.hint}
+from ..compare.weights import WeightCheck
+from ..diagnosis import Diagnosis
 
 
 @dataclass
@@ -55,38 +48,6 @@ class LayerResult:
                 "local_mean_abs": self.local_mean_abs, "local_ratio": self.ratio,
                 "within_budget": self.within_budget, "formats": self.formats, "note": self.note,
                 "worst_index": list(self.worst_index)}
-
-
-@dataclass
-class WeightDiff:
-    """A loaded paddle weight that is not, bit for bit, the torch weight the mapping makes of it:
-    how many elements differ, and the worst (largest absolute difference) with its index and values."""
-    paddle: str
-    torch: str  # the torch key(s) it is computed from, '+'-joined
-    shape: tuple
-    differ: int  # elements whose bits differ
-    size: int
-    max_abs: float
-    index: tuple
-    paddle_value: float
-    torch_value: float
-    note: str = ""  # what the whole tensor is instead (torch's transposed)
-
-    def to_json(self) -> dict:
-        return {"paddle": self.paddle, "torch": self.torch, "shape": list(self.shape), "differ": self.differ,
-                "size": self.size, "max_abs": self.max_abs, "index": list(self.index),
-                "paddle_value": self.paddle_value, "torch_value": self.torch_value, "note": self.note}
-
-
-@dataclass
-class WeightCheck:
-    """The paddle model's loaded weights against torch's under the mapping (mapping 'loaded')."""
-    mapping: str
-    checked: int
-    differ: list[WeightDiff]
-
-    def to_json(self) -> dict:
-        return {"mapping": self.mapping, "checked": self.checked, "differ": [d.to_json() for d in self.differ]}
 
 
 @dataclass
