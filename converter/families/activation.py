@@ -2,6 +2,7 @@
 and diagnosed rather than lost). PReLU's weight is `_weight` in paddle. GELU's tanh form is
 approximate='tanh' in torch and approximate=True in paddle."""
 
+from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
 
 TORCH_TYPES = ("ReLU", "ReLU6", "GELU", "SiLU", "Hardswish", "Hardsigmoid", "LeakyReLU", "ELU", "SELU", "CELU",
@@ -39,7 +40,6 @@ def _best(candidates, y):
 def variant(ctx, where, torch_module, paddle_layer) -> list:
     """GELU's setting on both sides; else, for the first layer over budget, a what-if: which
     activation each side computes on the same input."""
-    from ..verify.report import Diagnosis
     names = {c.__name__ for c in type(torch_module).__mro__}
     if "GELU" in names and hasattr(paddle_layer, "_approximate"):
         t_tanh, p_tanh = getattr(torch_module, "approximate", "none") == "tanh", bool(paddle_layer._approximate)
@@ -55,7 +55,6 @@ def recorded_variant(ctx) -> list:
     takes one tensor and gives one of the same size: HF activation classes too)."""
     import torch
 
-    from ..verify.report import Diagnosis
     ev, call = ctx.evidence, ctx.t_call
     if ev is None or ev.y_local is None or call is None or len(call.args) != 1 \
             or not isinstance(call.args[0], torch.Tensor):

@@ -3,6 +3,7 @@ sides. Paddle calls its padding mode `_padding_mode`."""
 
 import math
 
+from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
 
 
@@ -26,7 +27,6 @@ def _conv_transpose_products(module, args, weight2, square):
 
 
 def padding_mode(ctx, where, torch_module, paddle_layer) -> list:
-    from ..verify.report import Diagnosis
     t_mode, p_mode = getattr(torch_module, "padding_mode", None), getattr(paddle_layer, "_padding_mode", None)
     if not t_mode or not p_mode or t_mode == p_mode:
         return []

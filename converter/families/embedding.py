@@ -2,6 +2,7 @@
 is not torch's: paddle returns zeros for the pad id, torch returns the stored row (its
 padding_idx only keeps the row's gradient at zero)."""
 
+from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
 
 
@@ -12,7 +13,6 @@ def _embedding(pair: PortedLayer) -> None:
 def padding_row(ctx, where, torch_module, paddle_layer) -> list:
     """A paddle Embedding with a padding_idx whose row torch stores as other than zeros: paddle's
     output is zeros at that id, torch's the row."""
-    from ..verify.report import Diagnosis
     pad = getattr(paddle_layer, "_padding_idx", None)
     weight = getattr(torch_module, "weight", None)
     if pad is None or weight is None or not -weight.shape[0] <= pad < weight.shape[0]:

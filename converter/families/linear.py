@@ -1,6 +1,7 @@
 """Linear: torch stores weight [out, in], paddle [in, out]. HF GPT-2's Conv1D is already
 [in, out]. Bilinear: weight [out, in1, in2] on both sides; paddle's bias is [1, out]."""
 
+from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
 
 
@@ -34,16 +35,20 @@ def _bilinear_products(module, args, weight2, square):
     return F.bilinear(square(args[0]), square(args[1]), weight2), module.in1_features * module.in2_features
 
 
+def _as_numpy(tensor):
+    """A paddle tensor's values as numpy, float16 and bfloat16 widened to float32 (numpy has no bfloat16)."""
+    if str(tensor.dtype).rpartition(".")[2] in ("float16", "bfloat16"):
+        tensor = tensor.astype("float32")
+    return tensor.numpy()
+
+
 def untransposed(ctx, where, torch_module, paddle_layer) -> list:
     """A square paddle weight that is torch's as is (paddle's Linear wants [in, out]), found from
     the two layers themselves, whatever the mapping says."""
     import numpy as np
-
-    from ..frameworks.paddle_side import to_numpy
-    from ..verify.report import Diagnosis
     if getattr(torch_module, "weight", None) is None or getattr(paddle_layer, "weight", None) is None:
         return []
-    w, pw = torch_module.weight.detach().cpu().numpy(), to_numpy(paddle_layer.weight)
+    w, pw = torch_module.weight.detach().cpu().numpy(), _as_numpy(paddle_layer.weight)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, w) \
             or np.array_equal(w, w.T):
         return []

@@ -3,6 +3,7 @@ InstanceNorm's weight is `scale`. Counters and statistics paddle does not keep a
 Epsilon is `eps` in torch and `_epsilon` in paddle; paddle's BatchNorm momentum weights the
 old statistics (torch's the new batch)."""
 
+from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
 
 EPSILON = ("eps", "_epsilon", "epsilon")
@@ -33,7 +34,6 @@ def _instance_norm(pair: PortedLayer) -> None:
 def momentum_convention(ctx, where, torch_module, paddle_layer) -> list:
     import numpy as np
 
-    from ..verify.report import Diagnosis
     t, p = getattr(torch_module, "momentum", None), getattr(paddle_layer, "_momentum", None)
     if t is None or p is None or np.isclose(p, 1.0 - t):
         return []
@@ -46,7 +46,6 @@ def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
     import numpy as np
     import torch.nn.functional as F
 
-    from ..verify.report import Diagnosis
     ev, call = ctx.evidence, ctx.t_call
     if where != ctx.name or ev is None or ev.y_local is None or call is None:
         return []

@@ -1,11 +1,11 @@
 """Average pooling: torch counts padding in the mean by default (count_include_pad=True),
 paddle excludes it by default (exclusive=True): the opposite."""
 
+from ..diagnosis import Diagnosis
 from . import Family, register
 
 
 def padding_in_mean(ctx, where, torch_module, paddle_layer) -> list:
-    from ..verify.report import Diagnosis
     if not hasattr(paddle_layer, "exclusive") or bool(torch_module.count_include_pad) != bool(paddle_layer.exclusive):
         return []
     return [Diagnosis(where, f"AvgPool padding: torch count_include_pad={torch_module.count_include_pad}, paddle "

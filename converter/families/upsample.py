@@ -1,11 +1,11 @@
 """Interpolation: mode and align_corners on both sides; paddle's align_mode=1 samples
 differently from torch's half-pixel rule (align_mode=0) when align_corners is False."""
 
+from ..diagnosis import Diagnosis
 from . import Family, register
 
 
 def sampling(ctx, where, torch_module, paddle_layer) -> list:
-    from ..verify.report import Diagnosis
     m, p = torch_module, paddle_layer
     if not hasattr(p, "align_corners"):
         return []
