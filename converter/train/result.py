@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..verify.report import Diagnosis
+from ..diagnosis import Diagnosis
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
