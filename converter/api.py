@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .errors import UserError
-from .spec import PortSpec
+from .spec import DEFAULT_STEPS, PortSpec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .convert import ConversionResult
@@ -30,7 +30,6 @@ PRECISIONS = ("as-is", "strict")
 STRATEGIES = ("auto", "full", "binary")
 EMULATED_SIDES = ("torch", "paddle")
 EMULATED_FORMATS = ("tf32", "bf16", "fp16")
-DEFAULT_STEPS = 10  # verify-port --train's default
 MAX_STEPS = 10_000  # a check of N steps compares every step: more is a run, not a check
 
 

@@ -39,6 +39,7 @@ TRAINING = {"batches": "a function returning a list of (inputs, target), or that
             "paddle_loss": "a function (output, target) -> scalar tensor",
             "torch_optimizer": "a function (model) -> optimizer or (optimizer, scheduler)",
             "paddle_optimizer": "a function (model) -> optimizer or (optimizer, scheduler)"}
+DEFAULT_STEPS = 10  # the training steps verify-port --train runs unless told
 
 
 class PortSpec:

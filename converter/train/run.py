@@ -7,8 +7,8 @@ import warnings
 
 import numpy as np
 
-from ..api import DEFAULT_STEPS
 from ..errors import UserError
+from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
 from .result import PHASES, TrainReport
