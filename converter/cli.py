@@ -33,7 +33,7 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
     directory SRC to the directory DST that PaddleNLP's from_pretrained loads."""
     from .api import PortSpec
     from .api import convert_weights as run_conversion
-    from .convert import converts_a_directory
+    from .hfdir import converts_a_directory
 
     if converts_a_directory(src, dst):
         from .hfdir import convert_directory

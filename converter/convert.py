@@ -304,13 +304,6 @@ def _load_staged(spec, output: AtomicOutput, fmt: str) -> tuple[list[str], list[
             raise UserError(exc.message.replace(link, output.path), exc.details) from None
 
 
-def converts_a_directory(src: str, dst: str) -> bool:
-    """An HF model directory (config.json beside the weights) into a directory, not a weights file."""
-    from .hfdir import is_model_directory
-    from .io.open import OUTPUT_FORMATS
-    return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
-
-
 def convert_in_memory(torch_model, paddle_model, mapping=None):
     """Torch model weights as the paddle model's state dict (numpy arrays), and the plan used. The
     paddle model's own buffers that no torch tensor fills (see plan_in_memory) are not in it."""

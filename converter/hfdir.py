@@ -37,6 +37,12 @@ def is_model_directory(path: str) -> bool:
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, CONFIG))
 
 
+def converts_a_directory(src: str, dst: str) -> bool:
+    """An HF model directory (config.json beside the weights) into a directory, not a weights file."""
+    from .io.open import OUTPUT_FORMATS
+    return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
+
+
 def parse_size(text: str) -> int:
     """'5GB' (10^9), '500MiB' (2^20) or a number of bytes, as HF's max_shard_size."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
