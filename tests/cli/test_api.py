@@ -100,13 +100,13 @@ def test_training_parts_given_in_python_are_used():
         verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, clip_grad_norm=-1.0), options)
 
 
-def test_the_readme_training_example_runs(monkeypatch):
-    with open(os.path.join(ROOT, "README.md")) as f:
+def test_the_documented_training_example_runs(monkeypatch):
+    with open(os.path.join(ROOT, "docs", "api.md")) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     (code,) = [b for b in blocks if "train=True" in b and "tests/specs/" in b]
     monkeypatch.chdir(ROOT)
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/api.md", "exec"), namespace)
     assert namespace["trained"].verdict == "pass" and len(namespace["trained"].steps) == 3
 
 
