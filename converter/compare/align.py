@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..families import kind_of
 from .fused import Slice, fused_slices
 from .matching import common_shape, same_values
+from ..paths import common_parent, is_under, parent
 
 
 @dataclass(frozen=True)
@@ -27,23 +28,6 @@ class LayerPair:
     part: Slice | None = None  # the torch module's slice of a fused paddle layer's output (see fused.py)
 
 
-def parent(path: str) -> str:
-    """The enclosing module's path ("" for a top-level module; the model is "")."""
-    return path.rsplit(".", 1)[0] if "." in path else ""
-
-
-def common_ancestor(a: str, b: str) -> str:
-    """The nearest module holding both paths (one of them when it holds the other)."""
-    while not under(b, a):
-        a = parent(a)
-    return a
-
-
-def under(path: str, root: str) -> bool:
-    """Whether `path` lies in the subtree at `root`, `root` itself included."""
-    return root == "" or path == root or path.startswith(root + ".")
-
-
 def nearest_in(path: str, paths) -> str | None:
     """The nearest proper ancestor of `path` that is in `paths`, or None."""
     while path:
@@ -51,16 +35,6 @@ def nearest_in(path: str, paths) -> str | None:
         if path in paths:
             return path
     return None
-
-
-def _common_ancestor(paths: list[str]) -> str:
-    parts = [p.split(".") for p in paths]
-    common = []
-    for items in zip(*parts):
-        if len(set(items)) != 1:
-            break
-        common.append(items[0])
-    return ".".join(common)
 
 
 def _targets_by_module(plan) -> dict[str, set[str]]:
@@ -141,7 +115,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         pairs[t] = p
     used.update(p for p, _ in fused.values())
     own = _targets_by_module(plan)
-    holds_weights = lambda t: any(under(module, t) for module in own)
+    holds_weights = lambda t: any(is_under(module, t) for module in own)
     for path in torch_calls:
         # the same path, unless the two are layers without weights whose outputs cannot be the
         # same values (HF Bloom drops out [B, H, T, T], PaddleNLP [B*H, T, T]): those are left
@@ -158,12 +132,12 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     for t in torch_calls:
         if t in pairs:
             continue
-        targets = set().union(*(paths for module, paths in own.items() if under(module, t))) if own else set()
+        targets = set().union(*(paths for module, paths in own.items() if is_under(module, t))) if own else set()
         if not targets:
             continue
-        p = _common_ancestor(sorted(targets))
-        if p in paddle_calls and p not in used and {x for x in receiving if under(x, p)} == targets \
-                and all(under(m, t) for x in targets for m in sources.get(x, ())):
+        p = common_parent(sorted(targets))
+        if p in paddle_calls and p not in used and {x for x in receiving if is_under(x, p)} == targets \
+                and all(is_under(m, t) for x in targets for m in sources.get(x, ())):
             candidates.setdefault(p, []).append(t)
     for p, ts in candidates.items():
         same_kind = lambda t: kind_of(torch_calls[t].type) == kind_of(paddle_calls[p].type)

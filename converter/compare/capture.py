@@ -4,29 +4,20 @@ their floating tensors."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from dataclasses import dataclass, field
 
-
-def flatten(value, is_tensor) -> list:
-    """Tensors in a nested output, in a stable order."""
-    if is_tensor(value):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in value for t in flatten(value[k], is_tensor)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in flatten(v, is_tensor)]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [t for f in dataclasses.fields(value) for t in flatten(getattr(value, f.name), is_tensor)]
-    if hasattr(value, "to_tuple"):  # HF ModelOutput
-        return flatten(value.to_tuple(), is_tensor)
-    return []
+from ..tree import flatten, replace
 
 
 def call_tensors(args, kwargs, is_tensor) -> list:
-    """The tensors a call received: positional, then keyword, each in a stable order."""
-    return flatten(args, is_tensor) + flatten(kwargs, is_tensor)
+    """The tensors a call received: positional, then keyword, each in tree.flatten's order."""
+    return flatten((tuple(args), dict(kwargs)), is_tensor)
+
+
+def replace_call_tensors(args, kwargs, is_tensor, new: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with the call's tensor number k (in call_tensors' order) replaced by new[k]."""
+    return replace((tuple(args), dict(kwargs)), new, is_tensor)
 
 
 @dataclass
@@ -97,7 +88,6 @@ class Recorder:
         if self.keep_inputs and self.is_tensor is not None:
             tensors = call_tensors(args, kwargs, self.is_tensor)
             if path in self.copies:
-                from .replay import replace_call_tensors
                 args, kwargs = replace_call_tensors(args, kwargs, self.is_tensor,
                                                     {k: t.detach().clone() for k, t in enumerate(tensors)})
             else:

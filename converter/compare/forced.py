@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
-from .capture import Call, call_tensors, flatten, tensor_version
+from .capture import Call, call_tensors, tensor_version
 from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
+from ..tree import flatten, is_paddle_tensor, map_leaves
 
 
 @dataclass
@@ -327,14 +328,8 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
 
     from .replay import forced_paddle_inputs
 
-    def wide(value):
-        if isinstance(value, paddle.Tensor):
-            return value.astype("float64") if value.dtype == paddle.float32 else value
-        if isinstance(value, (list, tuple)):
-            return type(value)(wide(v) for v in value)
-        if isinstance(value, dict):
-            return {k: wide(v) for k, v in value.items()}
-        return value
+    wide = lambda value: map_leaves(value, lambda t: t.astype("float64") if t.dtype == paddle.float32 else t,
+                                    is_paddle_tensor)
 
     out = {}
     for pair in passes.pairs:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .matching import same_values
+from ..paths import parent
 
 
 @dataclass(frozen=True)
@@ -50,24 +51,20 @@ def sliced(pair, outputs: list) -> list:
     return [part.take(outputs[0])]
 
 
-def _parent(path: str) -> str:
-    return path.rsplit(".", 1)[0] if "." in path else ""
-
-
 def merged_modules(plan) -> dict[str, tuple]:
     """paddle layer path -> the torch modules whose weights the plan merges into it, in its order:
     where every tensor of the layer is a merge of whole tensors (no reshape, no split: a per-head
     interleave is not a concatenation of outputs) of the same two or more modules, in one order."""
     by_layer: dict[str, list] = {}
     for entry in plan.entries if plan is not None else ():
-        by_layer.setdefault(_parent(entry.name), []).append(entry)
+        by_layer.setdefault(parent(entry.name), []).append(entry)
     out = {}
     for layer, entries in by_layer.items():
         orders = set()
         for entry in entries:
             if entry.merge_axis is None or any(p.reshape is not None or p.piece is not None for p in entry.parts):
                 break
-            orders.add(tuple(_parent(p.source) for p in entry.parts))
+            orders.add(tuple(parent(p.source) for p in entry.parts))
         else:
             if len(orders) == 1:
                 modules = orders.pop()

@@ -10,18 +10,18 @@ the reference that calibrates the budget.
 from __future__ import annotations
 
 import contextlib
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .budget import MatmulStats
 from ..frameworks import paddle_side, torch_side
-from .capture import Call, call_tensors, flatten, tensor_version
+from .capture import Call, call_tensors, replace_call_tensors, tensor_version
 from .identity import ByIdentity
 from .matching import POSITION, VALUE, describe, fit, match_inputs
 from ..families import lookup
 from .precision import cpu_has_native_bf16, torch_rounding
+from ..tree import flatten, is_torch_tensor, map_leaves
 
 
 def torch_inputs(call: Call) -> list:
@@ -82,46 +82,6 @@ class Forcing:
         return describe(self.matches, self.shapes)
 
 
-def replace_tensors(value, is_tensor, new: dict, start: int = 0):
-    """(value with its tensor number k replaced by new[k] where given, the count of tensors),
-    numbering the tensors in capture.flatten's order."""
-    if is_tensor(value):
-        return new.get(start, value), 1
-    if isinstance(value, (list, tuple, dict)):
-        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
-        out, n = [], 0
-        for k, v in items:
-            v, m = replace_tensors(v, is_tensor, new, start + n)
-            out.append((k, v))
-            n += m
-        if isinstance(value, dict):
-            return _same_mapping(value, dict(out)), n
-        seq = [v for _, v in out]
-        return (type(value)(*seq) if hasattr(value, "_fields") else type(value)(seq)), n
-    return value, len(flatten(value, is_tensor))  # other containers: counted, left as they are
-
-
-def replace_call_tensors(args, kwargs, is_tensor, new: dict) -> tuple[tuple, dict]:
-    """(args, kwargs) with the call's tensor number k (in call_tensors' order) replaced by new[k]."""
-    args, n = replace_tensors(tuple(args), is_tensor, new)
-    kwargs, _ = replace_tensors(dict(kwargs), is_tensor, new, n)
-    return args, kwargs
-
-
-def _same_mapping(original: dict, items: dict) -> dict:
-    """`items` in `original`'s own mapping type where it has one (a ModelOutput that the layer
-    checks with isinstance), else a plain dict."""
-    if type(original) is dict:
-        return items
-    try:
-        new = copy.copy(original)
-        for k, v in items.items():
-            new[k] = v
-        return new
-    except Exception:
-        return items
-
-
 def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopies | None = None,
                       as_numpy=None):
     """(args, kwargs, Forcing): each paddle tensor that matches one of the torch call's tensors
@@ -174,18 +134,13 @@ def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
 
 
 def to_float64(value, widen=None):
-    """`value` with its floating tensors widened to float64 (by `widen` when given) and moved to
-    the CPU."""
-    import torch
-    if isinstance(value, torch.Tensor):
-        if not value.is_floating_point():
-            return value.cpu()
-        return widen(value) if widen is not None else value.detach().cpu().double()
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_float64(v, widen) for v in value)
-    if isinstance(value, dict):
-        return {k: to_float64(v, widen) for k, v in value.items()}
-    return value
+    """`value` with its floating tensors widened to float64 (by `widen` when given) and its
+    tensors moved to the CPU."""
+    def wide(t):
+        if not t.is_floating_point():
+            return t.cpu()
+        return widen(t) if widen is not None else t.detach().cpu().double()
+    return map_leaves(value, wide, is_torch_tensor)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compare.align import LayerPair, nearest_in, under
+from ..compare.align import LayerPair, nearest_in
 from ..compare.matching import (OutputPairs, common_shape, lay_out, masked_alike, masked_by_torch, merged_shape,
                        pair_outputs)
 from ..compare.budget import Budget, MatmulStats, budget_from_error, make_budget
@@ -17,6 +17,7 @@ from ..compare.metrics import compare, join, rms_over
 from ..compare.precision import ROUNDING_DRAWS
 from ..compare.forced import ForcedCall, Reference, differing_inputs
 from ..compare.fused import sliced
+from ..paths import is_under
 from ..compare.replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
 from .report import LayerResult
 
@@ -357,7 +358,7 @@ def _returned_child(passes: Passes, pair, pairs: OutputPairs):
     if len(pairs) != 1 or pairs.torch != (0,) or pairs.paddle != (0,) or not t_call.outputs:
         return None
     out = view_of(t_call.outputs[0])
-    inside = [p for p in passes.pairs if p.torch != pair.torch and under(p.torch, pair.torch)]
+    inside = [p for p in passes.pairs if p.torch != pair.torch and is_under(p.torch, pair.torch)]
     same = [p for p in inside if len(passes.t_calls[p.torch].outputs) == 1
             and view_of(passes.t_calls[p.torch].outputs[0]) == out]
     return max(same, key=lambda p: p.torch.count("."), default=None)

@@ -51,7 +51,7 @@ class Dataflow:
             self._running.append(call)
 
     def _post(self, path, output, is_tensor):
-        from ..compare.capture import flatten
+        from ..tree import flatten
         maker = self._running[-1] if self._running else None
         for t in flatten(output, _is_tensor):
             if id(t) not in self._made or self._made[id(t)][0]() is not t:  # the first module to return it

@@ -114,10 +114,10 @@ def _without_masks(call, causal: bool):
     """The call with its additive masks replaced by zeros: the causal ones (exactly the positions
     after each query masked) when `causal`, else the others (padding)."""
     import torch
-    from ..compare.capture import Call
+    from ..compare.capture import Call, replace_call_tensors
     from ..compare.matching import MASKED_BELOW, is_causal
     from ..frameworks import torch_side
-    from ..compare.replay import replace_call_tensors, torch_inputs
+    from ..compare.replay import torch_inputs
     new = {}
     for i, t in enumerate(torch_inputs(call)):
         if not t.is_floating_point() or t.dim() < 2:

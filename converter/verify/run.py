@@ -6,7 +6,7 @@ from .analyze import culprit_evidence
 from .strategies import BinarySearch, FullCapture, choose, first_bad
 from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
-from ..compare.align import under
+from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..compare.session import Options, PortSession
 
@@ -24,7 +24,7 @@ def available_memory() -> int:
 
 def _children_within(results, bad) -> bool:
     inside = [r for r in results if r is not bad and r.ratio is not None
-              and (bad.torch == "" or r.torch.startswith(bad.torch + "."))]
+              and is_inside(r.torch, bad.torch)]
     return bool(inside) and all(r.within_budget for r in inside)
 
 
@@ -66,7 +66,7 @@ def _run(session: PortSession, options: Options, bisect: bool, capture_limit: in
             evidence = culprit_evidence(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
         ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
                       _children_within(results, bad), strategy.calls[0].get(bad.torch),
-                      strategy.calls[1].get(bad.paddle), [p for p in strategy.pairs if under(p.torch, bad.torch)])
+                      strategy.calls[1].get(bad.paddle), [p for p in strategy.pairs if is_under(p.torch, bad.torch)])
         diagnosis = diagnose(ctx)
     for r in results:
         if r.note and r.ratio is None:
@@ -85,7 +85,7 @@ def _not_isolated(results, outputs) -> Diagnosis:
     """Why a run whose final outputs are over budget names no layer: the deepest pairs that could
     not be judged, or else the code no pair covers."""
     unjudged = [r.torch for r in results if r.ratio is None]
-    deepest = [p for p in unjudged if not any(q != p and under(q, p) for q in unjudged)]
+    deepest = [p for p in unjudged if not any(q != p and is_under(q, p) for q in unjudged)]
     where = (f"in or under {', '.join(p or '<model>' for p in deepest[:5])} (not judged: "
              f"{'; '.join(r.note for r in results if r.torch in deepest[:5] and r.note)[:300]})" if deepest
              else "in code that no paired layer covers (functions called between layers, or layers on one side only)")

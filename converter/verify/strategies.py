@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ..compare.align import align, common_ancestor, parent, shapes_fit, under
+from ..compare.align import align, shapes_fit
 from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
 from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
@@ -33,6 +33,7 @@ from ..compare.metrics import compare, rms, rms_over
 from ..compare.precision import ROUNDING_DRAWS
 from ..compare.replay import to_numpy_list
 from ..errors import UserError
+from ..paths import common_parent, is_under, parent
 from .report import LayerResult
 
 
@@ -78,8 +79,8 @@ class FullCapture:
         """Results for every pair (inside one torch/paddle subtree when `prefix` is given)."""
         t_paths = p_paths = None
         if prefix is not None:
-            t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if under(p, prefix[0])}
-            p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if under(p, prefix[1])}
+            t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, prefix[0])}
+            p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, prefix[1])}
         self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
         # the captures run at once (paddle computes on one core on CPU); then torch work that
@@ -377,7 +378,7 @@ class BinarySearch:
         scale applied between two layers of a model's forward), which full capture names too."""
         paired = {p.torch: p for p in pairs}
         here = self.units[found].torch
-        holder = parent(here) if found == 0 else common_ancestor(self.units[found - 1].torch, here)
+        holder = parent(here) if found == 0 else common_parent([self.units[found - 1].torch, here])
         while holder not in paired and holder:
             holder = parent(holder)
         pair = paired.get(holder)
