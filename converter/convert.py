@@ -336,8 +336,13 @@ def plan_in_memory(torch_model, paddle_model, mapping=None):
     left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
     source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
     kept = _buffers_left_unfilled(source, ruleset, paddle_model)
-    plan = build_plan(source.infos, ruleset, {k: v for k, v in targets.items() if k not in kept})
+    unloadable = _targets_not_persistable(source, ruleset, paddle_model)
+    skipped = {part.source for entry in unloadable for part in entry.parts}
+    plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
+                      {k: v for k, v in targets.items() if k not in kept})
+    plan.unloadable = unloadable
     plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
+    plan.notes.extend(_unloadable_notes(unloadable, paddle_model, source))
     return plan, ruleset, source
 
 
@@ -393,6 +398,46 @@ def _buffers_left_unfilled(source, ruleset: RuleSet, paddle_model) -> list[str]:
     return [k for k in buffers if k not in filled]
 
 
+def paddle_unsaved_buffers(paddle_model) -> dict[str, object]:
+    """The paddle model's buffers that its state dict leaves out (registered with persistable=False)."""
+    saved = set(paddle_model.state_dict())
+    return {k: v for k, v in paddle_model.named_buffers() if k not in saved}
+
+
+def _targets_not_persistable(source, ruleset: RuleSet, paddle_model) -> list:
+    """Plan entries whose target the paddle model holds as a buffer that is not persistable: the
+    rules are right, but no checkpoint reaches such a buffer (HF BART's final_logits_bias registered
+    with persistable=False in a port). Their torch tensors are left out of the plan."""
+    unsaved = paddle_unsaved_buffers(paddle_model)
+    if not unsaved:
+        return []
+    try:
+        loose = build_plan(source.infos, ruleset, None)
+    except UserError:
+        return []
+    return [e for e in loose.entries if e.name in unsaved]
+
+
+def unloadable_difference(entry, paddle_model, read) -> str:
+    """What a not-persistable paddle buffer holds against the torch tensor the rules map onto it."""
+    from .frameworks.paddle_side import to_numpy
+    expected = entry.compute(read)
+    if entry.dtype == "bfloat16":
+        expected = dtypes.bf16_to_f32(expected)
+    return _compare_arrays(f"torch's '{entry.parts[0].source}' under the mapping", expected,
+                           to_numpy(paddle_unsaved_buffers(paddle_model)[entry.name]))
+
+
+def _unloadable_notes(entries, paddle_model, source) -> list[str]:
+    notes = []
+    for e in entries:
+        said = unloadable_difference(e, paddle_model, source.read)
+        notes.append(f"paddle buffer '{e.name}' is not persistable: no checkpoint reaches it, so it keeps the value "
+                     f"the paddle model built, which {'is ' if said.startswith('equal') else ''}{said}; register it "
+                     "with persistable=True for the converted weights to fill it")
+    return notes
+
+
 def _ancestor_pairs(plan) -> dict[str, str]:
     """Paddle layer path -> torch module path: the layers the plan fills from a module's tensors,
     and their ancestors while both paths end in the same name (gptj.h.0.attn ~ transformer.h.0.attn)."""
@@ -432,18 +477,22 @@ def _compare_buffer(t_key: str, t_value, p_value) -> str:
     from .frameworks.paddle_side import to_numpy
     t = t_value.detach().cpu()
     t = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
-    p = to_numpy(p_value)
+    return _compare_arrays(f"torch's '{t_key}'", t, to_numpy(p_value))
+
+
+def _compare_arrays(what: str, t: np.ndarray, p: np.ndarray) -> str:
+    """'equal to WHAT', or where paddle's array `p` differs from torch's `t`, with the worst element."""
     if t.shape != p.shape:
-        return f"torch's '{t_key}' is {list(t.shape)}, paddle's {list(p.shape)}"
+        return f"has shape {list(p.shape)} where {what} is {list(t.shape)}"
     floating = t.dtype.kind == "f" or p.dtype.kind == "f"
     if np.array_equal(t, p, equal_nan=floating):
-        return f"equal to torch's '{t_key}'"
+        return f"equal to {what}"
     a, b = t.astype(np.float64), p.astype(np.float64)
     gap = np.where(np.isnan(a) != np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b), nan=0.0))
     at = np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ()
     shown = lambda v: f"{v.item():.9g}" if isinstance(v.item(), float) else repr(v.item())
     where = f" (the worst at {list(map(int, at))})" if gap.ndim else ""
-    return (f"differs from torch's '{t_key}' in {int(np.count_nonzero(gap))} of {gap.size} element(s){where}: "
+    return (f"differs from {what} in {int(np.count_nonzero(gap))} of {gap.size} element(s){where}: "
             f"paddle {shown(p[at])}, torch {shown(t[at])}")
 
 

@@ -18,6 +18,9 @@ def _has_state(torch_module) -> bool:
 def _own_keys_by_name(pair: PortedLayer) -> None:
     """A module with no registry entry: its own tensors keep their names, untransposed."""
     paddle_keys = set(paddle_own_keys(pair.paddle_layer))
+    # a buffer the paddle layer holds without saving it (persistable=False) is still torch's tensor's
+    # counterpart: mapped, so that the verifier says no checkpoint reaches it
+    paddle_keys |= {n for n, _ in pair.paddle_layer.named_buffers(include_sublayers=False)}
     params = {n for n, _ in pair.torch_module.named_parameters(recurse=False)}
     for name in torch_own_keys(pair.torch_module):
         if name in paddle_keys:

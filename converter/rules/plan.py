@@ -66,6 +66,9 @@ class MappingPlan:
     dropped: list[str]
     ruleset: str
     notes: list[str] = field(default_factory=list)
+    # targets the paddle model holds as buffers it neither saves nor loads (not persistable): no
+    # checkpoint reaches them, so the verifier compares them instead of filling them
+    unloadable: list[TargetEntry] = field(default_factory=list)
 
     def output_infos(self) -> list[TensorInfo]:
         """Every name written, aliases included (they hold the same tensor)."""

@@ -16,6 +16,7 @@ from .. import dtypes
 from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
 from ..families import lookup
+from ..paths import is_under
 from .report import Diagnosis, LayerResult
 
 
@@ -57,10 +58,12 @@ def check_weights(ctx) -> list[Diagnosis]:
     prefix = ctx.result.torch
     paddle_state = session.paddle_model.state_dict()
     parameters = {name for name, _ in session.paddle_model.named_parameters()}
-    out = []
+    within = lambda entry: any(is_under(p.source, prefix) for p in entry.parts)
+    out = [_unloadable(entry, session) for entry in session.plan.unloadable if within(entry)]
+    out = [d for d in out if d is not None]
     for entry in session.plan.entries:
         sources = [p.source for p in entry.parts]
-        if prefix and not any(s == prefix or s.startswith(prefix + ".") for s in sources):
+        if not within(entry):
             continue
         if entry.name not in paddle_state:
             continue
@@ -86,6 +89,19 @@ def check_weights(ctx) -> list[Diagnosis]:
                                  f"mapping (max abs {diff:.3g})",
                                  "load the converted weights again, and check that nothing changes them after loading"))
     return out
+
+
+def _unloadable(entry, session) -> Diagnosis | None:
+    """A buffer the rules map torch's tensor onto but the paddle model never loads (not persistable),
+    where it holds other values than torch's."""
+    from ..convert import unloadable_difference
+    said = unloadable_difference(entry, session.paddle_model, session.torch_state.read)
+    if said.startswith("equal"):
+        return None
+    return Diagnosis(entry.name, f"paddle buffer '{entry.name}' is not persistable, so the converted weights never "
+                     f"reach it: it {said}",
+                     f"register '{entry.name}' with register_buffer(..., persistable=True) in the paddle model (or "
+                     "set it from the converted weights after loading)")
 
 
 SHOWN_WEIGHTS = 5  # loaded weights named one by one in the diagnosis; the report's table holds them all

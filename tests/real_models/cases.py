@@ -409,10 +409,6 @@ BINARY_UNDER_TF32 = Defect("binary judges each unit's boundary against the end-t
                            "boundary of a DeBERTa-v2-xlarge layer; full names them by the layer's own budget",
                            ("binary",))
 XL_STRATEGIES = ("auto", "binary")
-BUFFER_NOT_PERSISTABLE = Defect("exit 2, 'mapping bart does not fit the checkpoint: target final_logits_bias is not in "
-                                "the paddle model', telling to fix the rules: the rules are right, and the paddle "
-                                "model holds final_logits_bias as a buffer that is not persistable, which the port "
-                                "got wrong; no report")
 OPT_350M = {"do_layer_norm_before": False, "word_embed_proj_dim": 16}  # post-LN, project_in and project_out
 BINARY_PAST_ROUTING = Defect("binary does not name layer 0's MoE block: it descends into model.layers.1, whose experts "
                              "receive other numbers of tokens on the two sides (layer 0's error changed the routing), "
@@ -584,7 +580,7 @@ BUGS = [
          "decoder.layers.0.encoder_attn.q_proj", "untransposed",
          after_load=_untranspose("decoder.decoder.layers.0.cross_attn.q_proj.weight")),
     Case("bart-lm-logits-bias-not-persistable", "bart-lm", "final_logits_bias not persistable, never loaded", "",
-         "buffer", plant=_logits_bias_not_persistable, defects=(BUFFER_NOT_PERSISTABLE,)),
+         "buffer", plant=_logits_bias_not_persistable),
     Case("bart-lm-logits-bias-zeroed", "bart-lm", "final_logits_bias reset to zeros after loading", "", "buffer",
          after_load=lambda m: m.final_logits_bias.set_value(_paddle().zeros_like(m.final_logits_bias))),
     Case("bart-lm-layernorm-epsilon", "bart-lm", "a decoder LayerNorm epsilon 1e-3 (torch: 1e-5)",

@@ -233,3 +233,66 @@ def test_a_paddle_sublayer_holding_only_its_own_buffers_does_not_upset_pairing_b
     spec = spec_from_functions(lambda: torch_model, PaddleNet,
                                lambda: (np.random.default_rng(2).standard_normal((2, H)).astype("float32"),))
     assert verify(spec, Options(device="cpu")).verdict == "pass"
+
+
+LOGITS_BIAS = np.linspace(-1.0, 1.0, H, dtype="float32")
+
+
+class TorchBiased(torch.nn.Module):
+    """HF BART's head: logits plus a bias the state dict saves (a persistent buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(H, H)
+        self.register_buffer("logits_bias", torch.from_numpy(LOGITS_BIAS.copy()))
+
+    def forward(self, x):
+        return self.lin(x) + self.logits_bias
+
+
+class PaddleBiased(paddle.nn.Layer):
+    def __init__(self, persistable: bool, value: float = 0.0):
+        super().__init__()
+        self.lin = paddle.nn.Linear(H, H)
+        self.register_buffer("logits_bias", paddle.full([H], value), persistable=persistable)
+
+    def forward(self, x):
+        return self.lin(x) + self.logits_bias
+
+
+def _biased_spec(paddle_model):
+    torch.manual_seed(3)
+    torch_model = TorchBiased()
+    return spec_from_functions(lambda: torch_model, lambda: paddle_model,
+                               lambda: (np.random.default_rng(3).standard_normal((2, H)).astype("float32"),))
+
+
+def test_a_rule_onto_a_buffer_paddle_does_not_persist_is_named_not_refused():
+    """The rules map torch's saved buffer onto a paddle buffer registered with persistable=False: no
+    checkpoint reaches it. The plan leaves it out with a note, the run goes on, and the model's
+    output is blamed on that buffer, with the fix."""
+    paddle_model = PaddleBiased(persistable=False)
+    report = verify(_biased_spec(paddle_model), Options(device="cpu"), bisect=True)
+    assert report.verdict == "fail"
+    assert report.first_bad.torch == "", report.first_bad
+    note = next(n for n in report.notes if n.startswith("paddle buffer 'logits_bias' is not persistable"))
+    assert "differs from torch's 'logits_bias' under the mapping in 8 of 8 element(s)" in note
+    assert "paddle 0, torch -1" in note
+    causes = [d.cause for d in report.diagnosis]
+    assert any("'logits_bias' is not persistable, so the converted weights never reach it" in c for c in causes), causes
+    assert np.array_equal(paddle_model.logits_bias.numpy(), np.zeros(H, "float32"))  # never written
+
+
+def test_a_buffer_paddle_does_not_persist_but_builds_equal_passes():
+    paddle_model = PaddleBiased(persistable=False)
+    paddle_model.logits_bias.set_value(paddle.to_tensor(LOGITS_BIAS))
+    report = verify(_biased_spec(paddle_model), Options(device="cpu"), bisect=True)
+    assert report.verdict == "pass", report.notes
+    assert any("'logits_bias' is not persistable" in n and "equal to torch's" in n for n in report.notes)
+
+
+def test_a_persistable_paddle_buffer_is_filled_by_the_rule():
+    paddle_model = PaddleBiased(persistable=True)
+    report = verify(_biased_spec(paddle_model), Options(device="cpu"), bisect=True)
+    assert report.verdict == "pass", report.notes
+    assert not any("not persistable" in n for n in report.notes)
