@@ -45,23 +45,31 @@ def _float64_by_default():
 
 
 @contextlib.contextmanager
-def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs", ours: bool = True):
-    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed.
-    With `ours`, an error raised in this package's own code (a hook) is left an internal error."""
+def model_errors(said, ours: bool = True):
+    """What a model (or a loss, in its backward) raises while it runs is bad input: a UserError with
+    the line `said(exc)` makes of it. With `ours`, an error raised in this package's own code (a hook)
+    is left as it is, an internal error, in the forward check and the training checks alike."""
     from .capture import CaptureTooLarge
     try:
         yield
     except (UserError, CaptureTooLarge, KeyboardInterrupt, MemoryError):
         raise
-    except SystemExit as exc:
-        from ..spec import spec_line
-        raise UserError(f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
-                        f"{spec_line(exc, spec_path)}; a forward must return its outputs") from None
     except BaseException as exc:  # asyncio.CancelledError, a class of the spec's own deriving from BaseException
         if ours and isinstance(exc, Exception) and _raised_by_us(exc):  # our own hooks failed, not the model:
             raise  # an internal error, not bad input
-        from ..spec import failure
-        raise UserError(f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}") from None
+        raise UserError(said(exc)) from None
+
+
+def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs", ours: bool = True):
+    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
+    from ..spec import failure, spec_line
+
+    def said(exc: BaseException) -> str:
+        if isinstance(exc, SystemExit):
+            return (f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
+                    f"{spec_line(exc, spec_path)}; a forward must return its outputs")
+        return f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}"
+    return model_errors(said, ours)
 
 
 @contextlib.contextmanager
@@ -168,15 +176,38 @@ class PortSession:
                 side.matmul = "fp32"
         for side, fmt in options.emulate.items():
             self.precision[side].emulated = fmt
-        if "torch" in options.emulate:
-            handles = prec.emulate_torch(self.torch_model, options.emulate["torch"])
-            self.undo.push(lambda: [h.remove() for h in handles])
-        if "paddle" in options.emulate:
-            self.undo.push(prec.emulate_paddle(options.emulate["paddle"]))
+        self._emulation: list = []  # what undoes the forward check's emulation while it is on
+        self.undo.push(self._emulation_off)
+        self._emulation_on()
         with spec_call_errors(spec.path, "inputs"):
             self.inputs = spec.inputs()
         check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
+
+    def _emulation_on(self) -> None:
+        """The forward check's emulation of --emulate: every forward of the torch model under
+        torch_rounding, paddle's operators rounding their inputs (see precision)."""
+        emulate = self.options.emulate
+        if "torch" in emulate:
+            handles = prec.emulate_torch(self.torch_model, emulate["torch"])
+            self._emulation.append(lambda: [h.remove() for h in handles])
+        if "paddle" in emulate:
+            self._emulation.append(prec.emulate_paddle(emulate["paddle"]))
+
+    def _emulation_off(self) -> None:
+        while self._emulation:
+            self._emulation.pop()()
+
+    @contextlib.contextmanager
+    def training(self):
+        """The session as the training checks use it: they train copies of the models and emulate
+        --emulate's formats their own way (straight through, in the layers that round), so the
+        forward check's emulation is off inside, and on again after."""
+        self._emulation_off()
+        try:
+            yield self
+        finally:
+            self._emulation_on()
 
     def _set_weights(self, spec, converted: str | None, mapping: str | None) -> None:
         """The paddle model's weights: torch's converted in memory, the file `converted`, or (mapping

@@ -4,7 +4,6 @@ statistics (to replay the running statistics under either framework's rule)."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass, field
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..compare.capture import flatten
+from ..compare.session import model_errors
 from .emulate import remove
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
@@ -59,23 +59,20 @@ def call_model(model, inputs):
 BACKWARD_HINT = "the model or the loss computes something its framework cannot differentiate on this batch"
 
 
-@contextlib.contextmanager
 def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
     """What the spec's models (and losses, in their backward) raise on step k's batch is bad input:
-    one line saying what failed, on which batch, and at which line of the spec."""
+    one line saying what failed, on which batch, and at which line of the spec. An error raised in
+    this package's own code (a hook) stays an internal error, as in the forward check."""
     from ..spec import failure, spec_line
-    try:
-        yield
-    except (UserError, KeyboardInterrupt, MemoryError):
-        raise
-    except SystemExit as exc:
-        raise UserError(f"spec '{tspec.path}': {what} called sys.exit({exc.code!r}) on {tspec.batch_name(k)}"
-                        f"{spec_line(exc, tspec.path)}; a model must return its outputs") from None
-    except BaseException as exc:  # an Exception, or what is none (asyncio.CancelledError)
-        hint = hint or ("the batches must fit the models as inputs() does" if tspec.has["batches"]
-                        else "fix the model or inputs()")
-        raise UserError(f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {failure(exc, tspec.path)}; "
-                        f"{hint}") from None
+
+    def said(exc: BaseException) -> str:
+        if isinstance(exc, SystemExit):
+            return (f"spec '{tspec.path}': {what} called sys.exit({exc.code!r}) on {tspec.batch_name(k)}"
+                    f"{spec_line(exc, tspec.path)}; a model must return its outputs")
+        why = hint or ("the batches must fit the models as inputs() does" if tspec.has["batches"]
+                       else "fix the model or inputs()")
+        return f"spec '{tspec.path}': {what} fails on {tspec.batch_name(k)}: {failure(exc, tspec.path)}; {why}"
+    return model_errors(said)
 
 
 def float_outputs(out, framework: str) -> list:

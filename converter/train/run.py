@@ -13,6 +13,7 @@ from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, 
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
+from ..compare.session import Options, PortSession
 from .spec import TrainSpec
 
 
@@ -105,13 +106,23 @@ def _check_deterministic(session, tspec, batch) -> None:
 
 def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-is", emulate=None, weights=None,
                 converted=None, mapping=None, backward=True) -> TrainReport:
+    """The training checks of `spec` on a session of their own; see train_on."""
+    tspec = TrainSpec(spec)  # the spec's training part is checked before the models are built
+    options = Options(device=device, precision=precision, emulate=dict(emulate or {}), strategy="full")
+    with PortSession(spec, options, weights=weights, converted=converted, mapping=mapping) as port:
+        return train_on(port, tspec, steps, backward)
+
+
+def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS, backward: bool = True) -> TrainReport:
+    """The training checks of `tspec` (the training side of port's spec) on the models of `port`, as
+    converted and set up for the forward check, which takes them back as it had them."""
     if steps < 1:
         raise UserError(f"--steps must be at least 1; got {steps}")
-    with paddle_notices_silenced():
-        return _train_check(spec, steps, device, precision, emulate, weights, converted, mapping, backward)
+    with paddle_notices_silenced(), port.training():
+        return _train_check(port, tspec, steps, backward)
 
 
-def _train_check(spec, steps, device, precision, emulate, weights, converted, mapping, backward) -> TrainReport:
+def _train_check(port, tspec, steps, backward) -> TrainReport:
     from . import backward as bwd
     from .diagnose import diagnose
     from .loss import loss_rows, probe
@@ -119,8 +130,7 @@ def _train_check(spec, steps, device, precision, emulate, weights, converted, ma
     from .steps import final_rows, grad_rows, step_rows
     from .structure import structure_rows
 
-    tspec = TrainSpec(spec)
-    session = TrainSession(spec, device, precision, emulate, weights, converted, mapping)
+    session = TrainSession(port)
     try:
         batches = tspec.batches(steps)
         _check_trainable(session, tspec)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compare.session import Options, PortSession
+from ..compare.session import PortSession
 from .emulate import Emulation
 
 
@@ -67,20 +67,17 @@ def _zero_dropout(modules, table: dict, saved: list) -> None:
 
 
 class TrainSession:
-    """The two models of a spec, ready for training checks; `restore()` puts them back."""
+    """The models of a set-up PortSession (its conversion, its precision, its --emulate formats),
+    ready for training checks; `restore()` puts them back as the forward check takes them."""
 
-    def __init__(self, spec, device="auto", precision="as-is", emulate=None, weights=None, converted=None,
-                 mapping=None):
-        self.port = PortSession(spec, Options(device=device, precision=precision, emulate={}, strategy="full"),
-                                weights=weights, converted=converted, mapping=mapping)
-        self.spec = spec
-        self.device = self.port.device
-        self.torch_model = self.port.torch_model
-        self.paddle_model = self.port.paddle_model
-        self.precision = self.port.precision
-        for side, fmt in (emulate or {}).items():
-            self.precision[side].emulated = fmt
-        self.formats = {side: p.format for side, p in self.precision.items()}
+    def __init__(self, port: PortSession):
+        self.port = port
+        self.spec = port.spec
+        self.device = port.device
+        self.torch_model = port.torch_model
+        self.paddle_model = port.paddle_model
+        self.precision = port.precision
+        self.formats = port.formats
         self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
         self.paddle_init = {k: np.array(v.numpy()) for k, v in self.paddle_model.state_dict().items()}
         self.pairs = self._pairs()

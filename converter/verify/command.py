@@ -62,10 +62,11 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     options = VerifyOptions(device=device, precision=precision_mode, emulate=parse_emulate(emulate), strategy=strategy,
                             bisect=bisect)
     trained = None
-    if train:  # first: it leaves the models as it found them, the forward check changes them
-        from ..train.command import run_train
-        trained = run_train(spec, options, steps, weights, converted, mapping, emit_optimizer)
-    report = run_verification(spec, options, weights=weights, converted=converted, mapping=mapping)
+    if train:  # the training checks, then the forward check, on one session
+        from ..train.command import run_checks
+        report, trained = run_checks(spec, options, steps, weights, converted, mapping, emit_optimizer)
+    else:
+        report = run_verification(spec, options, weights=weights, converted=converted, mapping=mapping)
     click.echo(render_text(report, max_rows=rows))
     body, page = report.to_json(), render_html(report)
     optimizer_code = None

@@ -33,10 +33,11 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
     """The Report of one run; framework flags, hooks, modes, devices and in-place weight changes are
     put back when it ends, also on error (see PortSession)."""
     with PortSession(spec, options, weights=weights, converted=converted, mapping=mapping) as session:
-        return _run(session, options, bisect, capture_limit)
+        return run_on(session, options, bisect, capture_limit)
 
 
-def _run(session: PortSession, options: Options, bisect: bool, capture_limit: int | None) -> Report:
+def run_on(session: PortSession, options: Options, bisect: bool = False, capture_limit: int | None = None) -> Report:
+    """The Report of the forward check on a set-up session (whose restore is the caller's)."""
     # the forced passes hold about as much again as the capture
     limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
     strategy = choose(options.strategy, limit)
