@@ -16,6 +16,9 @@ from converter.errors import UserError
 BUNDLED = os.path.join(ROOT, "converter", "examples", "bert_port.py")
 
 
+@pytest.mark.slow
+
+
 def test_importing_the_api_imports_neither_framework():
     code = ("import sys, converter\n"
             "from converter import convert_weights, verify_port, PortSpec, VerifyOptions\n"
@@ -37,6 +40,7 @@ def _judgement(body: dict) -> dict:
 
 @pytest.mark.parametrize("path, expected_exit", [(BUNDLED, 1), (spec_path("transformer_encoder"), 0)],
                          ids=["bundled-example", "clean-transformer-encoder"])
+@pytest.mark.slow
 def test_verify_port_concludes_what_the_command_concludes(tmp_path, path, expected_exit):
     cli = run_verify("--spec", path, "--device", "cpu", "--bisect", "--json", tmp_path / "cli.json")
     assert cli.code == expected_exit, cli
@@ -69,6 +73,9 @@ def _training(body: dict) -> dict:
             "optimizer": body["optimizer"]}
 
 
+@pytest.mark.slow
+
+
 def test_verify_port_with_train_returns_the_report_the_command_renders(tmp_path):
     cli = run_verify("--spec", spec_path("train_mlp"), "--train", "--steps", 3, "--device", "cpu",
                      "--json", tmp_path / "cli.json")
@@ -79,6 +86,9 @@ def test_verify_port_with_train_returns_the_report_the_command_renders(tmp_path)
     from converter.train.report import render_text
     first_line = render_text(trained).splitlines()[0]
     assert first_line in cli.stdout
+
+
+@pytest.mark.slow
 
 
 def test_training_parts_given_in_python_are_used():
@@ -108,6 +118,9 @@ def test_the_documented_training_example_runs(monkeypatch):
     namespace = {}
     exec(compile(code, "docs/api.md", "exec"), namespace)
     assert namespace["trained"].verdict == "pass" and len(namespace["trained"].steps) == 3
+
+
+@pytest.mark.slow
 
 
 def test_convert_weights_writes_what_the_command_writes(tmp_path):

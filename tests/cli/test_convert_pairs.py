@@ -14,6 +14,7 @@ from converter.spec import load_spec
 
 @pytest.mark.parametrize("name", ["transformer_encoder", "lstm", "gru", "cnn", "square_linear"])
 @pytest.mark.parametrize("suffix", [".pdparams", ".safetensors"])
+@pytest.mark.slow
 def test_pair_converts_and_matches(tmp, name, suffix):
     spec = load_spec(spec_path(name))
     tm = spec.torch_model()
@@ -26,6 +27,9 @@ def test_pair_converts_and_matches(tmp, name, suffix):
     assert "no missing or unexpected keys" in r.stderr
     yt, yp = forward_both(spec, tm, load_output_into(spec.paddle_model(), out))
     assert_fp32_close(yt, yp)
+
+
+@pytest.mark.slow
 
 
 def test_square_query_proj_is_transposed_and_conv1d_is_not(tmp):

@@ -1,6 +1,7 @@
 """`convert-weights HF_DIR OUT_DIR`: config.json and weights in, what PaddleNLP's from_pretrained
 loads out (scripts/check_mappings_paddlenlp.py loads such directories with PaddleNLP itself)."""
 
+import pytest
 import json
 import os
 
@@ -23,6 +24,9 @@ def assert_same(a, b):
         assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
 
 
+@pytest.mark.slow
+
+
 def test_single_file_directory(tmp):
     state = hf_state(BERT)
     src = hf_dir(tmp / "hf", state)
@@ -35,6 +39,9 @@ def test_single_file_directory(tmp):
     assert config == {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
                       "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300, "type_vocab_size": 2,
                       "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
+
+
+@pytest.mark.slow
 
 
 def test_sharded_source_gives_sharded_output_with_an_index(tmp):
@@ -50,6 +57,9 @@ def test_sharded_source_gives_sharded_output_with_an_index(tmp):
     got = load_dir(tmp / "out")
     assert index["metadata"]["total_size"] == sum(a.nbytes for a in got.values())
     assert_same(got, single_file(tmp, state))
+
+
+@pytest.mark.slow
 
 
 def test_max_shard_size_shards_a_single_file_source(tmp):

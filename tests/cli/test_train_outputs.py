@@ -62,6 +62,9 @@ def test_nothing_to_emit_is_refused_before_anything_runs(tmp):
     assert sorted(os.listdir(tmp)) == ["own_optimizer.py"]
 
 
+@pytest.mark.slow
+
+
 def test_emitted_optimizer_replaces_an_old_file_whole_with_force(tmp):
     spec = _spec(tmp)
     (tmp / "opt.py").write_text("old\n")
@@ -72,6 +75,9 @@ def test_emitted_optimizer_replaces_an_old_file_whole_with_force(tmp):
     compile(code, "opt.py", "exec")
     assert "def paddle_optimizer(model):" in code and "paddle.optimizer.AdamW(" in code
     assert sorted(os.listdir(tmp)) == ["opt.py", "r.json", "spec.py"]  # no partial file left beside them
+
+
+@pytest.mark.slow
 
 
 def test_paddle_batchnorm_training_notice_is_not_in_our_output():

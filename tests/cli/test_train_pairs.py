@@ -17,6 +17,7 @@ def _train(tmp, name, *extra):
 
 
 @pytest.mark.parametrize("name", ["train_mlp", "train_cnn", "train_transformer", "train_lstm"])
+@pytest.mark.slow
 def test_clean_pair_passes_every_phase(tmp, name):
     r, train = _train(tmp, name)
     assert r.code == 0, r
@@ -29,6 +30,9 @@ def test_clean_pair_passes_every_phase(tmp, name):
         assert abs(s["loss_paddle"] - s["loss_torch"]) <= s["band"] and s["lr_paddle"] == pytest.approx(s["lr_torch"])
     assert any("dropout set to 0" in n for n in train["notes"])
     assert "training verdict: PASS" in r.stdout
+
+
+@pytest.mark.slow
 
 
 def test_report_files_and_emitted_optimizer(tmp):
@@ -64,6 +68,9 @@ def test_bad_training_input_is_one_line_and_exit_2(tmp):
     assert not (tmp / "r.json").exists()
 
 
+@pytest.mark.slow
+
+
 def test_failing_report_has_the_issue_fields_and_a_verdict_on_every_row(tmp):
     """The train section of --json holds the fields verify-port --train promises, each row of
     `steps` and `checks` with its verdict; the HTML both loss curves and the band."""
@@ -94,6 +101,9 @@ def _strict(text):
     def refuse(token):
         raise ValueError(f"{token} is no JSON")
     return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.slow
 
 
 def test_nan_and_infinite_values_are_null_in_strict_json_with_their_verdicts(tmp):

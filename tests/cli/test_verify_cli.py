@@ -47,6 +47,9 @@ def _planted_bert(name):
     return spec_from_functions(B.torch_model, paddle_model, B.inputs), bug
 
 
+@pytest.mark.slow
+
+
 def test_binary_search_finds_the_same_culprit_within_its_pass_budget():
     from converter.examples import bert_port as B
     spec, bug = _planted_bert("dropped-residual")
@@ -149,12 +152,18 @@ def test_weights_checkpoint_is_loaded_into_the_torch_model_first(tmp):
     assert r.code == 2 and "wrong.safetensors" in r.stderr
 
 
+@pytest.mark.slow
+
+
 def test_auto_strategy_switches_to_binary_search_when_activations_do_not_fit():
     spec, bug = _planted_bert("gelu-tanh")
     report = verify(spec, Options(device="cpu"), bisect=True, capture_limit=1 << 20)
     assert report.strategy == "binary"
     assert any("switched to the low-memory binary search" in n for n in report.notes)
     assert report.first_bad.torch == bug.culprit
+
+
+@pytest.mark.slow
 
 
 def test_captures_running_at_once_share_one_memory_limit():

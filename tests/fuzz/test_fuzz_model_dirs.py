@@ -181,6 +181,7 @@ def _check_output(out, config: dict, expected: dict) -> None:
 @given(layout=st.sampled_from(LAYOUTS), config=configs(), force=st.booleans(),
        damage=st.one_of(st.just([]), st.lists(st.tuples(st.sampled_from(["config", "weights"]), st.integers(0, 7),
                                                         st.floats(0, 1, allow_nan=False)), min_size=1, max_size=2)))
+@pytest.mark.slow
 def test_fuzz_model_directories(clean, layout, config, force, damage):
     root, expected = clean
     text, plain = config

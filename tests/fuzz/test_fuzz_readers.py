@@ -5,6 +5,7 @@ Every input must end in exit 0 with output bit-identical to what the reference r
 the safetensors library) makes of the same file, or in exit 2 with one line; within bounded time
 and memory (see hostile_forge.run_in_process)."""
 
+import pytest
 import json
 import os
 import tempfile
@@ -123,6 +124,7 @@ def tensor_zips(draw):
 
 @fuzz_settings(250)
 @given(tensor_zips(), st.sampled_from(["pdparams", "safetensors"]))
+@pytest.mark.slow
 def test_fuzz_torch_zip(case, fmt):
     data_pkl, storages, compress = case
     with tempfile.TemporaryDirectory() as d:
@@ -200,6 +202,7 @@ def safetensors_files(draw):
 
 @fuzz_settings(250)
 @given(safetensors_files())
+@pytest.mark.slow
 def test_fuzz_safetensors_header(case):
     raw, data, pad = case
     with tempfile.TemporaryDirectory() as d:
@@ -243,6 +246,7 @@ def index_layouts(draw):
 
 @fuzz_settings(120)
 @given(index_layouts())
+@pytest.mark.slow
 def test_fuzz_index(case):
     weight_map, allow = case
     with tempfile.TemporaryDirectory() as top:

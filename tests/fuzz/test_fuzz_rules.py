@@ -3,6 +3,7 @@ field replaced by a value of the wrong type or range, a pattern RE2 refuses, a c
 pattern, a bad template. Every file ends in exit 0 (the conversion's own bit-for-bit check
 passed) or exit 2 with one line naming the rule, within bounded time."""
 
+import pytest
 import json
 import os
 import tempfile
@@ -51,6 +52,7 @@ def rule_files(draw):
 
 @fuzz_settings(250)
 @given(rule_files(), st.sampled_from(["safetensors", "pdparams"]))
+@pytest.mark.slow
 def test_fuzz_rule_files(rules, fmt):
     with tempfile.TemporaryDirectory() as d:
         src, out, path = os.path.join(d, "m.safetensors"), os.path.join(d, f"o.{fmt}"), os.path.join(d, "r.json")

@@ -109,6 +109,7 @@ FORMATS = ["safetensors", "torch zip", "torch.load zip", "shard", "pdparams"]
 
 @pytest.mark.parametrize("out", ["o.pdparams", "o.safetensors"])
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.slow
 def test_a_source_truncated_while_it_is_read_is_one_line(tmp, fmt, out):
     """SIGBUS (exit -7) before: the memory map read past the file's new end."""
     src, changing = _source(tmp, fmt)
@@ -118,6 +119,7 @@ def test_a_source_truncated_while_it_is_read_is_one_line(tmp, fmt, out):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.slow
 def test_a_source_rewritten_in_place_while_it_is_read_is_one_line(tmp, fmt):
     """Same size, other bytes, a later time: the output would mix two versions of the file."""
     src, changing = _source(tmp, fmt)
@@ -127,6 +129,7 @@ def test_a_source_rewritten_in_place_while_it_is_read_is_one_line(tmp, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.slow
 def test_a_source_rewritten_in_place_with_its_time_set_back_is_one_line(tmp, fmt):
     """Same size, other bytes, the modification time it had: only the status change time
     tells (exit 0 before, with an output that mixed the two versions)."""
@@ -134,6 +137,9 @@ def test_a_source_rewritten_in_place_with_its_time_set_back_is_one_line(tmp, fmt
     r = _convert_changing(changing, "rewrite, time set back", src, tmp / "o.pdparams", "--mapping", _rules(tmp))
     assert_one_line_error(r, CHANGED, changing.name, "was written to")
     assert not (tmp / "o.pdparams").exists() and not no_leftovers(tmp)
+
+
+@pytest.mark.slow
 
 
 def test_a_source_replaced_while_it_is_read_is_one_line(tmp):
@@ -145,6 +151,7 @@ def test_a_source_replaced_while_it_is_read_is_one_line(tmp):
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "torch zip"])
+@pytest.mark.slow
 def test_a_source_truncated_by_another_process_during_a_conversion_never_kills_it(tmp, fmt):
     """The real race: another process truncates the file at several moments of a conversion.
     Each run ends in exit 0 (it finished first, with the whole file) or exit 2 with one line."""
@@ -179,6 +186,7 @@ def test_a_source_truncated_by_another_process_during_a_conversion_never_kills_i
 
 
 @pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.slow
 def test_a_model_directory_whose_weights_change_while_they_are_read_is_one_line(tmp, shards):
     """HF_DIR OUT_DIR: a .bin or a shard truncated after it was opened; no OUT_DIR is left."""
     from helpers.hf_models import BERT, hf_dir, hf_state

@@ -132,6 +132,9 @@ def test_out_dir_holding_a_hard_link_to_an_input_is_refused(tmp, hf, ckpt):
     assert snapshot(tmp) == before
 
 
+@pytest.mark.slow
+
+
 def test_force_replaces_an_out_dir_this_tool_wrote_and_nothing_else(tmp, hf):
     assert run_convert(hf, tmp / "out", "--quiet").code == 0
     first = snapshot(tmp / "out")
@@ -325,6 +328,7 @@ while True:
 
 
 @pytest.mark.parametrize("without_exchange", [False, True])
+@pytest.mark.slow
 def test_a_directory_replace_killed_at_any_moment_loses_neither(tmp, without_exchange):
     """SIGKILL a process that replaces a directory over and over: afterwards OUT_DIR is whole (the
     old or the new one), or (where RENAME_EXCHANGE is missing, killed between the two renames)
@@ -366,6 +370,9 @@ except UserError as exc:
 """
 
 
+@pytest.mark.slow
+
+
 def test_of_runs_at_once_into_a_new_directory_exactly_one_creates_it(tmp):
     script = _CREATE.format(root=ROOT, dst=str(tmp / "out"))
     start = time.time() + 2.0
@@ -378,6 +385,9 @@ def test_of_runs_at_once_into_a_new_directory_exactly_one_creates_it(tmp):
     assert sorted(os.listdir(tmp)) == ["out"]
     said = [p.stdout.read() for p, c in zip(runs, codes) if c == 2]  # at the commit, or at the start if late
     assert all("appeared while this ran" in s or "already exists" in s for s in said), said
+
+
+@pytest.mark.slow
 
 
 def test_convert_weights_runs_at_once_into_a_new_out_dir(tmp, hf):
@@ -399,6 +409,9 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.slow
+
+
 def test_stale_hidden_directories_of_dead_runs_are_removed(tmp, hf):
     from converter.io.atomic import _hidden_prefix
     prefix = _hidden_prefix(str(tmp / "out"))
@@ -413,6 +426,9 @@ def test_stale_hidden_directories_of_dead_runs_are_removed(tmp, hf):
 
 
 # ---- names
+
+
+@pytest.mark.slow
 
 
 def test_hf_dir_whose_name_holds_glob_characters(tmp):
@@ -442,6 +458,7 @@ def test_longest_legal_dst_names(tmp, ckpt, length):
 
 
 @pytest.mark.parametrize("length", [245, 255])
+@pytest.mark.slow
 def test_longest_legal_out_dir_names(tmp, hf, length):
     out = tmp / ("o" * length)
     assert run_convert(hf, out, "--quiet").code == 0
@@ -501,6 +518,7 @@ def _place(relation, world, out, suffix, which):
        json_relation=st.sampled_from(RELATIONS + [None, None, None]),
        mapping_relation=st.sampled_from(RELATIONS + [None, None, None]), which=st.lists(st.integers(0, 3), min_size=3,
                                                                                       max_size=3))
+@pytest.mark.slow
 def test_outputs_never_change_an_input(tmp, directory, force, dst_relation, json_relation, mapping_relation, which):
     """Any relation of DST (or OUT_DIR), --json and --emit-mapping to the inputs (SRC or HF_DIR and
     its files, the rule file) and to what is already there: exit 0, or exit 2 with one line; no
@@ -535,6 +553,9 @@ def test_outputs_never_change_an_input(tmp, directory, force, dst_relation, json
     assert snapshot(*inputs) == before, r
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     assert not [n for n in os.listdir(out) + os.listdir(base) if ".partial" in n or n.endswith(".old")]
+
+
+@pytest.mark.slow
 
 
 def test_a_run_killed_while_it_writes_leaves_no_hidden_directory_after_the_next(tmp, hf):

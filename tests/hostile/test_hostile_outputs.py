@@ -101,6 +101,9 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.slow
+
+
 def test_stale_temporaries_of_dead_runs_are_removed(tmp, ckpt):
     from converter.io.atomic import _hidden_prefix
     src, rules = ckpt
@@ -132,6 +135,9 @@ def _write_and_die(tmp, without_tmpfile: bool):
     """)
     p = subprocess.run([sys.executable, "-c", script])
     assert p.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
 
 
 def test_without_o_tmpfile_a_killed_run_leaves_a_hidden_file_the_next_run_removes(tmp, ckpt):

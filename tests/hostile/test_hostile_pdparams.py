@@ -134,12 +134,18 @@ def test_a_plain_array_crafted_the_same_way_is_read(tmp):
     assert np.array_equal(got["w"], pickle.loads((tmp / "ok.pdparams").read_bytes())["w"])
 
 
+@pytest.mark.slow
+
+
 def test_a_hash_bomb_key_in_a_pdparams_is_refused_in_bounded_time(tmp):
     key = b")q\x000" + b"h\x00h\x00\x86q\x000" * 120 + b"h\x00"
     (tmp / "bomb.pdparams").write_bytes(b"\x80\x04}" + key + b"N" + b"s.")
     (tmp / "rules.json").write_text(json.dumps({"name": "keep", "rules": [{"kind": "drop", "match": ".*"}]}))
     r = run_bounded(tmp / "bomb.pdparams", tmp / "o.pdparams", "--mapping", tmp / "rules.json", timeout=30)
     assert_one_line_error(r, "bomb.pdparams", "tuple")
+
+
+@pytest.mark.slow
 
 
 def test_a_huge_memo_index_allocates_nothing(tmp):

@@ -17,6 +17,9 @@ def _setup(tmp, rules, state=None):
     return tmp / "m.safetensors", tmp / "rules.json"
 
 
+@pytest.mark.slow
+
+
 def test_a_catastrophic_pattern_does_not_hang(tmp):
     key = "a" * 35  # (a+)+b against 35 a's backtracks 2**35 times in Python's re
     src, rules = _setup(tmp, [{"kind": "rename", "match": "(a+)+b", "to": "x"}], {key: np.zeros(1, np.float32)})
@@ -128,6 +131,7 @@ def _fifo(tmp, name):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/urandom", "sparse 6 GiB", "directory"])
+@pytest.mark.slow
 def test_a_rule_file_that_is_not_a_small_regular_file_is_refused(tmp, kind):
     """A fifo hung for ever; /dev/zero, /dev/urandom and a 6 GiB sparse file were read until memory ran out."""
     src, _ = _setup(tmp, [])
@@ -148,6 +152,9 @@ def test_a_rule_file_that_is_not_a_small_regular_file_is_refused(tmp, kind):
     assert not (tmp / "o.pdparams").exists()
 
 
+@pytest.mark.slow
+
+
 def test_a_spec_whose_mapping_is_a_fifo_is_refused(tmp):
     src, _ = _setup(tmp, [])
     fifo = _fifo(tmp, "spec_rules.json")
@@ -162,6 +169,7 @@ def test_a_spec_whose_mapping_is_a_fifo_is_refused(tmp):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "sparse 6 GiB"])
+@pytest.mark.slow
 def test_an_index_that_is_not_a_small_regular_file_is_refused(tmp, kind):
     save_file({"a": np.ones(2, np.float32)}, str(tmp / "model-00001.safetensors"))
     name = "model.safetensors.index.json"
@@ -176,6 +184,9 @@ def test_an_index_that_is_not_a_small_regular_file_is_refused(tmp, kind):
     assert_one_line_error(r, "not a regular file" if kind == "fifo" else "larger than", *words)
 
 
+@pytest.mark.slow
+
+
 def test_a_rule_file_with_too_many_rules_is_refused(tmp):
     from converter.rules.ruleset import MAX_RULES
     src, path = _setup(tmp, [{"kind": "drop", "key": f"k{i}"} for i in range(MAX_RULES + 1)])
@@ -184,6 +195,8 @@ def test_a_rule_file_with_too_many_rules_is_refused(tmp):
 
 
 # ---- planning with many rules
+
+@pytest.mark.slow
 
 def test_20000_patterns_against_2000_keys_plan_in_seconds(tmp):
     """One RE2 set of 20 000 patterns does not compile: every rule was tried on every key (minutes)."""
@@ -195,6 +208,9 @@ def test_20000_patterns_against_2000_keys_plan_in_seconds(tmp):
     assert r.seconds < 90, r
     out = load_file(str(tmp / "o.safetensors"))
     assert len(out) == 2000 and all(out[f"l.{i}.weight"][0] == i for i in range(2000))
+
+
+@pytest.mark.slow
 
 
 def test_the_rule_index_names_exactly_the_rules_that_match(tmp):

@@ -186,6 +186,9 @@ def test_a_rule_that_is_not_valid_unicode_is_refused(tmp, field):
     assert_one_line_error(r, "rule 1", "not valid Unicode")
 
 
+@pytest.mark.slow
+
+
 def test_a_shard_that_is_a_fifo_is_named_as_such(tmp):
     """It read 'names shard(s) that do not exist'; a fifo is there, it is only not a file."""
     save_file({"a": np.ones(2, np.float32)}, str(tmp / "s1.safetensors"))

@@ -45,11 +45,15 @@ GEOMETRY = {
 
 
 @pytest.mark.parametrize("case", list(GEOMETRY))
+@pytest.mark.slow
 def test_bad_tensor_geometry_is_refused(tmp, case):
     path = _one_tensor_zip(tmp, **GEOMETRY[case])
     r = run_bounded(path, tmp / "o.pdparams", "--mapping", _rules(tmp), timeout=60, memory_gb=4)
     assert_one_line_error(r, "m.bin")
     assert not (tmp / "o.pdparams").exists() and not no_leftovers(tmp)
+
+
+@pytest.mark.slow
 
 
 def test_zero_stride_view_larger_than_storage_is_not_materialised(tmp):
@@ -71,6 +75,9 @@ def test_a_small_expanded_view_within_its_storage_is_converted(tmp):
     assert np.array_equal(load_file(str(tmp / "o.safetensors"))["w"], torch.load(tmp / "m.bin")["w"].numpy())
 
 
+@pytest.mark.slow
+
+
 def test_build_cannot_rewrite_a_tensor_after_its_check(tmp):
     """A BUILD opcode after the rebuild call sets a new shape on the tensor stand-in."""
     state = b"}" + b"(" + p_str("shape") + p_int(1 << 20) + b"\x85" + b"u"  # {'shape': (1 << 20,)}
@@ -89,11 +96,17 @@ def test_keys_1_and_str_1_do_not_merge(tmp):
     assert not (tmp / "o.pdparams").exists()
 
 
+@pytest.mark.slow
+
+
 def test_deeply_nested_shared_tuple_key_does_not_hash_for_ever(tmp):
     key = b")q\x000" + b"h\x00h\x00\x86q\x000" * 120 + b"h\x00"  # t = (t, t), 120 times: hashing it takes 2**120 steps
     torch_zip(tmp / "m.bin", pickle_of(p_dict([(key, p_tensor(shape=(2,), stride=(1,)))])), {"0": float_bytes([1, 2, 3, 4])})
     r = run_bounded(tmp / "m.bin", tmp / "o.pdparams", "--mapping", _rules(tmp), timeout=30)
     assert_one_line_error(r, "m.bin")
+
+
+@pytest.mark.slow
 
 
 def test_data_pkl_that_inflates_to_256_mb_is_not_read_whole(tmp):
@@ -190,6 +203,9 @@ def test_a_key_with_a_newline_cannot_forge_output_lines(tmp):
     assert not any(line.startswith("error: forged") for line in r.stderr.splitlines()), r.stderr
     assert "\x1b" not in r.stderr
     assert "\\n" in r.stderr
+
+
+@pytest.mark.slow
 
 
 def test_the_pre_1_6_format_is_read_and_checked_first(tmp):

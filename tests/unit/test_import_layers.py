@@ -1,6 +1,7 @@
 """The package's imports, read from its source (every import statement: at the top, inside a
 function, under TYPE_CHECKING): no module imports one of a higher layer, and no import circle."""
 
+import pytest
 import ast
 import os
 
@@ -111,6 +112,9 @@ def circles(edges: dict) -> list:
     return found
 
 
+@pytest.mark.slow
+
+
 def test_the_reader_sees_every_kind_of_import():
     edges = graph()
     assert len(edges) > 50
@@ -121,10 +125,16 @@ def test_the_reader_sees_every_kind_of_import():
     assert all(t != name for name, found in edges.items() for _, t in found)
 
 
+@pytest.mark.slow
+
+
 def test_every_module_has_a_layer():
     for name in graph():
         layer_of(name)
     assert layer_of("converter") == layer_of("converter.api") != layer_of("converter.tree")
+
+
+@pytest.mark.slow
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
@@ -135,10 +145,16 @@ def test_no_import_from_a_lower_layer_to_a_higher_one():
     assert upward == []
 
 
+@pytest.mark.slow
+
+
 def test_families_do_not_import_verify():
     edges = graph()
     assert [(n, t) for n, found in edges.items() if n.startswith("converter.families")
             for _, t in found if t.startswith("converter.verify")] == []
+
+
+@pytest.mark.slow
 
 
 def test_no_import_circle():

@@ -115,6 +115,9 @@ def test_output_is_byte_identical_across_runs(tmp):
         assert (tmp / f"a.{ext}").read_bytes() == (tmp / f"b.{ext}").read_bytes()
 
 
+@pytest.mark.slow
+
+
 def test_kill_9_mid_write_leaves_nothing(tmp):
     script = textwrap.dedent(f"""
         import os, signal, sys
@@ -169,6 +172,9 @@ def test_reshape_must_be_declared_and_fit(tmp):
     rules = _rules(tmp, [{"kind": "rename", "key": "w", "to": "w"}, {"kind": "reshape", "key": "w", "shape": [4, 2]}])
     r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", rules)
     assert r.code == 2 and "cannot be reshaped to [4, 2]" in r.stderr
+
+
+@pytest.mark.slow
 
 
 def test_torch_zip_checkpoint_is_read_without_importing_torch(tmp):

@@ -1,6 +1,7 @@
 """Memory of a conversion: at most two large source tensors in memory at once, as the README's
 bound (2 x the largest tensor + 300 MiB) assumes."""
 
+import pytest
 import json
 import subprocess
 import sys
@@ -18,6 +19,9 @@ _MEASURED = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from converter.cl
              "try:\n    convert_weights(sys.argv[1:], prog_name='convert-weights')\n"
              "except SystemExit as exit:\n    assert not exit.code, exit.code\n"
              "print('max-rss-kib', next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')))")
+
+
+@pytest.mark.slow
 
 
 def test_transposed_tensors_stay_within_two_tensors_and_300_mib(tmp):

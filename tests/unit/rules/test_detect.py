@@ -19,6 +19,7 @@ def _infos(keys_shapes):
 
 
 @pytest.mark.parametrize("case", RECORDED, ids=[case_id(c) for c in RECORDED])
+@pytest.mark.slow
 def test_each_family_with_and_without_heads_is_detected(case):
     found = detect(_infos(case["hf"]))
     assert found.chosen.name in [case["family"]] + case["same_file"]
@@ -40,6 +41,9 @@ def test_bare_bert_keys_name_roberta_as_the_same_file(tmp):
     line = r.stderr.splitlines()[0]
     assert line.startswith("mapping: detected 'bert' (maps all ") and "'roberta' gives the same file" in line
     assert "also fit" not in line
+
+
+@pytest.mark.slow
 
 
 def test_mapping_auto_is_the_default_said_explicitly(tmp):

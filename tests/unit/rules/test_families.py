@@ -29,6 +29,7 @@ def write(case, state, directory):
 
 
 @pytest.mark.parametrize("case", RECORDED, ids=[case_id(c) for c in RECORDED])
+@pytest.mark.slow
 def test_family_converts_as_paddlenlp_takes_it(tmp, case):
     state = hf_state(case)
     src = write(case, state, tmp)
@@ -61,6 +62,9 @@ PREFIX = {"deberta-v2": "DebertaV2", "roberta": "Roberta", "electra": "Electra",
 def test_every_new_family_is_recorded_with_its_heads(family):
     classes = {c["hf_class"] for c in RECORDED if c["family"] == family}
     assert classes == {PREFIX[family] + h for h in HEADS[family]}
+
+
+@pytest.mark.slow
 
 
 def test_deberta_v2_xlarge_query_proj_is_transposed(tmp):

@@ -10,6 +10,9 @@ from converter.examples import bert_port as B
 from converter.io.pdparams import load_pdparams
 
 
+@pytest.mark.slow
+
+
 def test_bert_mapping_names_and_transposes(tmp):
     model = B.torch_model()
     state = dict(model.state_dict())

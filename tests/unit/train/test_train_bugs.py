@@ -265,6 +265,9 @@ def _head_at_half_rate():
     return model
 
 
+@pytest.mark.slow
+
+
 def test_clean_parameter_groups_pass():
     """The parameter-group bug's clean twin: paddle's head group at a factor 0.1 of the rate."""
     report = train_check(_mlp(torch_optimizer=_torch_groups, paddle_optimizer=lambda m: _paddle_groups(m, 0.1)),
@@ -289,11 +292,17 @@ def _late(model):
     return _adamw(model, learning_rate=sched), sched
 
 
+@pytest.mark.slow
+
+
 def test_clean_tagger_with_soft_targets_on_axis_1_passes():
     """The class-axis bug's clean twin: paddle's cross_entropy told axis=1 agrees with torch's."""
     report = train_check(_tagger(), steps=3, device="cpu")
     assert report.first_bad is None, report.first_bad
     assert {r.phase for r in report.rows} >= {"loss", "backward", "optimizer", "steps"}
+
+
+@pytest.mark.slow
 
 
 def test_gradient_stopped_inside_fused_attention_is_named_at_the_attention():
@@ -317,6 +326,7 @@ def test_gradient_stopped_inside_fused_attention_is_named_at_the_attention():
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_planted_training_bug_is_named_with_its_cause(case):
     make, phase, where, words = CASES[case]
     report = train_check(make(), steps=STEPS, device="cpu")
@@ -339,6 +349,9 @@ def _tied(tmp_path, tied):
         rules.write_text(json.dumps(spec.module.RULES))
     spec.module.paddle_model = lambda: spec.module.PaddleLM(tied)
     return train_check(spec, steps=STEPS, device="cpu", mapping=None if rules is None else str(rules))
+
+
+@pytest.mark.slow
 
 
 def test_a_tied_head_with_no_paddle_layer_needs_no_rule_file():
@@ -386,6 +399,9 @@ def test_a_tied_head_is_dropped_only_when_nothing_else_is_left_unpaired():
         infer_ruleset(spec.torch_model(), NoProj())
     assert {"torch module 'head' has no paddle sublayer", "torch module 'proj' has no paddle sublayer"} <= \
         {d.split(" of the same name")[0] for d in err.value.details}
+
+
+@pytest.mark.slow
 
 
 def test_tied_weights_kept_pass_and_a_lost_tie_is_named_in_structure(tmp_path):

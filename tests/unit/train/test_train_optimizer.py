@@ -117,6 +117,9 @@ def _mlp_with(torch_optimizer):
     return spec
 
 
+@pytest.mark.slow
+
+
 def test_adam_with_decoupled_weight_decay_is_translated_as_adamw():
     """torch's Adam(decoupled_weight_decay=True) decays as AdamW: the translation (AdamW) trains as
     torch does (it was paddle's Adam with L2 decay, a failure of our own making)."""
@@ -126,6 +129,9 @@ def test_adam_with_decoupled_weight_decay_is_translated_as_adamw():
     assert report.optimizer.startswith("translated from torch's: paddle.optimizer.AdamW(") and "weight_decay=0.1" in \
         report.optimizer
     assert report.first_bad is None, report.first_bad
+
+
+@pytest.mark.slow
 
 
 def test_torch_optimizer_over_a_part_of_the_model_is_translated_over_that_part():

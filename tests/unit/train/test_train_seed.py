@@ -1,10 +1,14 @@
 """The seed story, training side: paddle's matmuls in TF32 (emulated) and a BatchNorm momentum left
 in torch's convention. The report calls the first noise and names the second as the cause."""
 
+import pytest
 from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.report import render_text
 from converter.train.run import train_check
+
+
+@pytest.mark.slow
 
 
 def test_tf32_is_noise_and_the_batchnorm_momentum_is_the_bug():
@@ -24,6 +28,9 @@ def test_tf32_is_noise_and_the_batchnorm_momentum_is_the_bug():
     assert "training verdict: FAIL" in text
 
 
+@pytest.mark.slow
+
+
 def test_without_tf32_the_same_losses_would_be_over_the_fp32_band():
     """The TF32 noise is real noise: the fp32-only band is far tighter than the loss differences."""
     report = train_check(PortSpec.from_file(spec_path("train_seed")), steps=20, device="cpu",
@@ -31,6 +38,9 @@ def test_without_tf32_the_same_losses_would_be_over_the_fp32_band():
     noise = next(d for d in report.diagnosis if d.layer == "<loss curve>")
     times = float(noise.cause.split("), ")[1].split(" times")[0])
     assert times > 10
+
+
+@pytest.mark.slow
 
 
 def test_bf16_noise_on_a_clean_port_passes_and_is_called_noise():

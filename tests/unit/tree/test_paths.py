@@ -1,5 +1,6 @@
 """converter.paths: dotted module paths, the model being the empty path."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,6 +34,7 @@ def test_common_parent_and_prefixes():
 
 
 @given(path, path)
+@pytest.mark.slow
 def test_joined_is_under_and_relative_gives_it_back(parent, child):
     joined = paths.join(parent, child)
     assert paths.is_under(joined, parent)
@@ -41,11 +43,13 @@ def test_joined_is_under_and_relative_gives_it_back(parent, child):
 
 
 @given(path, path)
+@pytest.mark.slow
 def test_is_under_is_being_a_prefix_by_parts(p, q):
     assert paths.is_under(p, q) == (q in paths.prefixes(p))
 
 
 @given(st.lists(path, min_size=1, max_size=5))
+@pytest.mark.slow
 def test_common_parent_is_the_deepest_shared_prefix(ps):
     common = paths.common_parent(ps)
     assert all(paths.is_under(p, common) for p in ps)
@@ -54,6 +58,7 @@ def test_common_parent_is_the_deepest_shared_prefix(ps):
 
 
 @given(path)
+@pytest.mark.slow
 def test_parent_and_name_rebuild_the_path(p):
     assert paths.join(paths.parent(p), paths.name(p)) == p
     assert p == "" or paths.depth(paths.parent(p)) == paths.depth(p) - 1

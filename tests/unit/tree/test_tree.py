@@ -132,17 +132,20 @@ nested = st.recursive(
 
 
 @given(nested)
+@pytest.mark.slow
 def test_replace_with_its_own_leaves_is_the_identity(value):
     assert tree.replace(value, tree.flatten(value, is_int), is_int) == value
 
 
 @given(nested)
+@pytest.mark.slow
 def test_map_then_flatten_is_flatten_then_map(value):
     assert tree.flatten(tree.map_leaves(value, lambda v: v * 2 + 1, is_int), is_int) == \
         [v * 2 + 1 for v in tree.flatten(value, is_int)]
 
 
 @given(nested, st.data())
+@pytest.mark.slow
 def test_replace_by_index_changes_exactly_those_leaves(value, data):
     leaves = tree.flatten(value, is_int)
     chosen = data.draw(st.sets(st.integers(0, max(len(leaves) - 1, 0)), max_size=len(leaves)))

@@ -1,6 +1,7 @@
 """Diagnosis checks that the planted-bug suites do not reach: each fires on its pitfall and
 stays silent without it."""
 
+import pytest
 import types
 
 import numpy as np
@@ -156,6 +157,9 @@ class _PaddlePaddedModel(S.PaddleModel):
         t = input_ids.shape[1]
         mask = paddle.triu(paddle.full([t, t], -1e4, dtype="float32"), diagonal=1).reshape([1, 1, t, t])
         return self.head(self.norm(h + self.attn(h, h, h, mask)))
+
+
+@pytest.mark.slow
 
 
 def test_attention_that_ignores_the_padding_mask():

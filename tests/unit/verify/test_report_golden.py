@@ -33,6 +33,7 @@ def report():
 
 
 @pytest.mark.parametrize("name", ["bert_port.txt", "bert_port.html"])
+@pytest.mark.slow
 def test_report_matches_its_golden_file(report, name):
     from converter.verify.report import render_html, render_text
     got = mask(render_text(report, max_rows=1000) if name.endswith(".txt") else render_html(report))

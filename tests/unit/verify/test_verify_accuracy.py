@@ -47,6 +47,7 @@ def _converted(tmp_path, spec, bug):
 
 
 @pytest.mark.parametrize("bug", ALL_BUGS, ids=lambda b: b.name)
+@pytest.mark.slow
 def test_planted_bug_is_found_at_the_right_module(tmp_path, bug):
     spec = _spec_for(bug)
     report = verify(spec, Options(device="cpu"), converted=_converted(tmp_path, spec, bug), bisect=True)
@@ -55,6 +56,9 @@ def test_planted_bug_is_found_at_the_right_module(tmp_path, bug):
     text = " ".join(d.cause for d in report.diagnosis)
     assert bug.diagnosis.lower() in text.lower(), text
     assert all(d.hint for d in report.diagnosis)
+
+
+@pytest.mark.slow
 
 
 def test_tiny_bug_moves_the_output_by_less_than_1e6_yet_is_found(tmp_path):
@@ -75,6 +79,9 @@ def test_tiny_bug_moves_the_output_by_less_than_1e6_yet_is_found(tmp_path):
     assert moved < 1e-6, moved
     report = verify(spec, Options(device="cpu"), converted=converted, bisect=True)
     assert report.first_bad.torch == bug.culprit
+
+
+@pytest.mark.slow
 
 
 def test_binary_search_says_what_it_does_not_look_for_when_it_passes(tmp_path):
@@ -142,6 +149,7 @@ RATIOS = {}  # clean pair -> the local ratios of its clean layers, kept by the c
 
 
 @pytest.mark.parametrize("name", list(CLEAN))
+@pytest.mark.slow
 def test_clean_pair_passes_with_no_false_alarm(name):
     make, emulate = CLEAN[name]
     report = verify(make(), Options(device="cpu", emulate=emulate), bisect=True)
@@ -164,6 +172,9 @@ def test_budget_tightness_over_clean_pairs():
     median = float(np.median(ratios))
     print(f"\nbudget tightness over {len(ratios)} clean layers with nonzero error: median local ratio {median:.3f}")
     assert median >= 0.05
+
+
+@pytest.mark.slow
 
 
 def test_layers_are_paired_through_a_pattern_mapping_when_names_differ():

@@ -3,6 +3,7 @@ its input to float32 and back: run in float64 as it is, its "float64" output is 
 torch's own fp32 error reads exactly 0 and the budget collapses to the output's rounding. Casts of
 float64 tensors to a lower precision are kept in float64 in every reference run."""
 
+import pytest
 import numpy as np
 import paddle
 import torch
@@ -90,12 +91,18 @@ def test_a_cast_inside_stays_float64_in_a_reference_run():
     assert float((kept - exact).abs().max()) < 1e-12 < float((as_written - exact).abs().max())
 
 
+@pytest.mark.slow
+
+
 def test_a_clean_port_of_a_casting_rmsnorm_passes_with_an_honest_budget():
     spec = spec_from_functions(torch_model, PaddleNet, inputs, label="casting RMSNorm")
     report = verify(spec, Options(device="cpu", strategy="full"), bisect=True)
     norm = next(r for r in report.layers if r.torch == "norm")
     assert report.verdict == "pass", report.to_json()["first_bad_layer"]
     assert norm.ratio < 0.6, norm.ratio
+
+
+@pytest.mark.slow
 
 
 def test_a_wrong_epsilon_in_it_is_named():

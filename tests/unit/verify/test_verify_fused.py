@@ -182,6 +182,7 @@ def _rows(report):
 
 
 @pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.slow
 def test_a_clean_fused_port_passes_with_each_torch_layer_judged_on_its_slice(rules, strategy):
     report = verify(_spec(rules), Options(device="cpu", strategy=strategy), bisect=True)
     assert report.verdict == "pass", [(r.torch, r.ratio, r.note) for r in report.layers if r.within_budget is False]
@@ -209,6 +210,7 @@ def test_a_clean_fused_port_passes_with_each_torch_layer_judged_on_its_slice(rul
     ("scale", "layers.1.attn", "attention logit scale"),
     ("gate and up swapped", "layers.1.mlp", "own forward"),
 ])
+@pytest.mark.slow
 def test_a_planted_bug_is_named_at_its_own_module(rules, strategy, bug, culprit, cause):
     report = verify(_spec(rules, bug), Options(device="cpu", strategy=strategy), bisect=True)
     assert report.verdict == "fail"
@@ -224,6 +226,9 @@ def test_a_planted_bug_is_named_at_its_own_module(rules, strategy, bug, culprit,
         assert len(slices) == 5 and all(r.within_budget for r in slices)
     if cause:
         assert cause in " ".join(d.cause for d in report.diagnosis), report.diagnosis
+
+
+@pytest.mark.slow
 
 
 def test_a_converted_file_with_two_slices_exchanged_is_named_at_the_first_wrong_slice(rules, tmp_path):

@@ -159,6 +159,9 @@ def test_a_square_weight_loaded_untransposed_is_said_so():
     assert "is torch's 'proj.weight' transposed" in report.diagnosis[0].cause
 
 
+@pytest.mark.slow
+
+
 def test_loaded_pairs_through_the_shipped_rule_set_when_none_can_be_inferred():
     """HF BERT names against a PaddleNLP-style port: inference cannot pair them, the shipped `bert`
     set does; the port loaded with torch's weights converted under it passes."""

@@ -54,6 +54,9 @@ def test_budget_ratio_is_infinite_for_nan_and_zero_for_equal():
     assert 0 < budget.ratio(small)[0] < 1
 
 
+@pytest.mark.slow
+
+
 def test_by_identity_forgets_changed_and_dead_objects():
     import gc
     import weakref
@@ -112,6 +115,9 @@ def test_float64_minus_float32_is_exact_before_its_rounding_to_float32():
     assert np.array_equal(got, (v64.numpy() - r32.numpy().astype(np.float64)).astype(np.float32))
     half = _minus(v64, r32.half())  # a float16 recording widens exactly too
     assert np.array_equal(half, (v64.numpy() - r32.half().numpy().astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.slow
 
 
 def test_by_identity_made_keeps_one_copy_while_it_lives_and_is_usable():

@@ -5,6 +5,7 @@ The port below computes its Linear layers and its LayerNorm's statistics by sequ
 torch's kernels sum in blocks. Only torch's own fp32 error is observed, so the budget must
 allow the other side any summation order. A clean pair passes; a real bug is still named."""
 
+import pytest
 import numpy as np
 import paddle
 import torch
@@ -78,6 +79,9 @@ def _run(paddle_model):
     return verify(spec, Options(device="cpu", strategy="full"), bisect=True)
 
 
+@pytest.mark.slow
+
+
 def test_the_sequential_sums_are_further_from_float64_than_torchs_kernels():
     """The premise: on this machine the port's kernels really sum worse than torch's."""
     x = np.random.default_rng(1).standard_normal((ROWS, HIDDEN)).astype("float32")
@@ -91,11 +95,17 @@ def test_the_sequential_sums_are_further_from_float64_than_torchs_kernels():
     assert np.sqrt(np.mean((p - exact) ** 2)) > 1.5 * np.sqrt(np.mean((t - exact) ** 2))
 
 
+@pytest.mark.slow
+
+
 def test_a_clean_port_summing_sequentially_passes():
     report = _run(PaddleNet)
     worst = max(report.layers, key=lambda r: r.ratio or 0)
     assert report.verdict == "pass", report.to_json()["first_bad_layer"]
     assert worst.ratio < 0.6, (worst.torch, worst.ratio)
+
+
+@pytest.mark.slow
 
 
 def test_a_wrong_epsilon_is_still_named_there():

@@ -155,6 +155,9 @@ class _PaddleTokens(paddle.nn.Layer):  # PaddleNLP's: on [B, T, H]
         return h + self.fc2(paddle.nn.functional.relu(self.fc1(self.norm(h)))) + self.bias_bug
 
 
+@pytest.mark.slow
+
+
 def test_layers_that_see_the_tokens_flattened_on_one_side_are_compared_and_judged():
     from converter.spec import spec_from_functions
     from converter.verify.run import verify
@@ -330,6 +333,7 @@ class _PaddleRestart(paddle.nn.Layer):
 
 
 @pytest.mark.parametrize("via_shared", [False, True])
+@pytest.mark.slow
 def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_shared):
     """What a unit reads is traced through a view it returns and per call of a module called
     twice (the second call here reads only the model's input), and a unit with no floating
@@ -397,6 +401,7 @@ def _resnet_like(torch_side: bool, bug: str | None = None):
 
 
 @pytest.mark.parametrize("bug", ["4.bn2", "3.bn1", "1"])
+@pytest.mark.slow
 def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded(bug):
     """torchvision's blocks change tensors in place after the layer that made them (`out += x`
     changes bn2's output, ReLU(inplace=True) bn1's and the stem BatchNorm's): the recorder sees
@@ -438,6 +443,9 @@ class _PaddleShift(paddle.nn.Layer):
     def forward(self, x):
         x.add_(self.bias * self.scale)
         return x
+
+
+@pytest.mark.slow
 
 
 def test_a_layer_that_changes_its_own_input_in_place():

@@ -114,6 +114,7 @@ OPTIONS = dict(device="cpu", precision="strict", emulate={"paddle": "tf32", "tor
 
 
 @pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.slow
 def test_a_run_puts_back_flags_hooks_modes_and_weights(tf32_allowed, strategy):
     spec, torch_model, paddle_model = _port()
     flags, state = framework_flags(), model_state(torch_model, paddle_model)

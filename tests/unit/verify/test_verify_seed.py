@@ -1,5 +1,6 @@
 """The seed report reproduced: a LayerNorm, then a square 1536x1536 query_proj."""
 
+import pytest
 import json
 import sys
 
@@ -17,6 +18,9 @@ def _layer(report_json, name):
     return next(layer for layer in report_json["layers"] if layer["torch"] == name)
 
 
+@pytest.mark.slow
+
+
 def test_a_fp32_on_both_sides_passes(tmp):
     r = run_verify("--spec", SEED, "--device", "cpu", "--bisect", "--json", tmp / "r.json")
     assert r.code == 0, r
@@ -25,6 +29,9 @@ def test_a_fp32_on_both_sides_passes(tmp):
     q = _layer(body, "query_proj")
     assert q["within_budget"] and q["local_max_abs"] < 1e-5
     assert body["precision"]["paddle"]["effective"] == "fp32"
+
+
+@pytest.mark.slow
 
 
 def test_b_emulated_tf32_passes_with_query_proj_difference_about_1e4(tmp):
@@ -39,6 +46,9 @@ def test_b_emulated_tf32_passes_with_query_proj_difference_about_1e4(tmp):
     assert "query_proj" in r.stdout and "PASS" in r.stdout
 
 
+@pytest.mark.slow
+
+
 def test_c_silent_tf32_fails_at_query_proj_and_names_tf32():
     sys.path.insert(0, SPECS)
     import seed_report as s
@@ -50,6 +60,9 @@ def test_c_silent_tf32_fails_at_query_proj_and_names_tf32():
     assert "TF32" in causes, causes
     # a CPU run cannot be in TF32: the diagnosis says the layer rounds its inputs itself
     assert "does not run on this CPU" in causes and "consistent with TF32 on one side" not in causes, causes
+
+
+@pytest.mark.slow
 
 
 def test_d_converted_file_with_untransposed_square_weight_fails_at_query_proj(tmp):
@@ -68,6 +81,9 @@ def test_d_converted_file_with_untransposed_square_weight_fails_at_query_proj(tm
     assert any("untransposed" in d["cause"] for d in body["diagnosis"]), body["diagnosis"]
 
 
+@pytest.mark.slow
+
+
 def test_strict_precision_is_recorded(tmp):
     r = run_verify("--spec", SEED, "--device", "cpu", "--precision", "strict", "--json", tmp / "r.json")
     assert r.code == 0, r
@@ -75,6 +91,9 @@ def test_strict_precision_is_recorded(tmp):
     assert precision["torch"]["flags"]["cudnn.allow_tf32"] is False
     assert precision["torch"]["flags"]["float32_matmul_precision"] == "highest"
     assert precision["torch"]["effective"] == precision["paddle"]["effective"] == "fp32"
+
+
+@pytest.mark.slow
 
 
 def test_bf16_emulated_on_the_torch_side_passes_within_a_bf16_budget(tmp):

@@ -2,6 +2,7 @@
 threads) changes how long a run takes, never what it reports: a serial run gives the same
 report on the bundled example."""
 
+import pytest
 import json
 
 from converter.examples import bert_port
@@ -26,6 +27,9 @@ def _rounded(value):
     if isinstance(value, list):
         return [_rounded(v) for v in value]
     return value
+
+
+@pytest.mark.slow
 
 
 def test_serial_and_overlapped_runs_give_the_same_report():

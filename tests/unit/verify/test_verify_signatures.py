@@ -45,6 +45,7 @@ def test_clean_port_with_other_signatures_passes(strategy):
     ("last_token_masked", "attn", "mask"),
 ])
 @pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.slow
 def test_bug_inside_a_layer_with_another_signature_is_named(bug, culprit, word, strategy):
     report = _verify(bug, strategy)
     assert report.verdict == "fail" and report.exit_code == 1
