@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..frameworks import paddle_side
+from ..frameworks import paddle_side, torch_side
 from ..compare.capture import Recorder, record
 from ..compare.replay import TorchCopies, force_paddle_args
+from ..paths import depth, is_under, prefixes, relative
+from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
 from .judge import judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
 from .emulate import remove
@@ -46,28 +48,11 @@ class LayerCall:
     calls: int = 1
 
 
-def _under(path: str, parent: str) -> bool:
-    return parent == "" or path == parent or path.startswith(parent + ".")
-
-
-def _local(path: str, name: str) -> str | None:
-    """`name` relative to the module at `path`, or None where it is not under it."""
-    if path == "":
-        return name
-    return name[len(path) + 1:] if name.startswith(path + ".") else None
-
-
-def _depth(path: str) -> int:
-    return -1 if path == "" else path.count(".")
-
-
 def _state_under(names, paths: set) -> dict:
     """path -> the names (dotted state-dict names) under it, for each path in `paths` holding any."""
     out = defaultdict(set)
     for name in names:
-        parts = name.split(".")
-        for k in range(len(parts)):
-            prefix = ".".join(parts[:k])
+        for prefix in prefixes(name)[:-1]:  # the modules above the tensor
             if prefix in paths:
                 out[prefix].add(name)
     return {path: frozenset(held) for path, held in out.items()}
@@ -79,8 +64,8 @@ def _matched(torch_paths: list, paddle_paths: list) -> dict:
     if len(torch_paths) == 1 and len(paddle_paths) == 1:
         return {torch_paths[0]: paddle_paths[0]}
     out = {t: t for t in torch_paths if t in paddle_paths}
-    rest_t = sorted((t for t in torch_paths if t not in out), key=_depth)
-    rest_p = sorted((p for p in paddle_paths if p not in out.values()), key=_depth)
+    rest_t = sorted((t for t in torch_paths if t not in out), key=depth)
+    rest_p = sorted((p for p in paddle_paths if p not in out.values()), key=depth)
     if len(rest_t) == len(rest_p):
         out.update(zip(rest_t, rest_p))
     return out
@@ -131,7 +116,7 @@ def _record(model, paths) -> tuple[dict, list]:
             if _path in calls:
                 calls[_path].calls += 1
                 return
-            outs = [o for o in _tensors(out) if o.is_floating_point() and o.requires_grad]
+            outs = [o for o in flatten(out) if o.requires_grad]
             for o in outs:
                 o.retain_grad()
             memo = {}  # a tensor passed twice stays one tensor
@@ -152,40 +137,13 @@ def _record_paddle(model, paths, inputs) -> dict:
     return recorder.calls
 
 
-def _tensors(value) -> list:
-    import torch
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
 def _detached(value, memo: dict):
-    import torch
-    if isinstance(value, torch.Tensor):
-        if id(value) not in memo:
-            memo[id(value)] = value.detach().clone()
-        return memo[id(value)]
-    if isinstance(value, tuple):
-        return tuple(_detached(v, memo) for v in value)
-    if isinstance(value, list):
-        return [_detached(v, memo) for v in value]
-    if isinstance(value, dict):
-        return {k: _detached(v, memo) for k, v in value.items()}
-    return value
-
-
-def _as(value, convert):
-    if isinstance(value, tuple):
-        return tuple(_as(v, convert) for v in value)
-    if isinstance(value, list):
-        return [_as(v, convert) for v in value]
-    if isinstance(value, dict):
-        return {k: _as(v, convert) for k, v in value.items()}
-    return convert(value)
+    """`value` with each torch tensor a detached copy; a tensor passed twice stays one copy."""
+    def copy(t):
+        if id(t) not in memo:
+            memo[id(t)] = t.detach().clone()
+        return memo[id(t)]
+    return map_leaves(value, copy, is_torch_tensor)
 
 
 class Inputs:
@@ -195,8 +153,8 @@ class Inputs:
     def __init__(self, call: LayerCall):
         import torch
         self.groups: list[list] = []
-        for t in _tensors((call.args, call.kwargs)):
-            if not t.is_floating_point() or any(t is u for g in self.groups for u in g):
+        for t in flatten((call.args, call.kwargs)):
+            if any(t is u for g in self.groups for u in g):
                 continue
             group = next((g for g in self.groups if g[0].shape == t.shape and torch.equal(g[0], t)), None)
             if group is None:
@@ -216,17 +174,17 @@ def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype):
     leaves = [t.requires_grad_(True) for t in leaves]
 
     def leaf(v):
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
+        if v.is_floating_point():
             return leaves[inputs.index(v)]
-        return v.cpu() if isinstance(v, torch.Tensor) and dtype == torch.float64 else v
-    args, kwargs = _as(call.args, leaf), _as(call.kwargs, leaf)
-    outs = [o for o in _tensors(module(*args, **kwargs)) if o.is_floating_point()]
+        return v.cpu() if dtype == torch.float64 else v
+    args, kwargs = map_leaves(call.args, leaf, is_torch_tensor), map_leaves(call.kwargs, leaf, is_torch_tensor)
+    outs = flatten(module(*args, **kwargs))
     params = dict(module.named_parameters())
     targets = leaves + list(params.values())
     pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
     got = torch.autograd.grad([o for o, _ in pairs], targets, [g.to(o.dtype).to(o.device) for o, g in pairs],
                               allow_unused=True)
-    as_np = lambda g, t: np.zeros(tuple(t.shape)) if g is None else g.detach().cpu().numpy()
+    as_np = lambda g, t: np.zeros(tuple(t.shape)) if g is None else torch_side.to_numpy(g)
     n = len(leaves)
     return ([as_np(g, t) for g, t in zip(got[:n], leaves)],
             {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])})
@@ -237,21 +195,18 @@ def _paddle_call(call: LayerCall, p_call):
     with each tensor replaced by the torch input holding the same values; torch's call converted
     where paddle's forward did not call the layer."""
     import paddle
-    import torch
     if p_call is not None:
         handed = TorchCopies()
         args, kwargs, _ = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), call, handed)
-        sources = {id(t): handed.source_of(t) for t in _paddle_tensors((args, kwargs))}
+        sources = {id(t): handed.source_of(t) for t in flatten((args, kwargs), is_paddle_tensor)}
         return args, kwargs, {k: v for k, v in sources.items() if v is not None}
     copies = {}
 
     def convert(v):
-        if isinstance(v, torch.Tensor):
-            if id(v) not in copies:
-                copies[id(v)] = (paddle.to_tensor(v.cpu().numpy()), v)
-            return copies[id(v)][0]
-        return v
-    args, kwargs = _as(call.args, convert), _as(call.kwargs, convert)
+        if id(v) not in copies:
+            copies[id(v)] = (paddle.to_tensor(v.cpu().numpy()), v)
+        return copies[id(v)][0]
+    args, kwargs = map_leaves(call.args, convert, is_torch_tensor), map_leaves(call.kwargs, convert, is_torch_tensor)
     return args, kwargs, {id(p): t for p, t in copies.values()}
 
 
@@ -269,20 +224,19 @@ def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
     import paddle
     args, kwargs, sources = _paddle_call(call, p_call)
     leaves, where = [], []
-    for t in _paddle_tensors((args, kwargs)):
+    for t in flatten((args, kwargs)):
         i = inputs.index(sources[id(t)]) if id(t) in sources else None
-        if i is not None and t.dtype in (paddle.float32, paddle.float64) and not any(t is u for u in leaves):
+        if i is not None and not any(t is u for u in leaves):
             t.stop_gradient = False
             leaves.append(t)
             where.append(i)
-    outs = [o for o in _paddle_tensors(layer(*args, **kwargs)) if o.dtype in (paddle.float32, paddle.float64)]
-    forward = [np.array(o.numpy()) for o in outs]
+    outs = flatten(layer(*args, **kwargs))
+    forward = [paddle_side.to_numpy(o) for o in outs]
     params = {n: p for n, p in layer.named_parameters() if not p.stop_gradient}
     pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and not o.stop_gradient]
     targets = leaves + list(params.values())
-    got = paddle.grad([o for o, _ in pairs], targets, [paddle.to_tensor(g.cpu().numpy()) for _, g in pairs],
-                      allow_unused=True)
-    as_np = lambda g, t: np.zeros(tuple(t.shape), np.float32) if g is None else np.array(g.numpy())
+    got = paddle.grad([o for o, _ in pairs], targets, [_paddle_grad(g, o.dtype) for o, g in pairs], allow_unused=True)
+    as_np = lambda g, t: np.zeros(tuple(t.shape), np.float32) if g is None else np.array(paddle_side.to_numpy(g))
     n = len(leaves)
     per_input = [None] * len(inputs.groups)
     for i, g, t in zip(where, got[:n], leaves):
@@ -291,15 +245,12 @@ def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
     return per_input, {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, forward
 
 
-def _paddle_tensors(value) -> list:
+def _paddle_grad(grad, dtype):
+    """Torch's output gradient as the gradient of a paddle output of `dtype` (its width kept, as
+    torch's own backward takes it in the output's dtype)."""
     import paddle
-    if isinstance(value, paddle.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _paddle_tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _paddle_tensors(v)]
-    return []
+    g = paddle.to_tensor(torch_side.to_numpy(grad))
+    return g if g.dtype == dtype else g.astype(dtype)
 
 
 def local_rows(session, tspec, batch) -> list:
@@ -360,7 +311,7 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, p_call) -> 
         return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
                     note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")]
     label = call.path or "<model>"
-    agrees = all(a.shape == tuple(o.shape) and float(np.max(np.abs(a - o.detach().cpu().numpy()), initial=0))
+    agrees = all(a.shape == tuple(o.shape) and float(np.max(np.abs(a - torch_side.to_numpy(o)), initial=0))
                  <= FORWARD_AGREES * (float(np.max(np.abs(a), initial=0)) + 1e-30)
                  for a, o in zip(forward, call.outputs))
     note = f"local backward of {label}" + ("" if agrees else FORWARD_DIFFERS)
@@ -372,8 +323,8 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, p_call) -> 
                           (a - b).astype(np.float32), formats=session.formats,
                           fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note))
     for pair in session.pairs:
-        names = [_local(call.path, t) for t in pair.torch]
-        local = _local(ppath, pair.paddle)
+        names = [relative(t, call.path) for t in pair.torch]
+        local = relative(pair.paddle, ppath)
         if local not in pp or not all(n in p32 for n in names):
             continue
         want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
@@ -410,6 +361,6 @@ def culprit(rows: list):
     for r in local:
         here = layer_of(r)
         path = "" if here == "<model>" else here
-        if not any(o != here and _under("" if o == "<model>" else o, path) for o in bad_layers):
+        if not any(o != here and is_under("" if o == "<model>" else o, path) for o in bad_layers):
             return r
     return bad[0] if bad else None

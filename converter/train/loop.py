@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
-from ..compare.capture import flatten
 from ..compare.session import model_errors
+from ..frameworks import paddle_side
+from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
 from .emulate import remove
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
@@ -27,29 +28,35 @@ class RunRecord:
     outputs0: list = field(default_factory=list)  # first step's output tensors (torch runs)
 
 
+def _batch_leaf(value) -> bool:
+    """The values of a spec's batch (inputs or target) that become one tensor each: everything but
+    its dicts and tuples (an array, a list of numbers, a scalar, None)."""
+    return not isinstance(value, (dict, tuple))
+
+
 def to_torch(value, dtype, device):
+    """A batch's arrays as torch tensors on `device`, floating ones in `dtype`; None stays None."""
     import torch
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return {k: to_torch(v, dtype, device) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(to_torch(v, dtype, device) for v in value)
-    t = torch.from_numpy(np.array(value))
-    return (t.to(dtype) if t.is_floating_point() else t).to(device)
+
+    def tensor(leaf):
+        if leaf is None:
+            return None
+        t = torch.from_numpy(np.array(leaf))
+        return (t.to(dtype) if t.is_floating_point() else t).to(device)
+    return map_leaves(value, tensor, _batch_leaf)
 
 
 def to_paddle(value):
+    """A batch's arrays as paddle tensors, floating ones in float32 as torch's fp32 runs take them
+    (to_torch); None stays None."""
     import paddle
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return {k: to_paddle(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(to_paddle(v) for v in value)
-    array = np.array(value)
-    # floating arrays in float32, as torch's fp32 runs take them (to_torch)
-    return paddle.to_tensor(array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array)
+
+    def tensor(leaf):
+        if leaf is None:
+            return None
+        array = np.array(leaf)
+        return paddle.to_tensor(array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array)
+    return map_leaves(value, tensor, _batch_leaf)
 
 
 def call_model(model, inputs):
@@ -75,12 +82,17 @@ def spec_errors(tspec, what: str, k: int = 0, hint: str | None = None):
     return model_errors(said)
 
 
-def float_outputs(out, framework: str) -> list:
-    if framework == "torch":
-        import torch
-        return flatten(out, lambda v: isinstance(v, torch.Tensor) and v.is_floating_point())
-    import paddle
-    return flatten(out, lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64))
+def float_outputs(out) -> list:
+    """A model's floating outputs (of any width), in tree.flatten's order: the leaves the losses,
+    the default projection and the checks take, alike on both sides."""
+    return flatten(out, is_float_tensor)
+
+
+def loss_value(loss) -> float:
+    """A scalar loss of either framework as a Python float (paddle's bfloat16 widened first)."""
+    if is_paddle_tensor(loss):
+        return float(paddle_side.to_numpy(loss))
+    return float(loss.detach())
 
 
 def torch_loss(tspec, out, target, dtype):
@@ -89,7 +101,8 @@ def torch_loss(tspec, out, target, dtype):
     if tspec.has["torch_loss"]:
         loss = tspec.loss("torch_loss", out, target)
     else:
-        outs = _projected(tspec, float_outputs(out, "torch"), "torch_model()")
+        outs = [o if o.dtype in (torch.float32, torch.float64) else o.float()
+                for o in _projected(tspec, float_outputs(out), "torch_model()")]
         weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
         loss = sum((o * torch.from_numpy(w).to(o.dtype).to(o.device)).sum() for o, w in zip(outs, weights))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -103,7 +116,8 @@ def paddle_loss(tspec, out, target):
     if tspec.has["paddle_loss"]:
         loss = tspec.loss("paddle_loss", out, target)
     else:
-        outs = _projected(tspec, float_outputs(out, "paddle"), "paddle_model()")
+        outs = [o if o.dtype in (paddle.float32, paddle.float64) else o.astype("float32")
+                for o in _projected(tspec, float_outputs(out), "paddle_model()")]
         weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
         loss = sum((o * paddle.to_tensor(w.astype(str(o.dtype).replace("paddle.", "")))).sum()
                    for o, w in zip(outs, weights))
@@ -114,7 +128,8 @@ def paddle_loss(tspec, out, target):
 
 
 def _projected(tspec, outs: list, which: str) -> list:
-    """The outputs the default loss projects: there must be one."""
+    """The outputs the default loss projects: there must be one. The projection is summed in float32
+    at least on both sides (paddle adds no bfloat16 on CPU)."""
     if not outs:
         raise UserError(f"{which} from '{tspec.path}' returns no floating-point tensor, and the default loss is a "
                         "projection of the floating outputs; define torch_loss(output, target) and "
@@ -166,11 +181,11 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
             with spec_errors(tspec, forward, k, hint):
                 out = call_model(model, to_torch(inputs, dtype or torch.float32, device))
             if keep_outputs and k == 0:
-                record.outputs0 = [o.detach().clone() for o in float_outputs(out, "torch")]
+                record.outputs0 = [o.detach().clone() for o in float_outputs(out)]
             loss = torch_loss(tspec, out, to_torch(target, dtype or torch.float32, device), dtype)
             with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
                 loss.backward()
-            record.losses.append(float(loss.detach()))
+            record.losses.append(loss_value(loss))
             grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
             if k == 0:
                 record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
@@ -222,7 +237,7 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
             loss = paddle_loss(tspec, out, to_paddle(target))
             with spec_errors(tspec, "paddle's backward (paddle_model() and paddle_loss)", k, BACKWARD_HINT):
                 loss.backward()
-            record.losses.append(float(loss.numpy()))
+            record.losses.append(loss_value(loss))
             if k == 0:  # a trainable parameter the backward did not reach has a zero gradient
                 record.grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)
                                  for n, p in model.named_parameters() if p.grad is not None or not p.stop_gradient}

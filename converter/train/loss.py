@@ -11,19 +11,11 @@ import numpy as np
 
 from ..errors import UserError
 from ..compare.precision import U32
+from ..frameworks import torch_side
+from ..tree import is_torch_tensor, map_leaves, replace
 from .judge import judge
-from .loop import BACKWARD_HINT, call_model, float_outputs, paddle_loss, spec_errors, to_paddle, to_torch, torch_loss
-
-
-def replace_leaves(value, is_leaf, leaves: list):
-    """`value` with its float tensors (in flatten order) replaced by `leaves`, consumed in order."""
-    if is_leaf(value):
-        return leaves.pop(0)
-    if isinstance(value, dict):
-        return type(value)((k, replace_leaves(v, is_leaf, leaves)) for k, v in value.items())
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(replace_leaves(v, is_leaf, leaves) for v in value)
-    return value
+from .loop import (BACKWARD_HINT, call_model, float_outputs, loss_value, paddle_loss, spec_errors, to_paddle, to_torch,
+                   torch_loss)
 
 
 @dataclass
@@ -48,25 +40,30 @@ _NOT_DIFFERENTIABLE = ("spec '{path}': {name}(output, target) returns a loss tha
 def _torch_side(tspec, structure, outputs, target, dtype):
     import torch
     leaves = [torch.from_numpy(o).to(dtype).requires_grad_(True) for o in outputs]
-    is_leaf = lambda v: isinstance(v, torch.Tensor) and v.is_floating_point()
-    out = replace_leaves(structure, is_leaf, list(leaves))
+    out = replace(structure, leaves)
     loss = torch_loss(tspec, out, to_torch(target, dtype, "cpu"), dtype)
     if not loss.requires_grad:
         raise UserError(_NOT_DIFFERENTIABLE.format(path=tspec.path, name="torch_loss", how="has no grad_fn"))
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    return float(loss.detach()), [np.zeros_like(o) if g is None else g.numpy() for g, o in zip(grads, outputs)]
+    return loss_value(loss), [np.zeros_like(o) if g is None else g.numpy() for g, o in zip(grads, outputs)]
 
 
 def _paddle_side(tspec, structure, outputs, target):
+    """Paddle's loss on torch's outputs: each floating output of paddle's (any width) replaced, in
+    tree.flatten's order, by torch's in float32, as _torch_side takes them."""
     import paddle
+    own = len(float_outputs(structure))
+    if own > len(outputs):
+        raise UserError(f"paddle_model() from '{tspec.path}' returns {own} floating-point tensors and torch_model() "
+                        f"{len(outputs)}: the loss is checked on torch's outputs in place of paddle's, so each of "
+                        "paddle's needs one of torch's; return the same outputs from both models")
     leaves = [paddle.to_tensor(o, stop_gradient=False) for o in outputs]
-    is_leaf = lambda v: isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64)
-    out = replace_leaves(structure, is_leaf, list(leaves))
+    out = replace(structure, dict(enumerate(leaves)))  # torch's outputs beyond paddle's are left unused
     loss = paddle_loss(tspec, out, to_paddle(target))
     if loss.stop_gradient:
         raise UserError(_NOT_DIFFERENTIABLE.format(path=tspec.path, name="paddle_loss", how="has stop_gradient=True"))
     grads = paddle.grad([loss], leaves, allow_unused=True)
-    return float(loss.numpy()), [np.zeros_like(o) if g is None else np.array(g.numpy()) for g, o in zip(grads, outputs)]
+    return loss_value(loss), [np.zeros_like(o) if g is None else np.array(g.numpy()) for g, o in zip(grads, outputs)]
 
 
 def probe(session, tspec, batch) -> LossProbe:
@@ -76,8 +73,8 @@ def probe(session, tspec, batch) -> LossProbe:
     model = session.torch_copy()
     with spec_errors(tspec, "torch_model() in training mode"):
         structure = call_model(model, to_torch(inputs, torch.float32, session.device))
-    outputs = [o.detach().cpu().numpy() for o in float_outputs(structure, "torch")]
-    structure = _to_cpu(structure)
+    outputs = [torch_side.to_numpy(o) for o in float_outputs(structure)]  # float16 and bfloat16 widened
+    structure = map_leaves(structure, lambda t: t.detach().cpu(), is_torch_tensor)
     with spec_errors(tspec, "torch_loss's backward", hint=BACKWARD_HINT):
         lt, gt = _torch_side(tspec, structure, outputs, target, torch.float32)
     with spec_errors(tspec, "torch_loss in float64", hint="--train calibrates the loss's budget against torch_loss "
@@ -89,17 +86,6 @@ def probe(session, tspec, batch) -> LossProbe:
     with spec_errors(tspec, "paddle_loss's backward", hint=BACKWARD_HINT):
         lp, gp = _paddle_side(tspec, pstructure, outputs, target)
     return LossProbe(outputs, target, lt, l64, lp, gt, g64, gp)
-
-
-def _to_cpu(value):
-    import torch
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return type(value)((k, _to_cpu(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
 
 
 def loss_rows(p: LossProbe) -> list:

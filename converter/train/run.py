@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 
 from ..errors import UserError
+from ..frameworks import torch_side
 from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
@@ -95,9 +96,9 @@ def _check_deterministic(session, tspec, batch) -> None:
     inputs = to_torch(batch[0], torch.float32, session.device)
     with torch.no_grad(), spec_errors(tspec, "torch_model() in training mode"):
         torch.manual_seed(0)
-        a = [o.cpu().numpy() for o in float_outputs(call_model(model, inputs), "torch")]
+        a = [torch_side.to_numpy(o) for o in float_outputs(call_model(model, inputs))]
         torch.manual_seed(1)
-        b = [o.cpu().numpy() for o in float_outputs(call_model(model, inputs), "torch")]
+        b = [torch_side.to_numpy(o) for o in float_outputs(call_model(model, inputs))]
     if any(not np.array_equal(x, y) for x, y in zip(a, b)):
         raise UserError(f"torch_model() from '{tspec.path}' gives different outputs on the same batch in training "
                         "mode with every dropout module at 0: it draws random numbers in its forward (functional "

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
+from ..paths import join
 from .backward import zero_note
 from .judge import judge
 from .result import LR_REL, Row, StepRow
@@ -68,7 +69,7 @@ def running_stats(session, record) -> dict:
         if m is None:
             continue
         for which, buf in ((0, "running_mean"), (1, "running_var")):
-            name = f"{path}.{buf}" if path else buf
+            name = join(path, buf)
             out[name] = replay_running(session.torch_init[name].cpu().numpy(), stats, which, 1.0 - m)
     return out
 
