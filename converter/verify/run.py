@@ -55,6 +55,7 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
             notes.append("binary search: each unit's boundary was judged against the end-to-end budget, so a "
                          "difference that stays within it end to end (a LayerNorm epsilon of 1e-12 against 1e-5) "
                          "is not looked for inside the units; --strategy full judges every layer against its own")
+    notes.extend(strategy.notes)
     diagnosis = []
     outputs = getattr(strategy, "outputs", None)
     if bad is None and outputs is not None and outputs.within_budget is False:

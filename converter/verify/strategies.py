@@ -33,7 +33,7 @@ from ..compare.metrics import compare, rms, rms_over
 from ..compare.precision import ROUNDING_DRAWS
 from ..compare.replay import to_numpy_list
 from ..errors import UserError
-from ..paths import common_parent, is_under, parent
+from ..paths import common_parent, is_inside, is_under, parent
 from .report import LayerResult
 
 
@@ -74,6 +74,7 @@ class FullCapture:
     def __init__(self, limit_bytes=None):
         self.limit_bytes = limit_bytes
         self.passes = 0
+        self.notes: list[str] = []
 
     def run(self, session, prefix: tuple[str, str] | None = None):
         """Results for every pair (inside one torch/paddle subtree when `prefix` is given)."""
@@ -122,15 +123,17 @@ class FullCapture:
 
 
 def top_level_units(pairs, t_calls) -> list:
-    """Top-level units in execution order: the children of the longest module list, and the
-    modules that sit beside it or beside its ancestors."""
+    """Top-level units in execution order: the children of the module list that holds the most
+    paired modules (a model's blocks, not the experts inside one block), and the modules that sit
+    beside it or beside its ancestors."""
     paths = [p.torch for p in pairs]
     children: dict[str, list[str]] = {}
     for p in paths:
         if p:
             children.setdefault(parent(p), []).append(p)
     listlike = lambda c: all(child.rsplit(".", 1)[-1].isdigit() for child in children[c])
-    container = max(children, key=lambda c: (listlike(c), len(children[c]), -c.count(".")), default="")
+    held = lambda c: sum(is_inside(p, c) for p in paths)
+    container = max(children, key=lambda c: (listlike(c), held(c), -c.count(".")), default="")
     ancestors = [""]
     if container:
         parts = container.split(".")
@@ -296,6 +299,7 @@ class BinarySearch:
 
     def __init__(self):
         self.passes = 0
+        self.notes: list[str] = []
 
     def _probe(self, session, unit) -> tuple[bool, LayerResult]:
         """One paired pass recording only `unit`'s output, against the end-to-end budget."""
@@ -315,6 +319,28 @@ class BinarySearch:
         # shows in the units that read it
         units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
         self.units = units
+        results, bad = self._search(session, pairs)
+        reduced = {side: f for side, f in session.formats.items() if f != "fp32"}
+        if bad is None and reduced:
+            # a reduced format's noise end to end can hide a bug whose effect is smaller (a LayerNorm
+            # epsilon under TF32): the search looks again with every product in fp32, and the unit
+            # it finds is captured and judged in fp32
+            outputs, probed = self.outputs, self.probed
+            with session.in_fp32():
+                again, found = self._search(session, pairs)
+            self.outputs, self.probed = outputs, probed
+            if found is not None:
+                said = ", ".join(f"{side}={f}" for side, f in sorted(reduced.items()))
+                self.notes.append(f"binary search: under {said} no unit's boundary is over the end-to-end budget "
+                                  "(that format's noise is larger than this difference's effect there); a second "
+                                  f"search with every product in fp32 found {found.torch or '<model>'}, judged in fp32")
+                return again, found
+        return results, bad
+
+    def _search(self, session, pairs):
+        """The binary search over self.units: (the found unit's results, the first bad layer), or
+        (the probes, None) when no unit's boundary is over budget."""
+        units = self.units
         search = Bisector(len(units))
         probes = {}
         while not search.stop():
