@@ -4,18 +4,30 @@
 `verify-port` runs both models and names the first layer whose own error is
 over its expected-error budget.  torch and paddle are imported lazily, only by
 the code paths that need them.
+
+The public API (converter.api) and its result and error types are importable from here, each
+module on first use, so that `import converter` stays light.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["PortSpec", "VerifyOptions", "convert_weights", "verify_port"]
+# name -> the module (under converter) that defines it
+_EXPORTS = {
+    "PortSpec": "api", "VerifyOptions": "api", "verify_port": "api", "translated_optimizer": "api",
+    "convert_weights": "api", "convert_directory": "api", "converts_a_directory": "api",
+    "PortReport": "api", "DirectoryConversion": "api", "OptionError": "api",
+    "Report": "verify.report", "LayerResult": "verify.report", "TrainReport": "train.result",
+    "ConversionResult": "convert", "Diagnosis": "diagnosis",
+    "PortError": "errors", "UserError": "errors", "CheckFailed": "errors",
+}
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """The public API (converter.api), imported on first use so that `import converter` stays light."""
-    if name in __all__:
-        from . import api
-        return getattr(api, name)
+    if name in _EXPORTS:
+        from importlib import import_module
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'converter' has no attribute '{name}'")
 
 

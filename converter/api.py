@@ -1,10 +1,11 @@
 """The Python API: the same engine and result objects as the two commands.
 
-    from converter import PortSpec, VerifyOptions, convert_weights, verify_port
+    from converter import PortSpec, VerifyOptions, convert_directory, convert_weights, verify_port
 
     report = verify_port(PortSpec.from_file("my_port.py"), VerifyOptions(device="cpu", bisect=True))
-    trained = verify_port(PortSpec.from_file("my_port.py"), VerifyOptions(train=True, steps=10))
+    both = verify_port(PortSpec.from_file("my_port.py"), VerifyOptions(train=True, steps=10))
     result = convert_weights("model.safetensors", "model.pdparams")
+    done = convert_directory("hf_model", "paddle_model")
 
 Importing this module imports neither torch nor paddle; each function imports what its work needs.
 """
@@ -18,12 +19,13 @@ from .errors import UserError
 from .spec import DEFAULT_STEPS, PortSpec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .compare.session import Options
     from .convert import ConversionResult
     from .train.result import TrainReport
     from .verify.report import Report
-    from .compare.session import Options
 
-__all__ = ["PortSpec", "VerifyOptions", "convert_weights", "verify_port"]
+__all__ = ["PortSpec", "VerifyOptions", "PortReport", "DirectoryConversion", "OptionError", "convert_weights",
+           "convert_directory", "converts_a_directory", "verify_port", "translated_optimizer"]
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("as-is", "strict")
@@ -33,6 +35,16 @@ EMULATED_FORMATS = ("tf32", "bf16", "fp16")
 MAX_STEPS = 10_000  # a check of N steps compares every step: more is a run, not a check
 
 
+class OptionError(UserError):
+    """A VerifyOptions field with a value it does not take: `option` names the field ("steps",
+    "emulate", ...), `value` is what was given (for emulate, the (side, format) entry)."""
+
+    def __init__(self, option: str, value, message: str):
+        super().__init__(f"VerifyOptions: {message}")
+        self.option = option
+        self.value = value
+
+
 @dataclass
 class VerifyOptions:
     """How verify_port runs: the options of the verify-port command.
@@ -40,8 +52,9 @@ class VerifyOptions:
     device: auto (CUDA when both frameworks see a GPU), cpu or cuda. precision: as-is, or strict
     (TF32 off on both sides for the run). emulate: side -> format, e.g. {"paddle": "tf32"}, makes
     that side round its matmul/conv inputs and weights to the format. strategy: auto, full or
-    binary. bisect: name the first layer over budget and diagnose it. train: run the training
-    checks of verify-port --train instead (loss, backward, optimizer and `steps` training steps)."""
+    binary. bisect: name the first layer over budget and diagnose it. train: also run the training
+    checks of verify-port --train (loss, backward, optimizer and `steps` training steps), before
+    the forward check and on the same session."""
 
     device: str = "auto"
     precision: str = "as-is"
@@ -52,38 +65,72 @@ class VerifyOptions:
     steps: int = DEFAULT_STEPS
 
     def __post_init__(self) -> None:
-        _one_of("device", self.device, DEVICES)
-        _one_of("precision", self.precision, PRECISIONS)
-        _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("device", "device", self.device, DEVICES)
+        _one_of("precision", "precision", self.precision, PRECISIONS)
+        _one_of("strategy", "strategy", self.strategy, STRATEGIES)
         if not isinstance(self.emulate, dict):
-            raise UserError(f"VerifyOptions: emulate must be a dict of side -> format, e.g. {{'paddle': 'tf32'}}; "
-                            f"got {type(self.emulate).__name__}")
+            raise OptionError("emulate", self.emulate, "emulate must be a dict of side -> format, e.g. "
+                              f"{{'paddle': 'tf32'}}; got {type(self.emulate).__name__}")
         for side, fmt in self.emulate.items():
-            _one_of("emulate side", side, EMULATED_SIDES)
-            _one_of(f"emulate format for {side}", fmt, EMULATED_FORMATS)
+            if side not in EMULATED_SIDES:
+                raise OptionError("emulate", (side, fmt), _not_one_of("emulate side", side, EMULATED_SIDES))
+            if fmt not in EMULATED_FORMATS:
+                raise OptionError("emulate", (side, fmt), _not_one_of(f"emulate format for {side}", fmt,
+                                                                       EMULATED_FORMATS))
         if not isinstance(self.train, bool):
-            raise UserError(f"VerifyOptions: train must be True or False; got {self.train!r}")
+            raise OptionError("train", self.train, f"train must be True or False; got {self.train!r}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise UserError(f"VerifyOptions: steps must be a whole number from 1 to {MAX_STEPS}; got {self.steps!r}")
+            raise OptionError("steps", self.steps,
+                              f"steps must be a whole number from 1 to {MAX_STEPS}; got {self.steps!r}")
 
     def session_options(self) -> Options:
-        """The options a verification session takes (all of these but bisect)."""
+        """The options a verification session takes (all of these but bisect, train and steps)."""
         from .compare.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),
                        strategy=self.strategy)
 
 
-def _one_of(what: str, value, allowed: tuple) -> None:
+def _one_of(option: str, what: str, value, allowed: tuple) -> None:
     if value not in allowed:
-        raise UserError(f"VerifyOptions: {what} must be one of {', '.join(allowed)}; got {value!r}")
+        raise OptionError(option, value, _not_one_of(what, value, allowed))
+
+
+def _not_one_of(what: str, value, allowed: tuple) -> str:
+    return f"{what} must be one of {', '.join(allowed)}; got {value!r}"
+
+
+@dataclass
+class PortReport:
+    """What verify_port found: `forward`, the forward check's Report (every layer against its
+    budget), and `train`, the TrainReport of the training checks when VerifyOptions(train=True)
+    asked for them (else None). The verdict fails when either fails; `to_json()` is what
+    verify-port --json writes (the forward report, with the training one under "train")."""
+
+    forward: Report
+    train: TrainReport | None = None
+
+    @property
+    def verdict(self) -> str:
+        parts = [self.forward] + ([self.train] if self.train is not None else [])
+        return "fail" if any(part.verdict == "fail" for part in parts) else "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return max(self.forward.exit_code, self.train.exit_code if self.train is not None else 0)
+
+    def to_json(self) -> dict:
+        body = self.forward.to_json()
+        return body if self.train is None else dict(body, train=self.train.to_json())
 
 
 def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: str | None = None,
-                converted: str | None = None, mapping: str | None = None) -> Report | TrainReport:
+                converted: str | None = None, mapping: str | None = None) -> PortReport:
     """Run both models of `spec`, compare every layer against its expected-error budget and return
-    the Report (`report.verdict`, `report.first_bad`, `report.diagnosis`, `report.to_json()`).
-    With `options.train`, run the training checks instead and return the TrainReport (the same
-    fields; `steps` per step; `to_json()` is the `train` section of verify-port --train --json).
+    the PortReport: `report.verdict`, `report.exit_code`, `report.to_json()`, and `report.forward`,
+    the forward check's Report (`first_bad`, `layers`, `diagnosis`, `weights`). With
+    `options.train`, the training checks run first, on the same session (one conversion, one
+    float64 copy of the torch model), and `report.train` is their TrainReport (`first_bad` with its
+    phase, `steps`, `diagnosis`, `rows`).
 
     weights: a torch checkpoint loaded into the torch model first. converted: a paddle weights file
     loaded as is instead of converting torch's weights in memory. mapping: a rule-set name or file
@@ -93,17 +140,31 @@ def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: s
     Framework flags, hooks, train/eval modes, devices and the weights that emulation rounds are put
     back when the run ends, also on error; the paddle model keeps the weights it was verified with.
     Bad input raises UserError."""
-    from .verify.run import verify
+    from .compare.session import PortSession
+    from .verify.run import run_on, verify
     if not isinstance(spec, PortSpec):
         raise UserError(f"verify_port takes a PortSpec (PortSpec(...) or PortSpec.from_file(path)), "
                         f"not {type(spec).__name__}")
     options = options if options is not None else VerifyOptions()
-    if options.train:
-        from .train.run import train_check
-        return train_check(spec, options.steps, options.device, options.precision, dict(options.emulate),
-                           weights=weights, converted=converted, mapping=mapping)
-    return verify(spec, options.session_options(), weights=weights, converted=converted, mapping=mapping,
-                  bisect=options.bisect)
+    session_options = options.session_options()
+    if not options.train:
+        return PortReport(verify(spec, session_options, weights=weights, converted=converted, mapping=mapping,
+                                 bisect=options.bisect))
+    from .train.run import train_on
+    from .train.spec import TrainSpec
+    training = TrainSpec(spec)  # the spec's training parts are checked before the models are built
+    with PortSession(spec, session_options, weights=weights, converted=converted, mapping=mapping) as session:
+        trained = train_on(session, training, options.steps)  # first: it gives the models back as it found them
+        return PortReport(run_on(session, session_options, options.bisect), trained)
+
+
+def translated_optimizer(spec: PortSpec) -> str:
+    """Torch's optimizer of `spec` translated to paddle's, as the code of a spec's
+    `paddle_optimizer(model)` (what verify-port --train --emit-optimizer writes; the training
+    report's `optimizer_code` is the same, for the parameters the run found torch's optimizer
+    holding). Bad input where torch's optimizer has no translation."""
+    from .train.run import translation_of
+    return translation_of(spec).code()
 
 
 def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSpec | str | None = None,
@@ -128,6 +189,47 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
     return convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force, emit_mapping=emit_mapping,
                    progress=progress, log=log or _quiet, also_written=also_written,
                    allow_outside_shards=allow_outside_shards, json_path=json_path)
+
+
+@dataclass(frozen=True)
+class DirectoryConversion:
+    """What convert_directory wrote: the output directory, its files, the rule set, the tensors and
+    their bytes, and the source keys the rules dropped. `to_json()` is convert-weights --json's body."""
+
+    output: str
+    files: list[str]
+    mapping: str
+    tensors: int
+    bytes: int
+    dropped: list[str]
+
+    def to_json(self) -> dict:
+        return {"output": self.output, "files": list(self.files), "mapping": self.mapping, "tensors": self.tensors,
+                "bytes": self.bytes, "dropped": list(self.dropped)}
+
+
+def converts_a_directory(src: str, dst: str) -> bool:
+    """Whether (src, dst) is a model directory conversion (convert_directory's), not a weights
+    file's (convert_weights'): src holds a config.json and dst is not a weights file name."""
+    from .hfdir import converts_a_directory as directory_pair
+    return directory_pair(src, dst)
+
+
+def convert_directory(src_dir: str, out_dir: str, mapping: str | None = None, dtype: str | None = None,
+                      force: bool = False, max_shard_size: str | None = None, progress: bool = False,
+                      log: Callable[[str], None] | None = None, json_path: str | None = None) -> DirectoryConversion:
+    """Convert the HF model directory `src_dir` (config.json and single or sharded weights) into
+    `out_dir`, which PaddleNLP's from_pretrained loads: the weights (cut into shards of at most
+    `max_shard_size`, e.g. "5GB", else sharded as the source was) and config.json in PaddleNLP's
+    field names, every tensor checked bit for bit. The directory appears complete or not at all;
+    with force it replaces only a directory this tool wrote. mapping: a rule-set name or file
+    (default: the one config.json's model_type names). json_path: the result's JSON, written
+    together with out_dir. Bad input raises UserError, and nothing is written."""
+    from .hfdir import convert_directory as convert_dir
+    done = convert_dir(src_dir, out_dir, mapping, dtype, force, max_shard_size, progress, log or _quiet,
+                       json_path=json_path)
+    return DirectoryConversion(done["output"], list(done["files"]), done["mapping"], done["tensors"], done["bytes"],
+                               list(done["dropped"]))
 
 
 def _quiet(line: str) -> None:

@@ -10,8 +10,9 @@ import sys
 import pytest
 from helpers.cli import ROOT, run_convert, run_verify, spec_path
 
-from converter import PortSpec, VerifyOptions, convert_weights, verify_port
-from converter.errors import UserError
+from converter import (ConversionResult, DirectoryConversion, OptionError, PortReport, PortSpec, Report, TrainReport,
+                       UserError, VerifyOptions, convert_directory, convert_weights, converts_a_directory,
+                       translated_optimizer, verify_port)
 
 BUNDLED = os.path.join(ROOT, "converter", "examples", "bert_port.py")
 
@@ -20,12 +21,31 @@ BUNDLED = os.path.join(ROOT, "converter", "examples", "bert_port.py")
 
 
 def test_importing_the_api_imports_neither_framework():
+    """Every name converter exports (the API, its result and error types) is there, and none of
+    them brings in either framework."""
     code = ("import sys, converter\n"
-            "from converter import convert_weights, verify_port, PortSpec, VerifyOptions\n"
-            "print(sorted(m for m in ('torch', 'paddle') if m in sys.modules))")
+            "from converter import *\n"
+            "print(sorted(m for m in ('torch', 'paddle') if m in sys.modules))\n"
+            "print(len(converter.__all__), sum(n in globals() for n in converter.__all__))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    frameworks, counts = out.stdout.strip().splitlines()
+    assert frameworks == "[]"
+    exported, found = map(int, counts.split())
+    assert exported == found >= 15
+
+
+def test_the_exported_types_are_the_ones_results_and_errors_have():
+    import converter.api
+    import converter.errors
+    from converter.convert import ConversionResult as Converted
+    from converter.train.result import TrainReport as Trained
+    from converter.verify.report import Report as Forward
+    assert (Report, TrainReport, ConversionResult) == (Forward, Trained, Converted)
+    assert (PortReport, OptionError) == (converter.api.PortReport, converter.api.OptionError)
+    assert UserError is converter.errors.UserError and issubclass(OptionError, UserError)
+    with pytest.raises(AttributeError, match="has no attribute 'run_checks'"):
+        converter.run_checks  # noqa: B018 - the attribute access is the test
 
 
 def _judgement(body: dict) -> dict:
@@ -47,9 +67,10 @@ def test_verify_port_concludes_what_the_command_concludes(tmp_path, path, expect
     report = verify_port(PortSpec.from_file(path), VerifyOptions(device="cpu", bisect=True))
     assert report.exit_code == expected_exit
     assert _judgement(report.to_json()) == _judgement(json.loads((tmp_path / "cli.json").read_text()))
+    assert report.train is None and report.verdict == report.forward.verdict
     if expected_exit:
-        assert report.first_bad.torch == "encoder.layer.0.intermediate.intermediate_act_fn"
-        assert "GELU" in report.diagnosis[0].cause
+        assert report.forward.first_bad.torch == "encoder.layer.0.intermediate.intermediate_act_fn"
+        assert "GELU" in report.forward.diagnosis[0].cause
 
 
 def test_a_spec_given_in_python_is_verified_like_its_file():
@@ -77,15 +98,23 @@ def _training(body: dict) -> dict:
 
 
 def test_verify_port_with_train_returns_the_report_the_command_renders(tmp_path):
+    """One report holding both checks, as verify-port --train gives them: the training checks and
+    the forward check, the same JSON and the same lines."""
     cli = run_verify("--spec", spec_path("train_mlp"), "--train", "--steps", 3, "--device", "cpu",
                      "--json", tmp_path / "cli.json")
     assert cli.code == 0, cli
-    trained = verify_port(PortSpec.from_file(spec_path("train_mlp")), VerifyOptions(device="cpu", train=True, steps=3))
-    assert type(trained).__name__ == "TrainReport" and trained.exit_code == 0 and len(trained.steps) == 3
-    assert _training(trained.to_json()) == _training(json.loads((tmp_path / "cli.json").read_text())["train"])
-    from converter.train.report import render_text
-    first_line = render_text(trained).splitlines()[0]
-    assert first_line in cli.stdout
+    both = verify_port(PortSpec.from_file(spec_path("train_mlp")), VerifyOptions(device="cpu", train=True, steps=3))
+    assert isinstance(both, PortReport) and both.exit_code == 0 and both.verdict == "pass"
+    assert isinstance(both.train, TrainReport) and len(both.train.steps) == 3
+    assert isinstance(both.forward, Report) and both.forward.layers
+    cli_body = json.loads((tmp_path / "cli.json").read_text())
+    assert _training(both.to_json()["train"]) == _training(cli_body["train"])
+    assert _judgement(both.to_json()) == _judgement(cli_body)
+    from converter.train.report import render_text as train_text
+    from converter.verify.report import render_text as forward_text
+    train_lines, forward_lines = train_text(both.train).splitlines(), forward_text(both.forward).splitlines()
+    assert cli.stdout.splitlines()[:2] == train_lines[:2]  # the training checks first, as they ran
+    assert forward_lines[0] in cli.stdout
 
 
 @pytest.mark.slow
@@ -101,11 +130,13 @@ def test_training_parts_given_in_python_are_used():
     options = VerifyOptions(device="cpu", train=True, steps=2)
     same = verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, **parts), options)
     from_file = verify_port(PortSpec.from_file(spec_path("train_mlp")), options)
-    assert same.verdict == "pass" and _training(same.to_json()) == _training(from_file.to_json())
+    assert same.verdict == "pass" and _training(same.train.to_json()) == _training(from_file.train.to_json())
     parts["paddle_loss"] = lambda o, t: paddle.nn.functional.cross_entropy(o, t, reduction="sum")
     summed = verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, **parts), options)
-    assert summed.exit_code == 1 and summed.first_bad.phase == "loss"
-    assert "reduction" in summed.diagnosis[0].cause
+    assert summed.train.first_bad.phase == "loss" and "reduction" in summed.train.diagnosis[0].cause
+    # the forward check, which no loss enters, passes; the report fails with the training checks
+    assert summed.forward.verdict == "pass" and summed.train.verdict == "fail"
+    assert summed.verdict == "fail" and summed.exit_code == 1
     with pytest.raises(UserError, match="clip_grad_norm must be a positive number"):
         verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, clip_grad_norm=-1.0), options)
 
@@ -117,7 +148,8 @@ def test_the_documented_training_example_runs(monkeypatch):
     monkeypatch.chdir(ROOT)
     namespace = {}
     exec(compile(code, "docs/api.md", "exec"), namespace)
-    assert namespace["trained"].verdict == "pass" and len(namespace["trained"].steps) == 3
+    both = namespace["both"]
+    assert both.verdict == "pass" and len(both.train.steps) == 3 and both.forward.layers
 
 
 @pytest.mark.slow
@@ -163,6 +195,33 @@ def test_bad_options_are_one_clear_error(kwargs, message):
         VerifyOptions(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, option, value", [
+    ({"device": "gpu"}, "device", "gpu"),
+    ({"emulate": {"jax": "tf32"}}, "emulate", ("jax", "tf32")),
+    ({"emulate": {"paddle": "fp8"}}, "emulate", ("paddle", "fp8")),
+    ({"steps": 10_001}, "steps", 10_001),
+])
+def test_a_refused_option_says_which_as_data(kwargs, option, value):
+    """The command line words its own message from these: the option and the value refused."""
+    with pytest.raises(OptionError) as refused:
+        VerifyOptions(**kwargs)
+    assert (refused.value.option, refused.value.value) == (option, value)
+    assert refused.value.exit_code == 2
+
+
+def test_the_translated_optimizer_is_paddle_code_and_none_is_refused(tmp_path):
+    code = translated_optimizer(PortSpec.from_file(spec_path("train_mlp")))
+    assert code.startswith("import paddle") and "def paddle_optimizer(model):" in code
+    assert "paddle.optimizer.AdamW(" in code
+    compile(code, "optimizer.py", "exec")
+    own = tmp_path / "own_optimizer.py"
+    own.write_text(open(spec_path("train_mlp")).read()
+                   + "\n\ndef torch_optimizer(model):\n    return torch.optim.Adadelta(model.parameters())\n"
+                   "\n\ndef paddle_optimizer(model):\n    return paddle.optimizer.Adadelta(parameters=model.parameters())\n")
+    with pytest.raises(UserError, match="there is nothing to write"):
+        translated_optimizer(PortSpec.from_file(str(own)))
+
+
 def test_a_spec_of_the_wrong_parts_is_one_clear_error():
     with pytest.raises(UserError, match="torch_model must be a function returning the model, not int"):
         PortSpec(torch_model=3, paddle_model=lambda: None, inputs=lambda: {})
@@ -188,3 +247,35 @@ def test_both_framework_adapters_meet_the_adapter_protocol():
         wanted = list(inspect.signature(getattr(FrameworkAdapter, name)).parameters)[1:]  # less self
         for adapter in (torch_side, paddle_side):
             assert list(inspect.signature(getattr(adapter, name)).parameters) == wanted, (adapter.__name__, name)
+
+
+@pytest.mark.slow
+def test_convert_directory_writes_what_the_command_writes(tmp_path):
+    """An HF model directory into a directory, through the API as through convert-weights HF_DIR
+    OUT_DIR: the same files, byte for byte, and the same JSON."""
+    from helpers.hf_models import BERT, hf_dir, hf_state
+    src = hf_dir(tmp_path / "hf", hf_state(BERT), shards=2)
+    assert converts_a_directory(str(src), str(tmp_path / "api"))
+    assert not converts_a_directory(str(src), str(tmp_path / "model.pdparams"))
+    assert not converts_a_directory(str(tmp_path), str(tmp_path / "api"))  # no config.json
+    cli = run_convert(src, tmp_path / "cli", "--quiet", "--json", tmp_path / "cli.json")
+    assert cli.code == 0, cli
+    lines = []
+    done = convert_directory(str(src), str(tmp_path / "api"), log=lines.append, json_path=str(tmp_path / "api.json"))
+    assert isinstance(done, DirectoryConversion) and done.mapping == "bert" and done.tensors > 0
+    files = sorted(os.listdir(tmp_path / "cli"))
+    assert sorted(done.files) == files == sorted(os.listdir(tmp_path / "api"))
+    for name in files:
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    api_body, cli_body = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("api", "cli"))
+    assert api_body == done.to_json() == dict(cli_body, output=api_body["output"])
+    assert api_body["output"] == str(tmp_path / "api") and cli_body["output"] == str(tmp_path / "cli")
+    assert any("mapping: 'bert'" in line for line in lines) and all(line in cli.stderr for line in lines)
+
+
+def test_convert_directory_refuses_bad_input_and_writes_nothing(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="config.json"):
+        convert_directory(str(tmp_path / "hf"), str(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path)) == ["hf"]

@@ -223,7 +223,7 @@ def test_the_json_report_is_strict_json_when_paddle_gives_nan(tmp):
 def test_an_oserror_from_a_library_gets_no_disk_hint(capsys):
     import errno
 
-    from converter.cli_common import one_line_errors
+    from converter.cli.common import one_line_errors
 
     def fails(exc):
         @one_line_errors

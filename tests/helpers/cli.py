@@ -27,7 +27,7 @@ def run_convert(*args) -> CliResult:
 
 
 def run_verify(*args) -> CliResult:
-    from converter.verify.command import verify_port
+    from converter.cli import verify_port
     r = CliRunner().invoke(verify_port, [str(a) for a in args], catch_exceptions=False)
     return CliResult(r.exit_code, r.stdout, r.stderr)
 

@@ -1,7 +1,7 @@
 """Run one real-model case through verify-port's public entry point and judge the answer.
 
 The command is invoked as the CLI invokes it (click's CliRunner on
-`converter.verify.command.verify_port`, `--json FILE`), and only the JSON report is read:
+`converter.cli.verify_port`, `--json FILE`), and only the JSON report is read:
 `verdict`, `first_bad_layer.torch`, `diagnosis`, and the rows' verdicts (`within_budget`) and notes.
 """
 
@@ -69,7 +69,7 @@ def command_line(case: Case, strategy: str) -> str:
 def run_case(case: Case, strategy: str) -> Outcome:
     from click.testing import CliRunner
 
-    from converter.verify.command import verify_port
+    from converter.cli import verify_port
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "report.json")
         start = time.perf_counter()

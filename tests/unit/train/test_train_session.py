@@ -16,7 +16,6 @@ from converter.compare.session import Options, PortSession
 from converter.errors import UserError
 from converter.spec import PortSpec
 from converter.train import loop
-from converter.train.command import run_checks
 from converter.train.run import train_check
 
 STEPS = 2
@@ -47,16 +46,16 @@ def _broken_recorder(model, record):
     return [model.register_forward_pre_hook(lambda module, args: capture.Recorder.stale(None))]
 
 
-def test_train_and_forward_share_one_session(capsys):
+def test_train_and_forward_share_one_session():
     """--train builds the models and converts the weights once, and gives the same verdicts and
     numbers as the two checks run apart."""
     spec = _mlp()
     calls = _counted(spec)
-    report, trained = run_checks(spec, VerifyOptions(device="cpu"), STEPS, None, None, None, None)
+    both = verify_port(spec, VerifyOptions(device="cpu", train=True, steps=STEPS))
+    report, trained = both.forward, both.train
     assert calls == ["torch_model", "paddle_model"]
-    assert capsys.readouterr().out.strip()  # the training checks' lines are printed
     alone_train = train_check(_mlp(), steps=STEPS, device="cpu")
-    alone_forward = verify_port(_mlp(), VerifyOptions(device="cpu"))
+    alone_forward = verify_port(_mlp(), VerifyOptions(device="cpu")).forward
     assert trained.verdict == alone_train.verdict == "pass"
     assert report.verdict == alone_forward.verdict == "pass"
     assert json.dumps(trained.to_json(), sort_keys=True) == json.dumps(alone_train.to_json(), sort_keys=True)
@@ -83,8 +82,7 @@ def test_emulated_training_on_the_shared_session_matches_training_alone():
     """With --emulate, the training checks on the forward check's session (its emulation set up)
     give what they give on a session of their own."""
     emulate = {"paddle": "bf16"}
-    options = VerifyOptions(device="cpu", emulate=emulate)
-    _, trained = run_checks(_mlp(), options, STEPS, None, None, None, None)
+    trained = verify_port(_mlp(), VerifyOptions(device="cpu", emulate=emulate, train=True, steps=STEPS)).train
     alone = train_check(_mlp(), steps=STEPS, device="cpu", emulate=emulate)
     assert trained.formats == alone.formats and trained.formats["paddle"] == "bf16"
     assert json.dumps(trained.to_json(), sort_keys=True) == json.dumps(alone.to_json(), sort_keys=True)
@@ -99,7 +97,7 @@ def test_an_error_in_our_own_training_hooks_is_an_internal_error(monkeypatch):
 
 
 def test_an_error_in_our_own_training_hooks_exits_3_at_the_command_line(monkeypatch):
-    from converter.verify.command import verify_port as command
+    from converter.cli import verify_port as command
     monkeypatch.setattr(loop, "_bn_recorder", _broken_recorder)
     monkeypatch.delenv("CONVERTER_DEBUG", raising=False)
     r = CliRunner().invoke(command, ["--spec", spec_path("train_mlp"), "--device", "cpu", "--train", "--steps", "2"])
@@ -130,7 +128,7 @@ def test_an_error_in_the_users_model_in_training_exits_2_at_the_command_line(tmp
     assert bad != source
     path = tmp_path / "train_bad.py"
     path.write_text(bad)
-    from converter.verify.command import verify_port as command
+    from converter.cli import verify_port as command
     r = CliRunner().invoke(command, ["--spec", str(path), "--device", "cpu", "--train", "--steps", "2"])
     assert r.exit_code == 2, r.output
     assert "fails on batches()[0]" in r.output and "the model bug in training" in r.output

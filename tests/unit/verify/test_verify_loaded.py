@@ -82,7 +82,7 @@ def test_clean_loaded_weights_pass_and_are_left_as_loaded(converted):
     spec = PortSpec(_torch_model, _loaded(converted), _inputs, mapping="loaded")
     paddle_model = spec.paddle_model()
     before = {k: np.array(v.numpy()) for k, v in paddle_model.state_dict().items()}
-    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True))
+    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True)).forward
     assert report.verdict == "pass", render_text(report)
     assert report.weights.checked == len(before) == 6 and report.weights.differ == []
     assert "loaded weights: all 6 equal to torch's under mapping 'inferred', bit for bit" in render_text(report)
@@ -95,7 +95,7 @@ def test_clean_loaded_weights_pass_and_are_left_as_loaded(converted):
 
 def test_one_weight_off_by_one_ulp_fails_though_every_layer_is_within_budget(converted):
     spec = PortSpec(_torch_model, _loaded(converted, _one_ulp_up), _inputs, mapping="loaded")
-    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True))
+    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True)).forward
     assert report.first_bad is None  # the layers cannot see one ulp ...
     assert report.verdict == "fail" and report.exit_code == 1  # ... the weight check does
     (diff,) = report.weights.differ
@@ -123,7 +123,7 @@ def test_a_weight_changed_enough_to_matter_is_named_before_the_layer_it_breaks(c
     def scaled(model):
         model.up.bias.set_value(model.up.bias.numpy() * 1.5)
     spec = PortSpec(_torch_model, _loaded(converted, scaled), _inputs, mapping="loaded")
-    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True))
+    report = verify_port(spec, VerifyOptions(device="cpu", bisect=True)).forward
     assert report.verdict == "fail"
     assert report.first_bad is not None and report.first_bad.torch == "up"
     assert [d.paddle for d in report.weights.differ] == ["up.bias"]
@@ -152,7 +152,8 @@ def test_a_square_weight_loaded_untransposed_is_said_so():
         torch.manual_seed(1)
         return TorchSquare()
 
-    report = verify_port(PortSpec(torch_model, paddle_model, _inputs, mapping="loaded"), VerifyOptions(device="cpu"))
+    report = verify_port(PortSpec(torch_model, paddle_model, _inputs, mapping="loaded"),
+                         VerifyOptions(device="cpu")).forward
     assert report.verdict == "fail"
     (diff,) = report.weights.differ
     assert diff.paddle == "proj.weight" and diff.note == "it holds torch's tensor transposed"
@@ -174,7 +175,7 @@ def test_loaded_pairs_through_the_shipped_rule_set_when_none_can_be_inferred():
         model.set_state_dict(convert_in_memory(S.torch_model(), S.paddle_model(), "bert")[0])
         return model
     report = verify_port(PortSpec(S.torch_model, paddle_model, S.inputs, mapping="loaded"),
-                         VerifyOptions(device="cpu"))
+                         VerifyOptions(device="cpu")).forward
     assert report.verdict == "pass", render_text(report)
     assert "under the rule set 'bert' (detected from torch's keys)" in report.notes[0]
     assert report.weights.differ == [] and report.weights.checked == len(S.paddle_model().state_dict())

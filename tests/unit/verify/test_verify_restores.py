@@ -118,7 +118,7 @@ OPTIONS = dict(device="cpu", precision="strict", emulate={"paddle": "tf32", "tor
 def test_a_run_puts_back_flags_hooks_modes_and_weights(tf32_allowed, strategy):
     spec, torch_model, paddle_model = _port()
     flags, state = framework_flags(), model_state(torch_model, paddle_model)
-    report = verify_port(spec, VerifyOptions(strategy=strategy, **OPTIONS))
+    report = verify_port(spec, VerifyOptions(strategy=strategy, **OPTIONS)).forward
     assert report.verdict == "pass", report.to_json()["first_bad_layer"]
     assert report.precision["paddle"]["effective"] == "tf32" and report.precision["torch"]["effective"] == "bf16"
     assert framework_flags() == flags

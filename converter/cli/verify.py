@@ -1,0 +1,96 @@
+"""The verify-port command: parse options, run the API's verify_port, render its PortReport, exit
+by its verdict."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .. import api
+from ..cli_common import check_outputs, json_text, write_outputs
+from ..errors import UserError
+from .common import CONTEXT, OneLineCommand, one_line_errors, say
+
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "bert_port.py")
+
+
+@click.command(cls=OneLineCommand, context_settings=CONTEXT)
+@click.option("--spec", "spec_path", metavar="FILE", help="Port spec (default: the bundled BERT-like example).")
+@click.option("--weights", metavar="CKPT", help="Torch checkpoint to load into torch_model() first.")
+@click.option("--converted", metavar="FILE", help="Paddle weights (.pdparams/.safetensors) to load as is.")
+@click.option("--mapping", metavar="NAME|FILE", help="Rule set for converting in memory and pairing layers.")
+@click.option("--device", type=click.Choice(api.DEVICES), default="auto", show_default=True)
+@click.option("--precision", "precision_mode", type=click.Choice(api.PRECISIONS), default="as-is",
+              show_default=True, help="strict turns TF32 off on both sides.")
+@click.option("--emulate", multiple=True, metavar="SIDE=MODE",
+              help="Make SIDE (torch|paddle) round matmul/conv inputs to MODE (tf32|bf16|fp16).")
+@click.option("--bisect", is_flag=True, help="Name the first layer over budget and diagnose it.")
+@click.option("--strategy", type=click.Choice(api.STRATEGIES), default="auto", show_default=True)
+@click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON.")
+@click.option("--html", "html_path", metavar="FILE", help="Write a self-contained HTML report.")
+@click.option("--rows", default=60, show_default=True, help="Table rows to print.")
+@click.option("--force", is_flag=True, help="Replace existing --json/--html files.")
+@click.option("--train", is_flag=True, help="Also check training: loss, backward, optimizer and N steps.")
+@click.option("--steps", default=api.DEFAULT_STEPS, show_default=True, help="Training steps for --train.")
+@click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
+@one_line_errors
+def verify_port(spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect, strategy,
+                json_path, html_path, rows, force, train, steps, emit_optimizer):
+    """Run the torch model and its paddle port, compare every layer against its expected-error
+    budget, and (with --bisect) name the first layer over budget with a diagnosis."""
+    if weights and not os.path.exists(weights):
+        raise UserError(f"--weights '{weights}' does not exist")
+    if converted and not os.path.exists(converted):
+        raise UserError(f"--converted '{converted}' does not exist")
+    if spec_path is None:
+        spec_path = BUNDLED
+        say(f"no --spec given: verifying the bundled example port ({os.path.basename(BUNDLED)})")
+    if emit_optimizer and not train:
+        raise UserError("--emit-optimizer writes the optimizer --train translates; add --train")
+    outputs = {"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer}
+    check_outputs(outputs, [spec_path, weights, converted, mapping], force)
+    spec = api.PortSpec.from_file(spec_path)
+    if not mapping and spec.mapping:  # the spec's own rule file is an input too
+        check_outputs(outputs, [spec.mapping], force)
+    options = _options(device, precision_mode, emulate, strategy, bisect, train, steps)
+    if emit_optimizer:
+        api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
+    report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
+    text, page = _rendered(report, rows, html_path is not None)
+    click.echo(text)
+    optimizer_code = report.train.optimizer_code if emit_optimizer else None
+    write_outputs({emit_optimizer: optimizer_code, json_path: json_text(report.to_json()) if json_path else None,
+                   html_path: page}, force)  # all of them or none
+    if optimizer_code is not None:
+        click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
+    sys.exit(report.exit_code)
+
+
+def _options(device, precision, emulate, strategy, bisect, train, steps) -> api.VerifyOptions:
+    """The API's options from the command's; a value they refuse is said in the command's words."""
+    given = {tuple(value.partition("=")[::2]): value for value in emulate}  # (side, mode) -> SIDE=MODE
+    try:
+        return api.VerifyOptions(device=device, precision=precision, emulate=dict(given.keys()), strategy=strategy,
+                                 bisect=bisect, train=train, steps=steps if train else api.DEFAULT_STEPS)
+    except api.OptionError as exc:
+        if exc.option == "emulate":
+            raise UserError("--emulate takes SIDE=MODE with SIDE torch or paddle and MODE tf32, bf16 or fp16; "
+                            f"got '{given[exc.value]}'") from None
+        if exc.option == "steps":
+            raise UserError(f"--steps takes 1 to {api.MAX_STEPS} steps; got {exc.value}") from None
+        raise
+
+
+def _rendered(report: api.PortReport, rows: int, html: bool) -> tuple[str, str | None]:
+    """The report as text (the training checks first, as they ran) and, when asked, as an HTML page."""
+    from ..verify.report import render_html, render_text
+    text = render_text(report.forward, max_rows=rows)
+    page = render_html(report.forward) if html else None
+    if report.train is not None:
+        from ..train.report import render_html as train_html
+        from ..train.report import render_text as train_text
+        text = f"{train_text(report.train)}\n{text}"
+        page = train_html(report.train, page) if html else None
+    return text, page
