@@ -117,6 +117,13 @@ def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float
     if _kind(a) != "f":
         return 0.0 if np.array_equal(*np.broadcast_arrays(a, b)) else None
     with np.errstate(invalid="ignore", over="ignore"):
+        if a.dtype == b.dtype == np.float32:  # the common case, at half the traffic: no NaN or Inf anywhere
+            d = np.abs(np.subtract(a, b))
+            worst = float(d.max(initial=0.0))
+            if np.isfinite(worst):
+                scale = float(np.abs(b).max(initial=0.0))
+                if np.isfinite(scale):
+                    return _relative(worst, scale, rtol)
         d = np.abs(np.subtract(a, b, dtype=np.float64))
         finite = np.isfinite(d)
         if not finite.all():  # the same NaN and Inf positions count as equal
@@ -126,7 +133,10 @@ def same_values(a: np.ndarray, b: np.ndarray, rtol: float = MATCH_RTOL) -> float
                 return None
             d = np.where(finite, d, 0.0)
         scale = float(np.max(np.abs(np.where(np.isfinite(b), b, 0.0)), initial=0.0))
-    worst = float(d.max(initial=0.0))
+    return _relative(float(d.max(initial=0.0)), scale, rtol)
+
+
+def _relative(worst: float, scale: float, rtol: float) -> float | None:
     if worst == 0.0:
         return 0.0
     if scale == 0:
