@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .errors import UserError
+from .report import PortReport
 from .spec import DEFAULT_STEPS, PortSpec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .compare.session import Options
     from .convert import ConversionResult
-    from .train.result import TrainReport
-    from .verify.report import Report
 
 __all__ = ["PortSpec", "VerifyOptions", "PortReport", "DirectoryConversion", "OptionError", "convert_weights",
            "convert_directory", "converts_a_directory", "verify_port", "translated_optimizer"]
@@ -97,30 +96,6 @@ def _one_of(option: str, what: str, value, allowed: tuple) -> None:
 
 def _not_one_of(what: str, value, allowed: tuple) -> str:
     return f"{what} must be one of {', '.join(allowed)}; got {value!r}"
-
-
-@dataclass
-class PortReport:
-    """What verify_port found: `forward`, the forward check's Report (every layer against its
-    budget), and `train`, the TrainReport of the training checks when VerifyOptions(train=True)
-    asked for them (else None). The verdict fails when either fails; `to_json()` is what
-    verify-port --json writes (the forward report, with the training one under "train")."""
-
-    forward: Report
-    train: TrainReport | None = None
-
-    @property
-    def verdict(self) -> str:
-        parts = [self.forward] + ([self.train] if self.train is not None else [])
-        return "fail" if any(part.verdict == "fail" for part in parts) else "pass"
-
-    @property
-    def exit_code(self) -> int:
-        return max(self.forward.exit_code, self.train.exit_code if self.train is not None else 0)
-
-    def to_json(self) -> dict:
-        body = self.forward.to_json()
-        return body if self.train is None else dict(body, train=self.train.to_json())
 
 
 def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: str | None = None,

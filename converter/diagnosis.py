@@ -1,9 +1,15 @@
 """A diagnosis: what a check found wrong in a port (the layer, the cause, what to do), as data.
-The per-layer-type families make them, the checks above collect and report them."""
+The per-layer-type families make them, the checks above collect and report them.
+
+`kind` says which pitfall it is, for programs ("epsilon", "transpose", "activation", "tf32",
+"own forward", ...): the check that makes a diagnosis sets it, and diagnoses are told apart by
+kind and layer, never by their wording. The JSON holds the layer, the cause and the hint."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+NOT_RECORDED = ""  # the kind of a diagnosis read back from JSON, which does not hold it
 
 
 @dataclass
@@ -11,6 +17,11 @@ class Diagnosis:
     layer: str
     cause: str
     hint: str
+    kind: str
 
     def to_json(self) -> dict:
         return {"layer": self.layer, "cause": self.cause, "hint": self.hint}
+
+    @classmethod
+    def from_json(cls, body: dict) -> Diagnosis:
+        return cls(body["layer"], body["cause"], body["hint"], NOT_RECORDED)

@@ -85,12 +85,5 @@ def _options(device, precision, emulate, strategy, bisect, train, steps) -> api.
 
 def _rendered(report: api.PortReport, rows: int, html: bool) -> tuple[str, str | None]:
     """The report as text (the training checks first, as they ran) and, when asked, as an HTML page."""
-    from ..verify.report import render_html, render_text
-    text = render_text(report.forward, max_rows=rows)
-    page = render_html(report.forward) if html else None
-    if report.train is not None:
-        from ..train.report import render_html as train_html
-        from ..train.report import render_text as train_text
-        text = f"{train_text(report.train)}\n{text}"
-        page = train_html(report.train, page) if html else None
-    return text, page
+    from ..report import render_html, render_text
+    return render_text(report, max_rows=rows), render_html(report) if html else None

@@ -46,7 +46,7 @@ def variant(ctx, where, torch_module, paddle_layer) -> list:
         if t_tanh != p_tanh:
             label = lambda tanh: "tanh approximation" if tanh else "exact (erf)"
             return [Diagnosis(where, f"GELU variant: torch computes the {label(t_tanh)} form, paddle the "
-                              f"{label(p_tanh)} form", f"construct paddle.nn.GELU(approximate={t_tanh})")]
+                              f"{label(p_tanh)} form", f"construct paddle.nn.GELU(approximate={t_tanh})", kind="activation")]
     return recorded_variant(ctx) if where == ctx.name else []
 
 
@@ -70,7 +70,7 @@ def recorded_variant(ctx) -> list:
                                       "F.gelu(x, approximate=False)",
                  "GELU (tanh approximation)": "use paddle.nn.GELU(approximate=True) or F.gelu(x, approximate=True)"}
     hint = gelu_form[t_name] if {t_name, p_name} <= set(gelu_form) else f"compute {t_name} in paddle, as torch does"
-    return [Diagnosis(ctx.name, f"activation variant: paddle computes {p_name} where torch computes {t_name}", hint)]
+    return [Diagnosis(ctx.name, f"activation variant: paddle computes {p_name} where torch computes {t_name}", hint, kind="activation")]
 
 
 register(Family("activation", TORCH_TYPES, PADDLE_TYPES, _activation, kind="activation", what_ifs=(variant,)))

@@ -31,7 +31,7 @@ def padding_mode(ctx, where, torch_module, paddle_layer) -> list:
     if not t_mode or not p_mode or t_mode == p_mode:
         return []
     return [Diagnosis(where, f"padding mode differs: torch '{t_mode}', paddle '{p_mode}'",
-                      f"construct the paddle layer with padding_mode='{t_mode}'")]
+                      f"construct the paddle layer with padding_mode='{t_mode}'", kind="padding mode")]
 
 
 register(Family("conv", ("Conv1d", "Conv2d", "Conv3d"), ("Conv1D", "Conv2D", "Conv3D"), _conv, _conv_products,

@@ -25,7 +25,7 @@ def padding_row(ctx, where, torch_module, paddle_layer) -> list:
                       f"(padding_idx={torch_pad}) returns its stored row {pad}, which is not zero (max abs "
                       f"{float(row.abs().max()):.3g})",
                       "construct the paddle Embedding without padding_idx (torch's padding_idx only stops that row's "
-                      "gradient), or zero the row on both sides if the model means it")]
+                      "gradient), or zero the row on both sides if the model means it", kind="padding idx")]
 
 
 register(Family("embedding", ("Embedding",), ("Embedding",), _embedding, what_ifs=(padding_row,)))

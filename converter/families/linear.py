@@ -55,7 +55,7 @@ def untransposed(ctx, where, torch_module, paddle_layer) -> list:
     return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {list(pw.shape)} is square and holds "
                       f"torch's '{where}.weight' untransposed",
                       "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule file needs a "
-                      "transpose rule for it)")]
+                      "transpose rule for it)", kind="transpose")]
 
 
 register(Family("linear", ("Linear", "LazyLinear"), ("Linear",), _linear, _linear_products, what_ifs=(untransposed,)))

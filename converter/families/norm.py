@@ -38,7 +38,7 @@ def momentum_convention(ctx, where, torch_module, paddle_layer) -> list:
     if t is None or p is None or np.isclose(p, 1.0 - t):
         return []
     return [Diagnosis(where, f"BatchNorm momentum convention: torch momentum={t:g} weights the new batch, paddle "
-                      f"momentum={p:g} weights the old statistics", f"use momentum={1.0 - t:g} in paddle (1 - torch's)")]
+                      f"momentum={p:g} weights the old statistics", f"use momentum={1.0 - t:g} in paddle (1 - torch's)", kind="momentum")]
 
 
 def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
@@ -59,7 +59,7 @@ def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
         return []
     return [Diagnosis(where, "the paddle BatchNorm normalises with the batch's own statistics (training mode), torch "
                       "with its running statistics",
-                      "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm")]
+                      "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm", kind="batch statistics")]
 
 
 register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),

@@ -10,7 +10,7 @@ def padding_in_mean(ctx, where, torch_module, paddle_layer) -> list:
         return []
     return [Diagnosis(where, f"AvgPool padding: torch count_include_pad={torch_module.count_include_pad}, paddle "
                       f"exclusive={paddle_layer.exclusive} (paddle's default excludes padding, torch's includes it)",
-                      f"construct the paddle pool with exclusive={not torch_module.count_include_pad}")]
+                      f"construct the paddle pool with exclusive={not torch_module.count_include_pad}", kind="pool padding")]
 
 
 register(Family("avg-pool", ("AvgPool1d", "AvgPool2d", "AvgPool3d"), ("AvgPool1D", "AvgPool2D", "AvgPool3D"),

@@ -13,10 +13,10 @@ def sampling(ctx, where, torch_module, paddle_layer) -> list:
     if t_ac != bool(p.align_corners) or getattr(m, "mode", None) != getattr(p, "mode", None):
         return [Diagnosis(where, f"interpolation differs: torch mode={m.mode} align_corners={t_ac}, paddle "
                           f"mode={p.mode} align_corners={p.align_corners}",
-                          f"use mode='{m.mode}', align_corners={t_ac} in paddle")]
+                          f"use mode='{m.mode}', align_corners={t_ac} in paddle", kind="interpolation")]
     if not t_ac and getattr(p, "align_mode", 0) != 0 and m.mode in ("linear", "bilinear", "trilinear"):
         return [Diagnosis(where, f"interpolation align_mode={p.align_mode} in paddle; torch's half-pixel sampling is "
-                          "align_mode=0", "use align_mode=0 in paddle")]
+                          "align_mode=0", "use align_mode=0 in paddle", kind="interpolation")]
     return []
 
 

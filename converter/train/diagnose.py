@@ -23,7 +23,7 @@ def diagnose(session, tspec, report, batches, runs) -> list:
                    "optimizer": _optimizer, "steps": _steps}[fb.phase]
         found = handler(session, tspec, report, fb, runs)
         out += found or [D(fb.torch, f"{fb.phase} differs beyond its budget (ratio {fb.ratio:.3g}); no what-if "
-                           "reproduced it", _HINTS[fb.phase])]
+                           "reproduced it", _HINTS[fb.phase], kind="unexplained")]
     noise = _format_noise(session, runs)
     if noise is not None:
         out.append(noise)
@@ -46,7 +46,7 @@ def _structure(session, tspec, report, fb, runs):
              "missing": "pass every trainable parameter to paddle's optimizer (parameters=model.parameters())",
              "tied": "share the weight in paddle (assign the same Parameter to both layers)"}
     key = next((k for k in hints if k in fb.note), "trainable")
-    return [D(fb.torch, f"{fb.note}: torch '{fb.torch}', paddle '{fb.paddle}'", hints[key])]
+    return [D(fb.torch, f"{fb.note}: torch '{fb.torch}', paddle '{fb.paddle}'", hints[key], kind=key)]
 
 
 # loss ----------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def _loss(session, tspec, report, fb, runs):
         return [D("loss", f"paddle's loss is {lp} on torch's outputs and targets, torch's {lt:.7g}: paddle_loss "
                   "overflows or divides by zero (a log of 0, a softmax taken by hand, a mask of -inf)",
                   "compute paddle's loss as torch's does (paddle.nn.functional.cross_entropy on the logits rather "
-                  "than log(softmax))")]
+                  "than log(softmax))", kind="loss overflow")]
     out = _cross_entropy_whatifs(p)
     if out:
         return out
@@ -70,10 +70,10 @@ def _loss(session, tspec, report, fb, runs):
     for count in {c for c in (n, total, p.outputs[0].shape[0] if p.outputs[0].ndim else 0) if c > 1}:
         if _close(lp, lt * count):
             return [D("loss", f"paddle's loss is torch's times {count}: reduction 'sum' against 'mean'",
-                      "use the same reduction on both sides (paddle: reduction='mean')")]
+                      "use the same reduction on both sides (paddle: reduction='mean')", kind="loss reduction")]
         if _close(lp * count, lt):
             return [D("loss", f"paddle's loss is torch's divided by {count}: reduction 'mean' against 'sum'",
-                      "use the same reduction on both sides")]
+                      "use the same reduction on both sides", kind="loss reduction")]
     return []
 
 
@@ -89,7 +89,7 @@ def _cross_entropy_whatifs(p):
         return []
     what, base, changed, gradient = found
     cause, hint = explain(what, base, changed, logits.shape, gradient)
-    return [D("loss", cause, hint)]
+    return [D("loss", cause, hint, kind="cross entropy")]
 
 
 # backward ------------------------------------------------------------------------------------
@@ -100,11 +100,11 @@ def _backward(session, tspec, report, fb, runs):
     if zero:
         return [D(layer, f"the gradient is stopped on paddle's side: paddle's gradient of '{zero[0].paddle}' is zero "
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
-                  f"forward of '{fb.paddle.split(' ')[0]}'")]
+                  f"forward of '{fb.paddle.split(' ')[0]}'", kind="stopped gradient")]
     if layer_of(fb) and not fb.note.endswith(FORWARD_DIFFERS):
         return [D(layer, "its forward agrees with torch's on torch's inputs, its backward does not: a custom "
                   "backward (PyLayer) or an op whose gradient differs", "check the custom backward of "
-                  f"'{fb.paddle.split(' ')[0]}' against autograd (paddle.autograd.PyLayer.backward)")]
+                  f"'{fb.paddle.split(' ')[0]}' against autograd (paddle.autograd.PyLayer.backward)", kind="custom backward")]
     return []
 
 
@@ -118,31 +118,32 @@ def _lr(session, tspec, report, fb, runs):
     if same(p, p[0]) and not same(t, t[0]):
         return [D("lr", f"paddle's learning rate stays at {p[0]:.6g} while torch's changes from step {moves(t)}: "
                   "paddle's optimizer has no scheduler, or it is never stepped", "give paddle's optimizer the "
-                  "scheduler torch's has (learning_rate=scheduler) and step it after every optimizer.step()")]
+                  "scheduler torch's has (learning_rate=scheduler) and step it after every optimizer.step()", kind="no scheduler")]
     if same(t, t[0]) and not same(p, p[0]):
         return [D("lr", f"torch's learning rate stays at {t[0]:.6g} while paddle's changes from step {moves(p)}: a "
-                  "scheduler on paddle's side only", "drop paddle's scheduler, or give torch's optimizer the same one")]
+                  "scheduler on paddle's side only", "drop paddle's scheduler, or give torch's optimizer the same one",
+                  kind="scheduler on one side")]
     if len(t) > 2 and same(p[1:], t[:-1]):
         return [D("lr", f"paddle's learning rates are torch's one step late (from step {k}): paddle's scheduler is "
                   "stepped once less (not after the first step, or its count starts one behind torch's)",
-                  "step paddle's scheduler once after every optimizer.step(), as torch's")]
+                  "step paddle's scheduler once after every optimizer.step(), as torch's", kind="scheduler step")]
     if len(t) > 2 and same(p[:-1], t[1:]):
         return [D("lr", f"paddle's learning rates are torch's one step early (from step {k})",
-                  "step paddle's scheduler after optimizer.step(), and not before the first step")]
+                  "step paddle's scheduler after optimizer.step(), and not before the first step", kind="scheduler step")]
     for period in range(2, len(t) + 1):
         stretched = t[np.arange(len(t)) // period]
         if same(p, stretched) and not same(p, t):
             return [D("lr", f"paddle's schedule advances once every {period} steps where torch's advances every "
                       "step: stepped per epoch against per step", "step both schedulers at the same time "
-                      "(per step, or per epoch on both)")]
+                      "(per step, or per epoch on both)", kind="scheduler period")]
     t_peak = int(np.argmax(t)) if len(t) else 0
     p_peak = int(np.argmax(p)) if len(p) else 0
     if t_peak != p_peak and (t_peak > 0 or p_peak > 0):
         return [D("lr", f"the warmup differs: torch's learning rate peaks at step {t_peak}, paddle's at step "
                   f"{p_peak} (step {k}: torch {t[k]:.6g}, paddle {p[k]:.6g})",
-                  "give paddle's LinearWarmup torch's warmup length and start factor")]
+                  "give paddle's LinearWarmup torch's warmup length and start factor", kind="warmup")]
     return [D("lr", f"the learning rates differ from step {k}: torch {t[k]:.6g}, paddle {p[k]:.6g}",
-              _HINTS["lr"])]
+              _HINTS["lr"], kind="lr")]
 
 
 # optimizer -----------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def _optimizer(session, tspec, report, fb, runs):
     differ = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in keys)
     if not tried or tried[0][0] >= fb.ratio:  # no what-if comes nearer paddle's step than torch's own
         return [D(fb.torch, f"paddle's optimizer differs from torch's here: {differ}; torch's step with paddle's "
-                  "settings does not reproduce paddle's", _OPTIMIZER_HINT)]
+                  "settings does not reproduce paddle's", _OPTIMIZER_HINT, kind="optimizer")]
     ratio, changed = tried[0]
     what = " and ".join(_WHAT[k] for k in changed)
     verdict = "reproduces paddle's step" if ratio <= 1 else f"comes closest to paddle's step (ratio {ratio:.3g})"
@@ -242,7 +243,7 @@ def _optimizer(session, tspec, report, fb, runs):
                   "parameter group's 'learning_rate' or its ParamAttr(learning_rate=...))")
         hint = (f"give the parameter the factor {torch_side['lr'] / (paddle_side['lr'] / paddle_side['lr_factor']):g} "
                 "of paddle's rate, as torch's parameter group has it")
-    return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}", hint)]
+    return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}", hint, kind="optimizer")]
 
 
 def _cause(key: str, t, p) -> str:
@@ -354,13 +355,13 @@ def _steps(session, tspec, report, fb, runs):
                 return [D(path, f"BatchNorm momentum convention: paddle's momentum is {m_paddle:g}, torch's value "
                           f"left as is; paddle weighs the old statistic by momentum (torch by 1 - momentum), so its "
                           f"running statistics follow the batch far too slowly", f"give paddle's BatchNorm "
-                          f"momentum={1 - m_torch:g} (1 - torch's)")]
+                          f"momentum={1 - m_torch:g} (1 - torch's)", kind="momentum")]
             return [D(path, f"BatchNorm momentum: paddle's {m_paddle:g} against {1 - m_torch:g} (1 - torch's "
-                      f"{m_torch:g})", f"give paddle's BatchNorm momentum={1 - m_torch:g}")]
+                      f"{m_torch:g})", f"give paddle's BatchNorm momentum={1 - m_torch:g}", kind="momentum")]
     if fb.torch == "loss":
         return [D("loss", f"the loss curves leave the noise band at step {fb.step} (ratio {fb.ratio:.3g}) though "
                   "every teacher-forced check is within budget", "compare what the steps do outside the checked "
-                  "parts (data order, buffers, in-place updates)")]
+                  "parts (data order, buffers, in-place updates)", kind="steps")]
     return []
 
 
@@ -389,4 +390,4 @@ def _format_noise(session, runs):
              f"matmuls on paddle's side (ratio {r_fmt:.3g}), {r_32:.3g} times the fp32 band: {fmt} noise, not a bug",
              f"expected while paddle computes its matmuls in {fmt}; to compare in fp32, "
              + ("turn TF32 off (FLAGS_cublas_allow_tf32=0, or --precision strict)" if fmt == "tf32" else
-                f"run paddle's model in float32 (no {fmt} cast, no AMP)"))
+                f"run paddle's model in float32 (no {fmt} cast, no AMP)"), kind=fmt)

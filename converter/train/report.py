@@ -22,7 +22,7 @@ def render_text(report: TrainReport) -> str:
         rows = [r for r in report.rows if r.phase == phase]
         worst = report.worst(phase)
         where = "" if worst is None else _where(worst)
-        lines.append(f"  {PHASE_NAMES[phase]:<28} {len(rows):>6} {_ratio(worst.ratio if worst else None):>11}  {where}")
+        lines.append(f"  {PHASE_NAMES[phase]:<28} {len(rows):>6} {_ratio(None if worst is None else worst.ratio):>11}  {where}")
     if report.steps:
         last = report.steps[-1]
         worst_step = max(report.steps, key=lambda s: s.ratio)
@@ -118,13 +118,3 @@ def render_html_section(report: TrainReport) -> str:
 
 def _num(v) -> str:
     return "" if v is None else f"{v:.3g}"
-
-
-def render_html(report: TrainReport, forward_page: str | None = None) -> str:
-    """The training section on its own page, or inside the forward report's page."""
-    section = render_html_section(report)
-    if forward_page and "</body>" in forward_page:
-        head, _, tail = forward_page.rpartition("</body>")
-        return f"{head}{section}\n</body>{tail}"
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>verify-port --train</title></head><body>" \
-           f"{section}</body></html>\n"

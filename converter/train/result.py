@@ -6,22 +6,20 @@ import math
 from dataclasses import dataclass, field
 
 from ..diagnosis import Diagnosis
+from ..results import Verdict, finite_or_null
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
+NOT_COMPARED = "not compared"  # how the training JSON spells Verdict.NOT_JUDGED
 
 
-def number(value: float | None) -> float | None:
-    """A number for JSON: NaN and infinities have no JSON spelling (Python writes NaN and Infinity,
-    which strict parsers refuse), so they are null; the row's verdict says what they meant."""
-    return value if value is None or math.isfinite(value) else None
+def _spelled(verdict: Verdict) -> str:
+    return NOT_COMPARED if verdict is Verdict.NOT_JUDGED else verdict.value
 
 
-def verdict_of(ratio: float | None) -> str:
-    """A compared value's verdict: within its budget or not; 'not compared' where nothing was."""
-    if ratio is None:
-        return "not compared"
-    return "fail" if math.isnan(ratio) or ratio > 1.0 else "pass"
+def _read_ratio(body: dict) -> float | None:
+    """A ratio read back: JSON writes an infinite one as null, and the verdict says it failed."""
+    return float("inf") if body["ratio"] is None and body["verdict"] == Verdict.FAIL else body["ratio"]
 
 
 @dataclass
@@ -38,13 +36,25 @@ class Row:
     note: str = ""
 
     @property
+    def verdict(self) -> Verdict:
+        return Verdict.of_ratio(self.ratio)
+
+    @property
     def bad(self) -> bool:
-        return verdict_of(self.ratio) == "fail"
+        return self.verdict is Verdict.FAIL
+
+    def __bool__(self) -> bool:
+        return bool(self.verdict)
 
     def to_json(self) -> dict:
-        return {"phase": self.phase, "step": self.step, "torch": self.torch, "paddle": self.paddle,
-                "verdict": verdict_of(self.ratio), "ratio": number(self.ratio), "max_abs": number(self.max_abs),
-                "budget": number(self.budget), "note": self.note}
+        return finite_or_null({"phase": self.phase, "step": self.step, "torch": self.torch, "paddle": self.paddle,
+                               "verdict": _spelled(self.verdict), "ratio": self.ratio, "max_abs": self.max_abs,
+                               "budget": self.budget, "note": self.note})
+
+    @classmethod
+    def from_json(cls, body: dict) -> Row:
+        return cls(body["phase"], body["step"], body["torch"], body["paddle"], _read_ratio(body), body["max_abs"],
+                   body["budget"], body["note"])
 
 
 @dataclass
@@ -68,14 +78,25 @@ class StepRow:
         return abs(self.lr_paddle - self.lr_torch) / (LR_REL * abs(self.lr_torch) + 1e-15)
 
     @property
-    def verdict(self) -> str:
-        """pass where the loss is within the band and the learning rate is torch's."""
-        return "pass" if verdict_of(self.ratio) == "pass" and verdict_of(self.lr_ratio) == "pass" else "fail"
+    def verdict(self) -> Verdict:
+        """PASS where the loss is within the band and the learning rate is torch's."""
+        both = (Verdict.of_ratio(self.ratio), Verdict.of_ratio(self.lr_ratio))
+        return Verdict.PASS if all(v is Verdict.PASS for v in both) else Verdict.FAIL
+
+    def __bool__(self) -> bool:
+        return bool(self.verdict)
 
     def to_json(self) -> dict:
-        return {"step": self.step, "loss_torch": number(self.loss_torch), "loss_paddle": number(self.loss_paddle),
-                "lr_torch": number(self.lr_torch), "lr_paddle": number(self.lr_paddle), "band": number(self.band),
-                "verdict": self.verdict}
+        return finite_or_null({"step": self.step, "loss_torch": self.loss_torch, "loss_paddle": self.loss_paddle,
+                               "lr_torch": self.lr_torch, "lr_paddle": self.lr_paddle, "band": self.band,
+                               "verdict": self.verdict})
+
+    @classmethod
+    def from_json(cls, body: dict) -> StepRow:
+        """A step read back; a loss JSON wrote as null (NaN or infinite) comes back as NaN."""
+        value = lambda key: float("nan") if body[key] is None else body[key]
+        return cls(body["step"], value("loss_torch"), value("loss_paddle"), value("lr_torch"), value("lr_paddle"),
+                   value("band"))
 
 
 TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint
@@ -93,12 +114,15 @@ class TrainReport:
     optimizer_code: str | None = None  # torch's optimizer translated, as paddle code
 
     @property
-    def verdict(self) -> str:
-        return "fail" if self.first_bad is not None else "pass"
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.first_bad is not None else Verdict.PASS
+
+    def __bool__(self) -> bool:
+        return bool(self.verdict)
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.first_bad is not None else 0
+        return 0 if self else 1
 
     def worst(self, phase: str) -> Row | None:
         rows = [r for r in self.rows if r.phase == phase and r.ratio is not None]
@@ -108,8 +132,25 @@ class TrainReport:
         fb = self.first_bad
         return {"verdict": self.verdict,
                 "first_bad": None if fb is None else {"phase": fb.phase, "torch": fb.torch, "paddle": fb.paddle,
-                                                      "step": fb.step, "ratio": number(fb.ratio)},
+                                                      "step": fb.step, "ratio": finite_or_null(fb.ratio)},
                 "steps": [s.to_json() for s in self.steps],
                 "diagnosis": [d.to_json() for d in self.diagnosis],
                 "checks": [r.to_json() for r in self.rows],
                 "optimizer": self.optimizer, "formats": self.formats, "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, body: dict) -> TrainReport:
+        """The TrainReport its JSON was written from (its optimizer code, which the JSON does not
+        hold, stays None)."""
+        rows = [Row.from_json(r) for r in body["checks"]]
+        said = body["first_bad"]
+        first = None
+        if said is not None:
+            key = (said["phase"], said["torch"], said["paddle"], said["step"])
+            first = next((r for r in rows if r.bad and (r.phase, r.torch, r.paddle, r.step) == key), None)
+            if first is None:  # a row the JSON names but does not list: as it names it
+                first = Row(said["phase"], said["step"], said["torch"], said["paddle"], _read_ratio(
+                    {"ratio": said["ratio"], "verdict": Verdict.FAIL}))
+        return cls(rows, [StepRow.from_json(s) for s in body["steps"]], first,
+                   [Diagnosis.from_json(d) for d in body["diagnosis"]], list(body["notes"]), body["optimizer"],
+                   dict(body["formats"]))

@@ -77,17 +77,17 @@ def check_weights(ctx) -> list[Diagnosis]:
             out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' {list(actual.shape)} is square and holds "
                                  f"torch's '{sources[0]}' untransposed",
                                  "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight when converting "
-                                 "(convert-weights decides this by module type; check the mapping's transpose rules)"))
+                                 "(convert-weights decides this by module type; check the mapping's transpose rules)", kind="transpose"))
         elif actual.shape != expected.shape:
             out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' has shape {list(actual.shape)}, the mapping "
-                                 f"gives {list(expected.shape)}", "reconvert the weights for this model"))
+                                 f"gives {list(expected.shape)}", "reconvert the weights for this model", kind="weight shape"))
         else:
             diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
             kind = "weight" if entry.name in parameters else "buffer"
             out.append(Diagnosis(entry.name, f"paddle {kind} '{entry.name}' differs from torch's "
                                  f"{_differing_source(entry, actual, session.torch_state.read)} under the "
                                  f"mapping (max abs {diff:.3g})",
-                                 "load the converted weights again, and check that nothing changes them after loading"))
+                                 "load the converted weights again, and check that nothing changes them after loading", kind=kind))
     return out
 
 
@@ -101,7 +101,7 @@ def _unloadable(entry, session) -> Diagnosis | None:
     return Diagnosis(entry.name, f"paddle buffer '{entry.name}' is not persistable, so the converted weights never "
                      f"reach it: it {said}",
                      f"register '{entry.name}' with register_buffer(..., persistable=True) in the paddle model (or "
-                     "set it from the converted weights after loading)")
+                     "set it from the converted weights after loading)", kind="unloadable buffer")
 
 
 SHOWN_WEIGHTS = 5  # loaded weights named one by one in the diagnosis; the report's table holds them all
@@ -118,17 +118,18 @@ def check_loaded_weights(check) -> list[Diagnosis]:
             cause = (f"loaded paddle weight '{d.paddle}' {list(d.shape)} is torch's '{d.torch}' transposed under "
                      f"mapping '{check.mapping}'")
             out.append(Diagnosis(d.paddle, cause, "paddle.nn.Linear stores [in, out]: the checkpoint it was loaded "
-                                 "from holds torch's [out, in] weight untransposed; convert it again with convert-weights"))
+                                 "from holds torch's [out, in] weight untransposed; convert it again with convert-weights",
+                                 kind="transpose"))
             continue
         cause = (f"loaded paddle weight '{d.paddle}' {list(d.shape)} differs from torch's '{d.torch}' under mapping "
                  f"'{check.mapping}' in {d.differ} of {d.size} element(s); the worst at {list(d.index)}: paddle "
                  f"{d.paddle_value:.9g}, torch {d.torch_value:.9g} (abs {d.max_abs:.3g})")
-        out.append(Diagnosis(d.paddle, cause + (f" ({d.note})" if d.note else ""), hint))
+        out.append(Diagnosis(d.paddle, cause + (f" ({d.note})" if d.note else ""), hint, kind="loaded weight"))
     if len(check.differ) > SHOWN_WEIGHTS:
         more = check.differ[SHOWN_WEIGHTS:]
         out.append(Diagnosis(more[0].paddle, f"{len(more)} more loaded paddle weight(s) differ from torch's "
                              f"({', '.join(d.paddle for d in more[:3])}{', ...' if len(more) > 3 else ''}; all "
-                             "in the report's table of loaded weights)", hint))
+                             "in the report's table of loaded weights)", hint, kind="loaded weight"))
     return out
 
 
@@ -175,7 +176,7 @@ def check_norm_eps(ctx) -> list[Diagnosis]:
         kind = type(m).__name__
         out.append(Diagnosis(where, f"{kind} epsilon differs: torch {t_eps[0]}={t_eps[1]:g}, paddle "
                              f"{p_eps[0].lstrip('_')}={p_eps[1]:g}",
-                             f"construct the paddle {type(p).__name__} with {p_eps[0].lstrip('_')}={t_eps[1]:g}"))
+                             f"construct the paddle {type(p).__name__} with {p_eps[0].lstrip('_')}={t_eps[1]:g}", kind="epsilon"))
     return out
 
 
@@ -206,7 +207,7 @@ def check_training(ctx) -> list[Diagnosis]:
     training = [n for n, l in paddle_side.named_layers(ctx.paddle_layer) if l.training]
     if training:
         out.append(Diagnosis(ctx.name, f"paddle layer(s) in training mode: {', '.join(training[:3]) or '<this layer>'}",
-                             "call model.eval() on the paddle model before comparing"))
+                             "call model.eval() on the paddle model before comparing", kind="training mode"))
     ev = ctx.evidence
     if ev is not None and ev.forced is not None:
         again = run_paddle(ctx.paddle_layer, *ev.forced)
@@ -217,7 +218,7 @@ def check_training(ctx) -> list[Diagnosis]:
             out.append(Diagnosis(ctx.name, f"the paddle layer gives different outputs on the same input "
                                  f"({zeros_p:.0%} zeros vs torch's {zeros_t:.0%}): dropout is active in eval",
                                  "paddle.nn.functional.dropout defaults to training=True: pass training=self.training, "
-                                 "or use a paddle.nn.Dropout layer"))
+                                 "or use a paddle.nn.Dropout layer", kind="dropout"))
     return out
 
 
@@ -253,14 +254,14 @@ def check_precision(ctx) -> list[Diagnosis]:
                                   f"not run on this {'CPU' if where == 'cpu' else 'GPU'}, so the {side} layer rounds "
                                   "its inputs itself",
                                   "look in the layer for a cast to a lower precision (astype, to, a bf16/fp16 "
-                                  "kernel or autocast) or a hand-written rounding, and remove it")]
+                                  "kernel or autocast) or a hand-written rounding, and remove it", kind="own rounding")]
             if ratio <= 1.0:
                 return [Diagnosis(ctx.name, f"consistent with {label} on one side: the local error "
                                   f"{float(diff.max()):.3g} is over the {ctx.session.formats[side]} budget "
                                   f"({ctx.result.budget:.3g}) but within the {label} budget ({tol:.3g}) for the {side} side",
                                   f"if {side} really runs {label}, say so with --emulate {side}={fmt}; to compare exactly, "
                                   f"turn it off ({'FLAGS_cublas_allow_tf32=0, ' if side == 'paddle' else ''}"
-                                  "NVIDIA_TF32_OVERRIDE=0 or --precision strict)")]
+                                  "NVIDIA_TF32_OVERRIDE=0 or --precision strict)", kind=fmt)]
     return []
 
 
@@ -277,7 +278,7 @@ def check_own_forward(ctx) -> list[Diagnosis]:
         return []
     return [Diagnosis(ctx.name, f"the difference arises in {ctx.name}'s own forward: every paired sublayer inside "
                       "it is within budget", "compare its forward line by line: scales (1/sqrt(d)), softmax axes, "
-                      "residual connections, activations called as functions, reshapes and transposes, masks")]
+                      "residual connections, activations called as functions, reshapes and transposes, masks", kind="own forward")]
 
 
 CHECKS = (check_norm_eps, check_family_what_ifs, check_recorded_activation, check_training, check_precision)
@@ -286,14 +287,24 @@ CHECKS = (check_norm_eps, check_family_what_ifs, check_recorded_activation, chec
 def diagnose(ctx) -> list[Diagnosis]:
     from .diagnose_model import CHECKS as MODEL_CHECKS
     found = check_weights(ctx)  # under the mapping; the families' what-ifs look at the layers themselves
-    said = any("untransposed" in d.cause for d in found)
+    said = any(d.kind == "transpose" for d in found)
     for check in CHECKS + MODEL_CHECKS:
-        found.extend(d for d in check(ctx) if not (said and "untransposed" in d.cause))
-    found = list({(d.layer, d.cause): d for d in found}.values())  # a family's what-if and a generic check may agree
+        found.extend(d for d in check(ctx) if not (said and d.kind == "transpose"))
+    found = _distinct(found)  # a family's what-if and a generic check may agree
     if not found:
         found = check_own_forward(ctx)
     if not found:
         found = [Diagnosis(ctx.name, "no known porting pitfall fits this layer",
                            f"compare the forward of torch {type(ctx.torch_module).__name__} and paddle "
-                           f"{type(ctx.paddle_layer).__name__} line by line on the recorded inputs")]
+                           f"{type(ctx.paddle_layer).__name__} line by line on the recorded inputs", kind="unknown")]
     return found
+
+
+def _distinct(found: list[Diagnosis]) -> list[Diagnosis]:
+    """The first diagnosis of each kind at each layer."""
+    seen, out = set(), []
+    for d in found:
+        if (d.kind, d.layer) not in seen:
+            seen.add((d.kind, d.layer))
+            out.append(d)
+    return out

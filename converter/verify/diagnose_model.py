@@ -169,12 +169,12 @@ def check_attention(ctx) -> list[Diagnosis]:
     if ctx.t_call is not None and _what_if(ctx, _not_causal, _without_masks(ctx.t_call, causal=True) or ctx.t_call):
         return [Diagnosis(name, "attention without its causal mask: paddle's output is torch's with every position "
                           "attending to later ones", "pass the causal mask to the paddle attention (or build it "
-                          "inside, as torch's does) and add it to the logits before the softmax")]
+                          "inside, as torch's does) and add it to the logits before the softmax", kind="causal mask")]
     padding_free = _without_masks(ctx.t_call, causal=False) if ctx.t_call is not None else None
     if padding_free is not None and _what_if(ctx, contextlib.nullcontext, padding_free):
         return [Diagnosis(name, "attention without its padding mask: paddle's output is torch's with padded "
                           "positions attended to", "pass the attention mask on to the paddle attention and add it "
-                          "to the logits (mind its convention: additive, or boolean with True kept)")]
+                          "to the logits (mind its convention: additive, or boolean with True kept)", kind="padding mask")]
     d = _head_dim(ctx.torch_module)
     if d:
         for factor, said in ((1 / math.sqrt(d), f"1/sqrt({d})"), (math.sqrt(d), f"sqrt({d})"),
@@ -183,11 +183,11 @@ def check_attention(ctx) -> list[Diagnosis]:
                 return [Diagnosis(name, f"attention logit scale: paddle's q.k is torch's times {said} = {factor:.4g} "
                                   f"(head size {d}; e.g. 1/{d} where torch uses 1/sqrt({d}), 1 where it uses "
                                   f"1/sqrt({d}), or 1/sqrt({d}) where torch does not scale, as T5)",
-                                  f"scale paddle's logits as torch does: multiply them by {1 / factor:.4g}")]
+                                  f"scale paddle's logits as torch does: multiply them by {1 / factor:.4g}", kind="attention scale")]
     if _what_if(ctx, _exchanged):
         return [Diagnosis(name, "query and key exchanged: paddle's output is torch's with the query and key "
                           "projections swapped", "check the mapping of q_proj/k_proj (or query/key) and the order "
-                          "in which the paddle attention uses them")]
+                          "in which the paddle attention uses them", kind="query key swap")]
     return []
 
 
@@ -210,7 +210,7 @@ def check_mask(ctx) -> list[Diagnosis]:
                           f"{int(masked.sum())} position(s) (first at index {tuple(int(i) for i in where[0])}) where "
                           "torch's call masks none of them",
                           "give both models the same attention_mask; PaddleNLP models build one from pad_token_id "
-                          "when none is given, so tokens equal to pad_token_id are masked on paddle's side only")]
+                          "when none is given, so tokens equal to pad_token_id are masked on paddle's side only", kind="mask")]
     return []
 
 
@@ -251,7 +251,7 @@ def check_tied(ctx) -> list[Diagnosis]:
         out.append(Diagnosis(ctx.name, f"torch ties '{mine[0]}' to '{others[0]}' (one tensor), but paddle's "
                              f"{ctx.result.paddle or 'model'} holds a weight of its own that differs",
                              "tie the paddle head to the embedding (pass the embedding's weight to it) or copy it "
-                             "after loading"))
+                             "after loading", kind="tied weights"))
     return out
 
 

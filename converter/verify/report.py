@@ -7,8 +7,9 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from ..compare.weights import WeightCheck
+from ..compare.weights import WeightCheck, WeightDiff
 from ..diagnosis import Diagnosis
+from ..results import Verdict
 
 
 @dataclass
@@ -34,11 +35,16 @@ class LayerResult:
     worst_input: str = ""  # set when the ratio is that of an input this layer's own code computed for a child
 
     @property
+    def verdict(self) -> Verdict:
+        return Verdict.of_ratio(self.ratio)
+
+    @property
     def within_budget(self) -> bool | None:
-        return None if self.ratio is None else self.ratio <= 1.0
+        """The JSON's spelling of the verdict: None where the row was not judged."""
+        return None if self.verdict is Verdict.NOT_JUDGED else self.verdict is Verdict.PASS
 
     def __bool__(self) -> bool:
-        return self.within_budget is not False
+        return bool(self.verdict)
 
     def to_json(self) -> dict:
         return {"torch": self.torch, "paddle": self.paddle, "type": self.type, "paddle_type": self.paddle_type,
@@ -48,6 +54,20 @@ class LayerResult:
                 "local_mean_abs": self.local_mean_abs, "local_ratio": self.ratio,
                 "within_budget": self.within_budget, "formats": self.formats, "note": self.note,
                 "worst_index": list(self.worst_index)}
+
+    @classmethod
+    def from_json(cls, body: dict) -> LayerResult:
+        """A row read back from its JSON, where a ratio over every budget was written as null."""
+        return cls(body["torch"], body["paddle"], body["type"], body["paddle_type"], tuple(body["shape"]),
+                   body["max_abs"], body["mean_abs"], body["max_rel"], body["cosine"], body["nan"], body["inf"],
+                   body["local_max_abs"], body["local_mean_abs"], body["budget"], _ratio_of(body), body["formats"],
+                   body["note"], tuple(body["worst_index"]))
+
+
+def _ratio_of(body: dict) -> float | None:
+    """A ratio read back: JSON writes an infinite one as null, and the verdict says it failed."""
+    ratio = body["ratio"]
+    return float("inf") if ratio is None and body["within_budget"] is False else ratio
 
 
 @dataclass
@@ -63,15 +83,15 @@ class Report:
     weights: WeightCheck | None = None  # with mapping 'loaded': the loaded weights against torch's
 
     @property
-    def verdict(self) -> str:
-        return "fail" if self.first_bad is not None or self.weights_differ else "pass"
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if self.first_bad is not None or self.weights_differ else Verdict.PASS
 
     @property
     def weights_differ(self) -> bool:
         return self.weights is not None and bool(self.weights.differ)
 
     def __bool__(self) -> bool:
-        return self.verdict == "pass"
+        return bool(self.verdict)
 
     @property
     def exit_code(self) -> int:
@@ -94,6 +114,29 @@ class Report:
                     "max_abs": self.outputs.max_abs, "budget": self.outputs.budget, "ratio": self.outputs.ratio,
                     "within_budget": self.outputs.within_budget, "note": self.outputs.note},
                 "loaded_weights": None if self.weights is None else self.weights.to_json()}
+
+    @classmethod
+    def from_json(cls, body: dict) -> Report:
+        """The Report its JSON was written from: rows, the first bad one, the final outputs, the
+        diagnosis and the loaded weights' check. What the JSON does not hold stays empty (a row's
+        worst_input; the final outputs' names, unless they are the first bad)."""
+        layers = [LayerResult.from_json(row) for row in body["layers"]]
+        first, said = None, body["first_bad_layer"]
+        outputs = None if body["outputs"] is None else LayerResult(
+            "", "", "", "", (), body["outputs"]["max_abs"], budget=body["outputs"]["budget"],
+            ratio=_ratio_of(body["outputs"]), note=body["outputs"]["note"])
+        if said is not None:
+            first = next((r for r in layers if r.verdict is Verdict.FAIL and (r.torch, r.paddle, r.type)
+                          == (said["torch"], said["paddle"], said["type"])), None)
+            if first is None and outputs is not None:  # no layer isolated: the final outputs failed
+                first = outputs
+                outputs.torch, outputs.paddle, outputs.type = said["torch"], said["paddle"], said["type"]
+        loaded = body["loaded_weights"]
+        weights = None if loaded is None else WeightCheck(loaded["mapping"], loaded["checked"], [
+            WeightDiff(d["paddle"], d["torch"], tuple(d["shape"]), d["differ"], d["size"], d["max_abs"],
+                       tuple(d["index"]), d["paddle_value"], d["torch_value"], d["note"]) for d in loaded["differ"]])
+        return cls(layers, first, body["precision"], [Diagnosis.from_json(d) for d in body["diagnosis"]],
+                   body["strategy"], body["paired_passes"], body["notes"], outputs, weights)
 
 
 def _num(x) -> str:
@@ -208,7 +251,13 @@ def summary_lines(report: Report) -> list[str]:
 
 
 def render_html(report: Report) -> str:
-    """A self-contained page: an inline SVG plot of error and budget against depth (log scale), and the table."""
+    """A self-contained page of the forward check alone (see converter.report for the composed one)."""
+    return html_page(report.verdict, html_body(report))
+
+
+def html_body(report: Report) -> str:
+    """What the page shows of the forward check: an inline SVG plot of error and budget against
+    depth (log scale), the diagnosis, the summary, the loaded weights that differ, and the table."""
     finite = lambda v: v is not None and math.isfinite(v) and v > 0
     pts = [(i, r) for i, r in enumerate(report.layers) if finite(r.local_max_abs) and finite(r.budget)]
     w, h, pad = 900, 320, 50
@@ -244,9 +293,13 @@ def render_html(report: Report) -> str:
         weights = (f"<h2>Loaded weights that differ from torch's under mapping "
                    f"'{html.escape(report.weights.mapping)}'</h2><table><tr>{cells(WEIGHT_COLUMNS, 'th')}</tr>"
                    + "".join(f"<tr>{cells(row, 'td')}</tr>" for row in _weight_rows(report.weights)) + "</table>")
+    return f"{''.join(svg)}<ul>{diag}</ul><pre>{text}</pre>{weights}<table><tr>{head}</tr>{body}</table>"
+
+
+def html_page(verdict: Verdict, body: str) -> str:
+    """The page around the sections: its style, and the verdict as its heading."""
     return ("<!doctype html><html><head><meta charset='utf-8'><title>verify-port report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
             "tr.bad{background:#fdd}</style></head><body>"
-            f"<h1>verify-port: {report.verdict.upper()}</h1>{''.join(svg)}<ul>{diag}</ul>"
-            f"<pre>{text}</pre>{weights}<table><tr>{head}</tr>{body}</table></body></html>\n")
+            f"<h1>verify-port: {verdict.upper()}</h1>{body}</body></html>\n")

@@ -94,4 +94,4 @@ def _not_isolated(results, outputs) -> Diagnosis:
     return Diagnosis("<model>", f"the final outputs differ beyond the end-to-end budget (ratio {outputs.ratio:.3g}, "
                      f"max abs {outputs.max_abs:.3g}) though every judged layer is within its own: the difference "
                      f"arises {where}",
-                     "compare those parts of the two forwards line by line, or pair their layers with --mapping")
+                     "compare those parts of the two forwards line by line, or pair their layers with --mapping", kind="not isolated")

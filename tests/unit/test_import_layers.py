@@ -14,7 +14,7 @@ PACKAGE = os.path.join(ROOT, "converter")
 # through, and the commands' one-line errors and report files), the walker and path helpers,
 # the per-layer-type families, then the rules that the families let us infer.
 LAYERS = [
-    ("errors", ["converter.errors", "converter.lazy", "converter.diagnosis"]),
+    ("errors", ["converter.errors", "converter.lazy", "converter.diagnosis", "converter.results"]),
     ("dtypes", ["converter.dtypes"]),
     ("io", ["converter.io", "converter.layout", "converter.pipeline", "converter.cli_common"]),
     ("tree/paths", ["converter.tree", "converter.paths"]),
@@ -25,6 +25,7 @@ LAYERS = [
     ("compare", ["converter.compare"]),
     ("verify", ["converter.verify"]),
     ("train", ["converter.train"]),
+    ("report", ["converter.report"]),
     ("api", ["converter.api", "converter", "converter.examples"]),
     ("cli/commands", ["converter.cli"]),
 ]
