@@ -83,7 +83,8 @@ def speed(repeat=5):
     for _ in range(repeat):
         t_torch, _ = _timed(session.run_torch)
         t_paddle, _ = _timed(session.run_paddle)
-        t_verify, results = _timed(lambda: choose("full", None).run(session))
+        t_verify, found = _timed(lambda: choose("full", None).run(session))
+        results = found.results
         rounds.append((t_torch, t_paddle, t_verify))
     t_torch, t_paddle, t_verify = (min(r[i] for r in rounds) for i in range(3))
     ratios = sorted(r[2] / (r[0] + r[1]) for r in rounds)
@@ -151,8 +152,8 @@ def memory_one(name, layers, off=None):
     session.run_torch(), session.run_paddle()  # allocator warm-up for a plain forward
     strategy = choose(name, None)
     with PeakRss() as peak:
-        strategy.run(session)
-    print(peak.held, strategy.passes)
+        found = strategy.run(session)
+    print(peak.held, found.passes)
 
 
 # full capture holds every layer's activations (and their references), so it grows with depth

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .analyze import culprit_evidence
-from .strategies import BinarySearch, FullCapture, choose, first_bad
+from .strategies import BinarySearch, StrategyResult, choose
 from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
+from ..results import Verdict
 from ..compare.session import Options, PortSession
 
 
@@ -42,34 +43,20 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
     limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
     strategy = choose(options.strategy, limit)
     notes = []
-    if isinstance(strategy, FullCapture):
-        try:
-            results = strategy.run(session)
-            bad = first_bad(results)
-        except CaptureTooLarge:
-            notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
-            strategy = BinarySearch()
-    if isinstance(strategy, BinarySearch):
-        results, bad = strategy.run(session)
-        if bad is None:
-            notes.append("binary search: each unit's boundary was judged against the end-to-end budget, so a "
-                         "difference that stays within it end to end (a LayerNorm epsilon of 1e-12 against 1e-5) "
-                         "is not looked for inside the units; --strategy full judges every layer against its own")
-    notes.extend(strategy.notes)
+    try:
+        found = strategy.run(session)
+    except CaptureTooLarge:
+        notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
+        strategy = BinarySearch()
+        found = strategy.run(session)
+    notes.extend(found.notes)
+    results, bad, outputs = found.results, found.first_bad, found.outputs
     diagnosis = []
-    outputs = getattr(strategy, "outputs", None)
-    if bad is None and outputs is not None and outputs.within_budget is False:
+    if bad is None and outputs is not None and outputs.verdict is Verdict.FAIL:
         bad = outputs  # no single layer isolated: the verdict still follows the final outputs
         diagnosis.append(_not_isolated(results, outputs))
-    elif bad is not None and bisect and hasattr(strategy, "calls"):
-        pair = next((p for p in strategy.pairs if p.torch == bad.torch), None)
-        evidence = None
-        if pair is not None:
-            evidence = culprit_evidence(session, pair, strategy.calls[0][pair.torch], strategy.calls[1][pair.paddle])
-        ctx = Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
-                      _children_within(results, bad), strategy.calls[0].get(bad.torch),
-                      strategy.calls[1].get(bad.paddle), [p for p in strategy.pairs if is_under(p.torch, bad.torch)])
-        diagnosis = diagnose(ctx)
+    elif bad is not None and bisect and found.calls is not None:
+        diagnosis = diagnose(_context(session, found, bad))
     for r in results:
         if r.note and r.ratio is None:
             notes.append(f"{r.torch or '<model>'}: {r.note}")
@@ -79,8 +66,18 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
         named = {d.paddle for d in weights.differ}
         diagnosis = check_loaded_weights(weights) + [d for d in diagnosis if d.layer not in named]
     precision = {side: p.to_json() for side, p in session.precision.items()}
-    return Report(results, bad, precision, diagnosis, strategy.name, strategy.passes, session.plan.notes + notes,
+    return Report(results, bad, precision, diagnosis, strategy.name, found.passes, session.plan.notes + notes,
                   outputs, weights)
+
+
+def _context(session, found: StrategyResult, bad) -> Context:
+    """What the diagnosis of the first layer over budget looks at, from the strategy's last full capture."""
+    t_calls, p_calls = found.calls
+    pair = next((p for p in found.pairs if p.torch == bad.torch), None)
+    evidence = None if pair is None else culprit_evidence(session, pair, t_calls[pair.torch], p_calls[pair.paddle])
+    return Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
+                   _children_within(found.results, bad), t_calls.get(bad.torch), p_calls.get(bad.paddle),
+                   [p for p in found.pairs if is_under(p.torch, bad.torch)])
 
 
 def _not_isolated(results, outputs) -> Diagnosis:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -35,6 +37,7 @@ from ..compare.replay import to_numpy_list
 from ..errors import UserError
 from ..paths import common_parent, is_inside, is_under, parent
 from .report import LayerResult
+from ..results import Verdict
 
 
 class Bisector:
@@ -42,6 +45,7 @@ class Bisector:
 
     def __init__(self, n: int):
         self.lo, self.hi = 0, n  # the answer lies in [lo, hi]; hi == n means none is bad
+        self.n = n
         self.steps = 0
 
     def next(self) -> int:
@@ -58,6 +62,55 @@ class Bisector:
     def stop(self) -> bool:
         return self.lo >= self.hi
 
+    @property
+    def found(self) -> int | None:
+        return self.lo if self.lo < self.n else None
+
+
+class LinearMarker:
+    """Finds the first of `candidates` whose probe is bad, probing them in order: where badness
+    does not persist (a unit that starts over from the model's inputs), a bisection cannot."""
+
+    def __init__(self, candidates):
+        self.candidates = list(candidates)
+        self.at = 0
+        self.found: int | None = None
+        self.steps = 0
+
+    def next(self) -> int:
+        return self.candidates[self.at]
+
+    def step(self, bad: bool) -> None:
+        self.steps += 1
+        if bad:
+            self.found = self.candidates[self.at]
+        else:
+            self.at += 1
+
+    def stop(self) -> bool:
+        return self.found is not None or self.at >= len(self.candidates)
+
+
+@dataclass
+class StrategyResult:
+    """What a strategy found: the rows it judged, the first over budget, the final outputs' row
+    (end to end, against their own budget; None where not judged), its paired passes and notes,
+    and the calls and pairs of its last full capture (for the diagnosis; None where none ran)."""
+
+    results: list[LayerResult]
+    first_bad: LayerResult | None
+    outputs: LayerResult | None
+    passes: int
+    notes: list[str] = field(default_factory=list)
+    calls: tuple[dict, dict] | None = None
+    pairs: list | None = None
+
+
+class Strategy(Protocol):
+    name: str
+
+    def run(self, session) -> StrategyResult: ...
+
 
 def _capture(session, torch_paths=None, paddle_paths=None, keep=True):
     rt = capture_torch(session, torch_paths, keep)
@@ -73,20 +126,23 @@ class FullCapture:
 
     def __init__(self, limit_bytes=None):
         self.limit_bytes = limit_bytes
-        self.passes = 0
-        self.notes: list[str] = []
 
-    def run(self, session, prefix: tuple[str, str] | None = None):
-        """Results for every pair (inside one torch/paddle subtree when `prefix` is given)."""
+    def run(self, session) -> StrategyResult:
+        found = self.capture(session)
+        return StrategyResult(found.results, first_bad(found.results), found.outputs, found.passes,
+                              calls=found.calls, pairs=found.pairs)
+
+    def capture(self, session, prefix: tuple[str, str] | None = None) -> StrategyResult:
+        """Results for every pair (inside one torch/paddle subtree when `prefix` is given), and,
+        for the whole model, its final outputs' row; its first_bad is left for the caller."""
         t_paths = p_paths = None
         if prefix is not None:
             t_paths = {p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, prefix[0])}
             p_paths = {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, prefix[1])}
-        self.passes += 2  # the capture, then the forced pass (paddle forced, torch forced in float64)
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
         # the captures run at once (paddle computes on one core on CPU); then torch work that
         # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
-        self.outputs = None
+        outputs = None
         with TorchWorker(session) as side:
             rt = side.submit(capture_torch, session, t_paths, True, allowance)
             paddle_captured = threading.Event()
@@ -114,12 +170,12 @@ class FullCapture:
             if free is not None:
                 root = next(p for p in passes.pairs if p.torch == "")
                 reference = passes.forced_64.get("")  # an elementwise last step's condition is the model's
-                self.outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
-                                                free.result(), FINAL_OUTPUTS, reference and reference.condition,
-                                                passes.t_calls)
-        self.calls = (passes.t_calls, passes.p_calls)
-        self.pairs = passes.pairs
-        return analyze_all(session, passes)
+                outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
+                                           free.result(), FINAL_OUTPUTS, reference and reference.condition,
+                                           passes.t_calls)
+        # two paired passes: the capture, then the forced pass (paddle forced, torch forced in float64)
+        return StrategyResult(analyze_all(session, passes), None, outputs, 2, calls=(passes.t_calls, passes.p_calls),
+                              pairs=passes.pairs)
 
 
 def top_level_units(pairs, t_calls) -> list:
@@ -297,9 +353,36 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
 class BinarySearch:
     name = "binary"
 
-    def __init__(self):
-        self.passes = 0
-        self.notes: list[str] = []
+    def run(self, session) -> StrategyResult:
+        self.passes, self.notes, self.inside = 1, [], None
+        t_calls, p_calls = _capture(session, keep=False)
+        same_outputs(session, t_calls[""], p_calls[""])
+        pairs = align(t_calls, p_calls, session.plan)
+        # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
+        # shows in the units that read it
+        self.units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
+        results, bad = self._search(session, pairs)
+        outputs = self.outputs
+        reduced = {side: f for side, f in session.formats.items() if f != "fp32"}
+        if bad is None and reduced:
+            # a reduced format's noise end to end can hide a bug whose effect is smaller (a LayerNorm
+            # epsilon under TF32): the search looks again with every product in fp32, and the unit
+            # it finds is captured and judged in fp32
+            with session.in_fp32():
+                again, found = self._search(session, pairs)
+            if found is not None:
+                said = ", ".join(f"{side}={f}" for side, f in sorted(reduced.items()))
+                self.notes.append(f"binary search: under {said} no unit's boundary is over the end-to-end budget "
+                                  "(that format's noise is larger than this difference's effect there); a second "
+                                  f"search with every product in fp32 found {found.torch or '<model>'}, judged in fp32")
+                results, bad = again, found
+        if bad is None:
+            self.notes.append("binary search: each unit's boundary was judged against the end-to-end budget, so a "
+                              "difference that stays within it end to end (a LayerNorm epsilon of 1e-12 against 1e-5) "
+                              "is not looked for inside the units; --strategy full judges every layer against its own")
+        inside = self.inside
+        return StrategyResult(results, bad, outputs, self.passes, self.notes,
+                              None if inside is None else inside.calls, None if inside is None else inside.pairs)
 
     def _probe(self, session, unit) -> tuple[bool, LayerResult]:
         """One paired pass recording only `unit`'s output, against the end-to-end budget."""
@@ -308,50 +391,26 @@ class BinarySearch:
         result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
                                   free_references(session, unit.torch),
                                   "end to end at this unit's output (a binary-search probe)")
-        return result.within_budget is False, result
+        return result.verdict is Verdict.FAIL, result
 
-    def run(self, session):
-        self.passes += 1
-        t_calls, p_calls = _capture(session, keep=False)
-        same_outputs(session, t_calls[""], p_calls[""])
-        pairs = align(t_calls, p_calls, session.plan)
-        # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
-        # shows in the units that read it
-        units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
-        self.units = units
-        results, bad = self._search(session, pairs)
-        reduced = {side: f for side, f in session.formats.items() if f != "fp32"}
-        if bad is None and reduced:
-            # a reduced format's noise end to end can hide a bug whose effect is smaller (a LayerNorm
-            # epsilon under TF32): the search looks again with every product in fp32, and the unit
-            # it finds is captured and judged in fp32
-            outputs, probed = self.outputs, self.probed
-            with session.in_fp32():
-                again, found = self._search(session, pairs)
-            self.outputs, self.probed = outputs, probed
-            if found is not None:
-                said = ", ".join(f"{side}={f}" for side, f in sorted(reduced.items()))
-                self.notes.append(f"binary search: under {said} no unit's boundary is over the end-to-end budget "
-                                  "(that format's noise is larger than this difference's effect there); a second "
-                                  f"search with every product in fp32 found {found.torch or '<model>'}, judged in fp32")
-                return again, found
-        return results, bad
+    def _mark(self, session, marker, probes: dict) -> int | None:
+        """Probes the units `marker` asks for, into `probes`, until it stops; the unit it found."""
+        while not marker.stop():
+            index = marker.next()
+            bad, probes[index] = self._probe(session, self.units[index])
+            marker.step(bad)
+        return marker.found
 
     def _search(self, session, pairs):
         """The binary search over self.units: (the found unit's results, the first bad layer), or
-        (the probes, None) when no unit's boundary is over budget."""
+        (the probes, None) when no unit's boundary is over budget. Sets self.outputs, the model's
+        own probe (the last unit) where it was probed."""
         units = self.units
-        search = Bisector(len(units))
         probes = {}
-        while not search.stop():
-            index = search.next()
-            bad, probes[index] = self._probe(session, units[index])
-            search.step(bad)
-        found = search.lo if search.lo < len(units) else None
+        found = self._mark(session, Bisector(len(units)), probes)
         self.outputs = probes.get(len(units) - 1)  # the model itself: the last unit
         if found is None:
-            self.probed = [probes[i] for i in sorted(probes)]
-            return self.probed, None
+            return [probes[i] for i in sorted(probes)], None
         found = self._earliest(session, found, probes)
         results, bad = self._inside(session, units[found])
         while bad is None:
@@ -359,10 +418,10 @@ class BinarySearch:
             # inputs, from an earlier unit that the units between do not read (T5's decoder starts
             # on its own embedding and reads the encoder only in its cross-attention). Badness
             # does not persist there, so the earlier units not yet probed are probed in order.
-            earlier = next((i for i in range(found) if i not in probes and self._probe_at(session, i, probes)), None)
+            earlier = self._mark(session, LinearMarker(i for i in range(found) if i not in probes), probes)
             if earlier is None:
                 own = next((r for r in results if r.torch == self.units[found].torch), None)
-                if own is not None and own.within_budget:  # judged on torch's inputs, and within budget
+                if own is not None and own.verdict is Verdict.PASS:  # judged on torch's inputs, and within budget
                     bad = self._between(pairs, found, probes[found])
                 else:  # the unit's own output could not be judged inside it (a fused layer, a NaN): its boundary
                     bad = dataclasses.replace(probes[found], note="over budget at this unit's boundary, with no "
@@ -371,7 +430,6 @@ class BinarySearch:
                 break
             found = earlier
             results, bad = self._inside(session, units[found])
-        self.probed = [probes[i] for i in sorted(probes)]
         return results, bad
 
     def _earliest(self, session, found: int, probes: dict) -> int:
@@ -388,10 +446,10 @@ class BinarySearch:
         while found > 0:
             cleared = set()
             for i, result in probes.items():
-                if i < found and result.within_budget is not False:
+                if i < found and result.verdict is not Verdict.FAIL:
                     reads = flow.cleared_by(i)
                     cleared |= set(range(i + 1)) if reads is None else reads | {i}
-            earlier = next((j for j in range(found) if j not in cleared and self._probe_at(session, j, probes)), None)
+            earlier = self._mark(session, LinearMarker(j for j in range(found) if j not in cleared), probes)
             if earlier is None:
                 return found
             found = earlier
@@ -417,20 +475,14 @@ class BinarySearch:
                  "over budget, and every earlier unit it reads is within budget: what it receives comes from "
                  f"{holder or '<model>'}'s own code between the units")
 
-    def _probe_at(self, session, index: int, probes: dict) -> bool:
-        bad, probes[index] = self._probe(session, self.units[index])
-        return bad
-
     def _inside(self, session, unit):
         """Full capture of one unit: (its results, the first over budget or None)."""
-        full = FullCapture()
-        results = full.run(session, (unit.torch, unit.paddle))
-        self.passes += full.passes
-        self.calls, self.pairs = full.calls, full.pairs
-        return results, first_bad(results)
+        self.inside = FullCapture().capture(session, (unit.torch, unit.paddle))
+        self.passes += self.inside.passes
+        return self.inside.results, first_bad(self.inside.results)
 
 
-def choose(strategy: str, limit_bytes: int):
+def choose(strategy: str, limit_bytes: int) -> Strategy:
     if strategy == "binary":
         return BinarySearch()
     return FullCapture(limit_bytes if strategy == "auto" else None)
