@@ -5,6 +5,8 @@ budget is the cause."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,10 +14,29 @@ from .backward import FORWARD_DIFFERS, ZERO, layer_of
 from .result import TrainDiagnosis
 from .steps import loss_band
 
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .loop import RunRecord
+    from .loss import LossProbe
+    from .optimizer_check import OptimizerCheck
+
 D = TrainDiagnosis
 
 
-def diagnose(session, tspec, report, batches, runs) -> list:
+@dataclass
+class Runs:
+    """What the training checks ran, for the what-ifs: torch in fp32 and in float64, torch in
+    paddle's matmul format (None where that is torch's), paddle, the loss probe on the first batch,
+    and the teacher-forced optimizer check."""
+
+    t32: RunRecord
+    t64: RunRecord
+    tfmt: RunRecord | None
+    paddle: RunRecord
+    loss: LossProbe
+    optimizer_check: OptimizerCheck
+
+
+def diagnose(session, tspec, report, batches, runs: Runs) -> list:
     out = []
     fb = report.first_bad
     if fb is not None:
@@ -55,7 +76,7 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
 
 
 def _loss(session, tspec, report, fb, runs):
-    p = runs["loss"]
+    p = runs.loss
     lt, lp = p.loss_torch, p.loss_paddle
     if not math.isfinite(lp) and math.isfinite(lt):
         return [D("loss", f"paddle's loss is {lp} on torch's outputs and targets, torch's {lt:.7g}: paddle_loss "
@@ -210,7 +231,7 @@ _OPTIMIZER_HINT = ("set paddle's optimizer as torch's (or drop paddle_optimizer 
 
 
 def _optimizer(session, tspec, report, fb, runs):
-    check = runs.get("optimizer_check")
+    check = runs.optimizer_check
     pair = None if check is None else check.by_paddle.get(fb.paddle.split(" ")[0])
     if check is None or check.failed is None or pair is None:
         return []
@@ -343,11 +364,11 @@ def _steps(session, tspec, report, fb, runs):
         module = session.torch_model.get_submodule(path)
         layer = _paddle_layer(session, fb.paddle.rpartition(".")[0])
         m_torch, m_paddle = float(module.momentum), float(getattr(layer, "_momentum", float("nan")))
-        run = runs["tfmt"] if runs.get("tfmt") is not None else runs["t32"]  # the closest to paddle's arithmetic
+        run = runs.tfmt if runs.tfmt is not None else runs.t32  # the closest to paddle's arithmetic
         stats = run.bn_stats.get(path, [])
         which = 0 if name.endswith("running_mean") else 1
         initial = session.torch_init[name].cpu().numpy()
-        got = runs["paddle"].final[fb.paddle]
+        got = runs.paddle.final[fb.paddle]
         what_if = float(np.max(np.abs(replay_running(initial, stats, which, m_paddle) - got), initial=0))
         expected = float(np.max(np.abs(replay_running(initial, stats, which, 1.0 - m_torch) - got), initial=0))
         if what_if <= 0.1 * expected:  # paddle's own momentum explains its statistics; the right one does not
@@ -375,10 +396,10 @@ def _paddle_layer(session, path: str):
 def _format_noise(session, runs):
     """With paddle in another matmul format: how much of the loss drift that format explains."""
     fmt = session.formats.get("paddle")
-    if fmt in (None, "fp32") or runs.get("tfmt") is None:
+    if fmt in (None, "fp32") or runs.tfmt is None:
         return None
-    t32, t64, tfmt, p = runs["t32"], runs["t64"], runs["tfmt"], runs["paddle"]
-    conv = runs["optimizer_check"].loss_drift
+    t32, t64, tfmt, p = runs.t32, runs.t64, runs.tfmt, runs.paddle
+    conv = runs.optimizer_check.loss_drift
     band = loss_band(t32, t64, tfmt, conv)
     band32 = loss_band(t32, t64, None, conv)
     diffs = [abs(a - b) for a, b in zip(p.losses, t32.losses)]

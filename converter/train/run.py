@@ -125,7 +125,7 @@ def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS, ba
 
 def _train_check(port, tspec, steps, backward) -> TrainReport:
     from . import backward as bwd
-    from .diagnose import diagnose
+    from .diagnose import Runs, diagnose
     from .loss import loss_rows, probe
     from .optimizer_check import OptimizerCheck
     from .steps import final_rows, grad_rows, step_rows
@@ -155,8 +155,7 @@ def _train_check(port, tspec, steps, backward) -> TrainReport:
         notes = _notes(session, tspec)
         report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
         report.optimizer_code = session.translation.code() if session.translation is not None else None
-        report.diagnosis = diagnose(session, tspec, report, batches, {"t32": t32, "t64": t64, "tfmt": tfmt, "paddle": p,
-                                                                     "loss": loss_probe, "optimizer_check": check})
+        report.diagnosis = diagnose(session, tspec, report, batches, Runs(t32, t64, tfmt, p, loss_probe, check))
         return report
     finally:
         session.restore()
