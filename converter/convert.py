@@ -532,27 +532,46 @@ def buffer_notes(torch_model, paddle_model, plan, kept: list[str]) -> list[str]:
 
 
 def _tied_copies_paddle_lacks(state_dict, ruleset, targets) -> set[str]:
-    """Keys of tensors that torch ties to an earlier key (one storage, one layout) and whose mapped
-    names the paddle model does not have: a head tied to the embeddings where the paddle model
-    computes its head from the embedding itself (PaddleNLP's T5 with a tied head has no
-    lm_head.weight). A rule set that covers both tied and untied checkpoints maps the head."""
+    """Keys of tensors that torch ties to an earlier key (one storage, one layout) that the plan
+    leaves to that key: those whose mapped names the paddle model does not have (a head tied to the
+    embeddings where the paddle model computes its head from the embedding itself: PaddleNLP's T5
+    with a tied head has no lm_head.weight), and those whose mapped names the earlier key writes
+    already (paddle ties them too: its state dict lists the one tensor under both names, and the
+    rules give the earlier key's target the other as an alias). A rule set that covers both tied and
+    untied checkpoints maps the head."""
     from .io.torch_io import StateDictSource
-    first, copies = set(), []
+    first, copies = {}, {}
     for key, t in state_dict.items():
         if t.numel() == 0:
             continue
         layout = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
         if layout in first:
-            copies.append(key)
-        first.add(layout)
+            copies[key] = first[layout]
+        else:
+            first[layout] = key
     if not copies:
         return set()
+    infos = StateDictSource(state_dict).infos
+    names = _mapped_names(infos, ruleset)
+    if names is None:  # a copy may write a name its original writes: map them apart
+        rest = _mapped_names({k: v for k, v in infos.items() if k not in copies}, ruleset)
+        own = _mapped_names({k: v for k, v in infos.items() if k in copies}, ruleset)
+        if rest is None or own is None:
+            return set()  # the plan with the paddle model's names will say what is wrong
+        names = {**rest, **own}
+    return {k for k, original in copies.items() if k in names
+            and (not any(n in targets for n in names[k]) or set(names[k]) <= set(names.get(original, ())))}
+
+
+def _mapped_names(infos, ruleset) -> dict[str, list[str]] | None:
+    """Source key -> the target names (aliases included) the rules write from it, without the paddle
+    model's names; None where the rules do not map these keys."""
     try:
-        loose = build_plan(StateDictSource(state_dict).infos, ruleset, None)
+        loose = build_plan(infos, ruleset, None)
     except UserError:
-        return set()  # the plan with the paddle model's names will say what is wrong
-    names = {}
+        return None
+    names: dict[str, list[str]] = {}
     for entry in loose.entries:
         for part in entry.parts:
             names.setdefault(part.source, []).extend([entry.name, *entry.aliases])
-    return {k for k in copies if k in names and not any(n in targets for n in names[k])}
+    return names
