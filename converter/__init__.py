@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "PortSpec": "api", "VerifyOptions": "api", "verify_port": "api", "translated_optimizer": "api",
     "convert_weights": "api", "convert_directory": "api", "converts_a_directory": "api",
-    "PortReport": "api", "DirectoryConversion": "api", "OptionError": "api",
+    "DirectoryConversion": "api", "OptionError": "api",
+    "PortReport": "report", "Verdict": "results",
     "Report": "verify.report", "LayerResult": "verify.report", "TrainReport": "train.result",
     "ConversionResult": "convert", "Diagnosis": "diagnosis",
     "PortError": "errors", "UserError": "errors", "CheckFailed": "errors",

@@ -5,8 +5,8 @@ module imports no numpy: convert-weights sets numpy's thread count before numpy 
 from __future__ import annotations
 
 import json
-import math
-import numbers
+
+from .results import finite_or_null
 
 
 def check_outputs(outputs: dict[str, str | None], inputs: list[str | None], force: bool) -> None:
@@ -27,14 +27,4 @@ def json_text(body: dict) -> str:
     """Strict JSON: NaN and infinite numbers (a ratio over every budget, an output that is NaN)
     are null, since parsers other than Python's refuse NaN and Infinity; the rows' verdicts say
     what they meant."""
-    return json.dumps(_finite_or_null(body), indent=1, default=str, allow_nan=False) + "\n"
-
-
-def _finite_or_null(value):
-    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(v) for v in value]
-    return value
+    return json.dumps(finite_or_null(body), indent=1, default=str, allow_nan=False) + "\n"

@@ -9,8 +9,9 @@ import sys
 import click
 
 from .. import api
-from ..cli_common import check_outputs, json_text, write_outputs
+from ..cli_common import check_outputs, write_outputs
 from ..errors import UserError
+from ..report import render_html, render_json, render_text
 from .common import CONTEXT, OneLineCommand, one_line_errors, say
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "bert_port.py")
@@ -58,11 +59,10 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     if emit_optimizer:
         api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
     report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
-    text, page = _rendered(report, rows, html_path is not None)
-    click.echo(text)
+    click.echo(render_text(report, max_rows=rows))
     optimizer_code = report.train.optimizer_code if emit_optimizer else None
-    write_outputs({emit_optimizer: optimizer_code, json_path: json_text(report.to_json()) if json_path else None,
-                   html_path: page}, force)  # all of them or none
+    write_outputs({emit_optimizer: optimizer_code, json_path: render_json(report) if json_path else None,
+                   html_path: render_html(report) if html_path else None}, force)  # all of them or none
     if optimizer_code is not None:
         click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
     sys.exit(report.exit_code)
@@ -82,8 +82,3 @@ def _options(device, precision, emulate, strategy, bisect, train, steps) -> api.
             raise UserError(f"--steps takes 1 to {api.MAX_STEPS} steps; got {exc.value}") from None
         raise
 
-
-def _rendered(report: api.PortReport, rows: int, html: bool) -> tuple[str, str | None]:
-    """The report as text (the training checks first, as they ran) and, when asked, as an HTML page."""
-    from ..report import render_html, render_text
-    return render_text(report, max_rows=rows), render_html(report) if html else None

@@ -39,10 +39,12 @@ def test_the_exported_types_are_the_ones_results_and_errors_have():
     import converter.api
     import converter.errors
     from converter.convert import ConversionResult as Converted
+    from converter.report import PortReport as Composed
+    from converter.results import Verdict as Verdicts
     from converter.train.result import TrainReport as Trained
     from converter.verify.report import Report as Forward
-    assert (Report, TrainReport, ConversionResult) == (Forward, Trained, Converted)
-    assert (PortReport, OptionError) == (converter.api.PortReport, converter.api.OptionError)
+    assert (Report, TrainReport, ConversionResult, PortReport) == (Forward, Trained, Converted, Composed)
+    assert converter.Verdict is Verdicts and OptionError is converter.api.OptionError
     assert UserError is converter.errors.UserError and issubclass(OptionError, UserError)
     with pytest.raises(AttributeError, match="has no attribute 'run_checks'"):
         converter.run_checks  # noqa: B018 - the attribute access is the test
