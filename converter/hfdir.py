@@ -177,7 +177,8 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         refused = not_written_here(dst)
         if refused:
             raise UserError(refused)
-    translated = translate_config(read_config(src), force, where=quoted(os.path.join(src, CONFIG)))
+    hf_config = read_config(src)
+    translated = translate_config(hf_config, force, where=quoted(os.path.join(src, CONFIG)))
     for note in translated.notes:
         log(f"note: config.json: {note}")
     limit = parse_size(max_shard_size) if max_shard_size else None
@@ -189,6 +190,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         else:
             ruleset = resolve_mapping(translated.family.mapping)
             log(f"mapping: '{ruleset.name}' (config.json's model_type is '{translated.family.model_type}')")
+        ruleset = ruleset.with_params(hf_config)  # the head counts a merge by groups may name
         plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
         pieces = shards(plan, limit if limit is not None else _source_shard_limit(opened))
         names = shard_names(len(pieces))

@@ -111,8 +111,11 @@ class _Builder:
             return False
         return hits[0] if hits else None
 
-    def part_for(self, key: str, piece=None):
-        """Part and its resulting shape for one source key, applying reshape, piece and transpose."""
+    def part_for(self, key: str, piece=None, regroup: str | None = None):
+        """Part and its resulting shape for one source key: its reshape rule, then `regroup` ("item":
+        one item of a stack, given a leading axis of 1; "items": a stacked tensor with its first two
+        axes as one, so that a piece of it is an item or part of one), then `piece`, then its
+        transpose rule, which applies to the item where the tensor is one."""
         info = self.sources[key]
         shape = info.shape
         reshape = None
@@ -124,6 +127,10 @@ class _Builder:
                 self.problems.append(f"source '{key}' {_shape(info)} cannot be reshaped to {list(reshape)} ({rule.where})")
                 return None
             shape = reshape
+        if regroup == "item":
+            reshape = shape = (1,) + tuple(shape)
+        elif regroup == "items":
+            reshape = shape = (shape[0] * shape[1],) + tuple(shape[2:])
         if piece is not None:
             axis, start, stop = piece
             shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
@@ -131,17 +138,35 @@ class _Builder:
         hit = self.claim(key, "layout")
         if hit:
             rule = hit[0]
+            lead = 1 if regroup == "item" else 0
+            item = shape[lead:]
             perm = tuple(rule.spec.get("perm") or ())
             if not perm:
-                if len(shape) != 2:
+                if len(item) != 2:
                     self.problems.append(f"source '{key}' {_shape(info)} is not 2-D; its transpose rule needs 'perm' ({rule.where})")
                     return None
                 perm = (1, 0)
-            if sorted(perm) != list(range(len(shape))):
-                self.problems.append(f"source '{key}' {_shape(info)}: perm {list(perm)} does not fit its {len(shape)} axes ({rule.where})")
+            if sorted(perm) != list(range(len(item))):
+                self.problems.append(f"source '{key}' {_shape(info)}: perm {list(perm)} does not fit its {len(item)} axes ({rule.where})")
                 return None
+            perm = tuple(range(lead)) + tuple(p + lead for p in perm)
             shape = tuple(shape[p] for p in perm)
         return Part(key, reshape, piece, perm), shape
+
+    def reshaped(self, key: str) -> tuple[int, ...]:
+        """The key's shape after its reshape rule (that rule's problems are said by part_for)."""
+        hit = self.index.matching(key, "shape")
+        shape = tuple(hit[0][0].spec["shape"]) if len(hit) == 1 else self.sources[key].shape
+        return shape if math.prod(shape) == self.sources[key].numel else self.sources[key].shape
+
+    def number(self, rule, field_name: str):
+        """The rule's `groups` or `count` (None when absent); False, with the problem noted, when the
+        config field it names is unknown or not a positive integer."""
+        value = rule.number(field_name, self.ruleset.params)
+        if isinstance(value, str):
+            self.problems.append(value)
+            return False
+        return value
 
     def cast_for(self, key: str, forced: str | None) -> str:
         info = self.sources[key]
@@ -165,6 +190,16 @@ def _names_written_twice(entries) -> list[str]:
                                 f"'{e.parts[0].source}'); give every target and alias its own name")
             seen[name] = e.parts[0].source
     return problems
+
+
+def _first_missing(items: dict, want: int, shown: int = 5) -> list[int]:
+    """The first few numbers below `want` that `items` lacks (in time of the items, not of `want`)."""
+    out, i = [], 0
+    while i < want and len(out) < shown:
+        if i not in items:
+            out.append(i)
+        i += 1
+    return out
 
 
 def float_dtype(name: str | None) -> str | None:
@@ -215,7 +250,8 @@ class _PlanBuilder(_Builder):
         self.dropped: list[str] = []
         self.leftover: list[str] = []
         self.merges: dict[tuple[str, str], dict[int, str]] = {}  # (rule, target) -> part index -> key
-        self.merge_rules: dict[str, object] = {}  # rule.where -> rule
+        self.stacks: dict[tuple[str, str], dict[int, str]] = {}  # (rule, target) -> item number -> key
+        self.merge_rules: dict[str, object] = {}  # rule.where -> rule (merge and stack)
         self.position = {key: i for i, key in enumerate(sources)}
 
     def add(self, name: str, entry: TargetEntry, position: tuple[int, int], key: str) -> None:
@@ -250,6 +286,61 @@ class _PlanBuilder(_Builder):
                 self.problems.append(f"target '{name}': part {part_index + 1} matched by both "
                                      f"'{group[part_index]}' and '{key}'")
             group[part_index] = key
+        elif rule.kind == "stack":
+            self._stack_item(key, rule, match)
+        elif rule.kind == "unstack":
+            self._unstack(index, key, info, rule, match)
+
+    def _stack_item(self, key: str, rule, match) -> None:
+        name = rule.expand(match, rule.spec["to"])
+        text = match.group(rule.spec["index"]) or ""
+        if not (text.isascii() and text.isdecimal()) or len(text) > 9:
+            self.problems.append(f"source '{key}': its item number {quoted(text)} (group {quoted(rule.spec['index'])}) "
+                                 f"is not a decimal number ({rule.where})")
+            return
+        self.merge_rules[rule.where] = rule
+        items = self.stacks.setdefault((rule.where, name), {})
+        if int(text) in items:
+            self.problems.append(f"target '{name}': item {int(text)} matched by both '{items[int(text)]}' and '{key}'")
+        items[int(text)] = key
+
+    def _unstack(self, index: int, key: str, info: TensorInfo, rule, match) -> None:
+        count = self.number(rule, "count")
+        shape = self.reshaped(key)
+        if count is False:
+            return
+        if len(shape) < 2 or shape[0] == 0:
+            self.problems.append(f"source '{key}' {_shape(info)} is not a stack of tensors (it needs a first axis "
+                                 f"of items and at least one more axis) ({rule.where})")
+            return
+        if count is not None and shape[0] != count:
+            self.problems.append(f"source '{key}' {_shape(info)} holds {shape[0]} items, not the {count} its rule "
+                                 f"says ({rule.where})")
+            return
+        templates = [rule.spec["to"]] if isinstance(rule.spec["to"], str) else rule.spec["to"]
+        sizes = rule.spec.get("sizes")
+        if sizes is None:
+            if shape[1] % len(templates):
+                self.problems.append(f"source '{key}' {_shape(info)}: an item's first axis of size {shape[1]} does "
+                                     f"not split into {len(templates)} equal parts ({rule.where})")
+                return
+            sizes = [shape[1] // len(templates)] * len(templates)
+        if sum(sizes) != shape[1]:
+            self.problems.append(f"source '{key}' {_shape(info)}: sizes {sizes} do not add up to an item's first "
+                                 f"axis, {shape[1]} ({rule.where})")
+            return
+        out_dtype = self.cast_for(key, self.dtype)
+        for item in range(shape[0]):
+            start = item * shape[1]
+            for j, (template, size) in enumerate(zip(templates, sizes)):
+                name = rule.expand(match, template, {rule.spec["index"]: str(item)})
+                built = self.part_for(key, (0, start, start + size), "items")
+                start += size
+                if built is None:
+                    return
+                part, part_shape = built
+                self.add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, part_shape),
+                         (index, item * len(templates) + j), key)
 
     def _rename(self, index: int, key: str, info: TensorInfo, name: str, aliases: tuple) -> None:
         out_dtype = self.cast_for(key, self.dtype)
@@ -280,13 +371,42 @@ class _PlanBuilder(_Builder):
             self.problems.append(f"source '{key}' {_shape(info)}: split sizes {sizes} do not add up to "
                                  f"{base_shape[axis]} ({rule.where})")
             return
+        groups = self.number(rule, "groups")
+        if groups is False:
+            return
+        if groups and groups > 1:
+            self._split_groups(index, key, info, rule, names, axis, sizes, groups, out_dtype)
+            return
         start = 0
         for i, (name, size) in enumerate(zip(names, sizes)):
             part, shape = self.part_for(key, (axis, start, start + size))
             start += size
             self.add(name, TargetEntry(name, [part], None, info.dtype, out_dtype, shape), (index, i), key)
 
+    def _split_groups(self, index: int, key: str, info: TensorInfo, rule, names: list[str], axis: int,
+                      sizes: list[int], groups: int, out_dtype: str) -> None:
+        """The inverse of a merge by groups: the axis holds `groups` groups one after the other, each
+        holding every target's block in order; a target is its blocks, joined."""
+        if any(size % groups for size in sizes):
+            self.problems.append(f"source '{key}' {_shape(info)}: the parts {sizes} on axis {axis} do not each "
+                                 f"divide into {groups} groups ({rule.where})")
+            return
+        blocks = [size // groups for size in sizes]
+        stride = sum(blocks)
+        for i, name in enumerate(names):
+            offset = sum(blocks[:i])
+            built = [self.part_for(key, (axis, g * stride + offset, g * stride + offset + blocks[i]))
+                     for g in range(groups)]
+            if any(x is None for x in built):
+                return
+            part, shape = built[0]
+            joined = part.perm.index(axis) if part.perm else axis
+            shape = shape[:joined] + (sizes[i],) + shape[joined + 1:]
+            self.add(name, TargetEntry(name, [p for p, _ in built], joined, info.dtype, out_dtype, shape), (index, i), key)
+
     def join_merges(self) -> None:
+        for (where, name), items in self.stacks.items():
+            self._join_stack(name, self.merge_rules[where], where, items)
         for (where, name), keys in self.merges.items():
             rule = self.merge_rules[where]
             if len(keys) != len(rule.patterns):
@@ -314,10 +434,66 @@ class _PlanBuilder(_Builder):
             self.problems.append(f"target '{name}': parts have different dtypes {sorted(src_dtypes)} ({where})")
             return
         shape = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
+        groups = self.number(rule, "groups")
+        if groups is False:
+            return
+        parts = [p for p, _ in built]
+        if groups and groups > 1:
+            parts = self._blocks(name, keys, parts, [s[axis] for s in shapes], axis, groups, where)
+            if parts is None:
+                return
         first = keys[0]
         position = min(self.position[k] for k in keys)
-        self.add(name, TargetEntry(name, [p for p, _ in built], axis, self.sources[first].dtype,
+        self.add(name, TargetEntry(name, parts, axis, self.sources[first].dtype,
                                    self.cast_for(first, self.dtype), shape), (position, 0), first)
+
+    def _blocks(self, name: str, keys: list[str], parts: list[Part], sizes: list[int], axis: int, groups: int,
+                where: str) -> list[Part] | None:
+        """A merge by groups as a concatenation of blocks: each part cut in `groups` equal blocks along
+        the target's axis (the source's axis before its transpose), block 0 of every part first."""
+        if any(size % groups for size in sizes):
+            self.problems.append(f"target '{name}': parts of sizes {sizes} on axis {axis} do not each divide "
+                                 f"into {groups} groups ({where})")
+            return None
+        out = []
+        for g in range(groups):
+            for key, part, size in zip(keys, parts, sizes):
+                block = size // groups
+                source_axis = part.perm[axis] if part.perm else axis
+                out.append(self.part_for(key, (source_axis, g * block, (g + 1) * block))[0])
+        return out
+
+    def _join_stack(self, name: str, rule, where: str, items: dict[int, str]) -> None:
+        """The items on a new first axis, in the order of their numbers, which run 0 .. n-1 (n is the
+        rule's `count` where it gives one)."""
+        count = self.number(rule, "count")
+        if count is False:
+            return
+        want = count if count is not None else max(items) + 1
+        extra = sorted(i for i in items if i >= want)
+        missing = want - (len(items) - len(extra))
+        if missing or extra:
+            shown = [str(i) for i in _first_missing(items, want)]
+            shown = ", ".join(shown) + (", ..." if missing > len(shown) else "")
+            why = f"is missing item(s) {shown}" if missing else f"has item(s) {extra[:5]} past the {want} its rule says"
+            self.problems.append(f"target '{name}' {why} ({where})")
+            return
+        keys = [items[i] for i in range(want)]
+        built = [self.part_for(k, None, "item") for k in keys]
+        if any(x is None for x in built):
+            return
+        shapes = {s for _, s in built}
+        if len(shapes) > 1:
+            self.problems.append(f"target '{name}': items differ in shape {sorted(list(s[1:]) for s in shapes)} ({where})")
+            return
+        src_dtypes = {self.sources[k].dtype for k in keys}
+        if len(src_dtypes) > 1:
+            self.problems.append(f"target '{name}': items have different dtypes {sorted(src_dtypes)} ({where})")
+            return
+        shape = (want,) + built[0][1][1:]
+        position = min(self.position[k] for k in keys)
+        self.add(name, TargetEntry(name, [p for p, _ in built], 0, self.sources[keys[0]].dtype,
+                                   self.cast_for(keys[0], self.dtype), shape), (position, 0), keys[0])
 
     def report_unmapped(self) -> None:
         for key in self.leftover:

@@ -6,14 +6,25 @@ expression that must match the whole key; no substring replacement). Rules
 fall in four groups, and a source key may be claimed by at most one rule of
 each group, so the result never depends on the order of the rules:
 
-  naming  rename {to, aliases?} | split {to: [...], axis, sizes?} |
-          merge {match: [...], to, axis} | drop
+  naming  rename {to, aliases?} | split {to: [...], axis, sizes?, groups?} |
+          merge {match: [...], to, axis, groups?} | drop |
+          stack {match, to, index, count?} | unstack {to: str | [...], index, sizes?, count?}
   layout  transpose {perm?}        (default: reverse the two axes of a 2-D tensor)
   shape   reshape {shape}          (element count must stay the same)
   dtype   cast {dtype}
 
 Per source key the steps run in this order: reshape, split, transpose,
 merge, cast. `to` templates use the match groups as \\1 or \\g<name>.
+
+A merge's parts are joined by concatenation, or with `groups: G` interleaved by groups: each
+part cut in G equal blocks along the axis, then block 0 of every part, block 1 of every part,
+... (PaddleFormers' fused q|k|v with G key/value heads: per KV group, that group's query heads,
+then its key head, then its value head). A split with `groups` is its inverse. `stack` puts
+the tensors its pattern matches, one per value of the group `index` (0 .. n-1), on a new first
+axis; `unstack` takes a stacked tensor's items apart again (its `to` templates name the item's
+number as \\g<index>), each item optionally split on its first axis. `groups` and `count` are
+numbers, or the name of the config field that holds them (read from a model directory's
+config.json where the rule set converts one: RuleSet.with_params).
 
 Patterns are compiled with RE2 (the google-re2 package), whose matching time is linear in
 the key's length whatever the pattern: a pattern like `(a+)+b` cannot hang a conversion.
@@ -32,13 +43,15 @@ from dataclasses import dataclass, field
 from .. import dtypes
 from ..errors import UserError, is_text, one_line, quoted
 
-GROUPS = {"rename": "naming", "split": "naming", "merge": "naming", "drop": "naming",
-          "transpose": "layout", "reshape": "shape", "cast": "dtype"}
+GROUPS = {"rename": "naming", "split": "naming", "merge": "naming", "drop": "naming", "stack": "naming",
+          "unstack": "naming", "transpose": "layout", "reshape": "shape", "cast": "dtype"}
 _FIELDS = {
     "rename": ({"to"}, {"aliases"}),
-    "split": ({"to", "axis"}, {"sizes"}),
-    "merge": ({"to", "axis"}, set()),
+    "split": ({"to", "axis"}, {"sizes", "groups"}),
+    "merge": ({"to", "axis"}, {"groups"}),
     "drop": (set(), set()),
+    "stack": ({"to", "index"}, {"count"}),
+    "unstack": ({"to", "index"}, {"sizes", "count"}),
     "transpose": (set(), {"perm"}),
     "reshape": ({"shape"}, set()),
     "cast": ({"dtype"}, set()),
@@ -91,12 +104,30 @@ class Rule:
                 return i, m
         return None
 
-    def expand(self, match, template: str) -> str:
-        """`template` (a `to` or an alias) with the match's groups filled in."""
+    def expand(self, match, template: str, extra: dict | None = None) -> str:
+        """`template` (a `to` or an alias) with the match's groups filled in, and the names of
+        `extra` (an unstack's item number) with their values."""
         pieces = self.templates.get(template)
         if pieces is None:
-            pieces = self.templates[template] = parse_template(template, self.patterns, self.where)
-        return "".join(p if isinstance(p, str) else (match.group(p[0]) or "") for p in pieces)
+            pieces = self.templates[template] = parse_template(template, self.patterns, self.where, tuple(extra or ()))
+        extra = extra or {}
+        return "".join(p if isinstance(p, str) else extra[p[0]] if p[0] in extra else (match.group(p[0]) or "")
+                       for p in pieces)
+
+    def number(self, field_name: str, params: dict):
+        """The rule's `groups` or `count`: None when absent, an int, or the reason it has none (a
+        str): the config field it names is not known or not a positive integer."""
+        value = self.spec.get(field_name)
+        if value is None or _is_int(value):
+            return value
+        if value not in params:
+            return (f"{self.where}: '{field_name}' names the config field {quoted(value)}, which is not known here; "
+                    "convert the model directory (its config.json holds it) or write the number in the rule")
+        found = params[value]
+        if not _is_int(found) or found < 1:
+            return (f"{self.where}: '{field_name}' names the config field {quoted(value)}, which holds "
+                    f"{one_line(json.dumps(found))[:40]}, not a positive integer")
+        return found
 
 
 SET_SIZE = 512  # patterns per RE2 set: one set of 20 000 patterns does not compile within RE2's memory budget
@@ -178,9 +209,10 @@ class RuleIndex:
 _TEMPLATE = re.compile(r"\\(?:g<([^<>]*)>|([1-9][0-9]?)|(\\)|(.?))", re.S)
 
 
-def parse_template(template: str, patterns: list, where: str) -> list:
+def parse_template(template: str, patterns: list, where: str, extra: tuple = ()) -> list:
     """Literal text (str) and group references ((int or name,)) of a `to` template: \\1 .. \\99,
-    \\g<name>, \\g<number>, and \\\\ for a backslash. Every group must exist in every pattern."""
+    \\g<name>, \\g<number>, and \\\\ for a backslash. Every group must exist in every pattern, or be
+    one of the `extra` names (an unstack's index)."""
     pieces, last = [], 0
     for m in _TEMPLATE.finditer(template):
         pieces.append(template[last:m.start()])
@@ -193,7 +225,7 @@ def parse_template(template: str, patterns: list, where: str) -> list:
             raise UserError(f"{where}: template {quoted(template)} has the escape {quoted(m.group())}; "
                             "use \\1 or \\g<name> for a group and \\\\ for a backslash")
         ref = int(number) if number else int(name) if name.isdigit() else name
-        for pattern in patterns:
+        for pattern in patterns if ref not in extra else ():
             known = ref in pattern.groupindex if isinstance(ref, str) else ref <= pattern.groups
             if not known:
                 raise UserError(f"{where}: template {quoted(template)} refers to group {quoted(ref)}, which the "
@@ -209,6 +241,12 @@ class RuleSet:
     rules: list[Rule] = field(default_factory=list)
     description: str = ""
     unmatched: str = "error"  # "keep": a key that no naming rule touches keeps its name
+    params: dict = field(default_factory=dict)  # config fields that `groups` and `count` may name
+
+    def with_params(self, params: dict) -> RuleSet:
+        """The same rules, with the config fields (a model's config.json) that their `groups` and
+        `count` may name."""
+        return RuleSet(self.name, self.rules, self.description, self.unmatched, dict(params))
 
     def to_json(self) -> str:
         """One rule per line, so that a reviewer reads it like a table."""
@@ -253,6 +291,9 @@ def _counts(value, where: str, field_name: str) -> list[int]:
     return value
 
 
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
 def _check_fields(kind: str, spec: dict, where: str) -> None:
     """The type and range of every field a rule of `kind` may have."""
     for name, value in spec.items():
@@ -272,6 +313,27 @@ def _check_fields(kind: str, spec: dict, where: str) -> None:
             _check(len(spec["sizes"]) == len(spec["to"]), where, "split 'sizes' needs one size per target")
     if kind in ("split", "merge"):
         _check(_is_int(spec["axis"]), where, f"'axis' must be an integer, not {one_line(json.dumps(spec['axis']))[:40]}")
+    for name in ("groups", "count"):
+        if name in spec:
+            value = spec[name]
+            _check(_is_int(value) and value >= 1 or isinstance(value, str) and _FIELD_NAME.fullmatch(value) is not None,
+                   where, f"'{name}' must be a positive integer or the name of a config field (such as "
+                   f"\"num_key_value_heads\"), not {one_line(json.dumps(value))[:40]}")
+    if kind == "stack":
+        _check(isinstance(spec["to"], str), where, "stack needs 'to' as one target name (a string)")
+    if kind == "unstack":
+        targets = [spec["to"]] if isinstance(spec["to"], str) else _strings(spec["to"], where, "to")
+        if "sizes" in spec:
+            _counts(spec["sizes"], where, "sizes")
+            _check(len(spec["sizes"]) == len(targets), where, "unstack 'sizes' needs one size per target")
+    index = spec.get("index")
+    name = isinstance(index, str) and _FIELD_NAME.fullmatch(index) is not None
+    if kind == "stack":
+        _check(_is_int(index) and index >= 1 or name, where, "'index' must be a group of the pattern (a name, or a "
+               f"number from 1), not {one_line(json.dumps(index))[:40]}")
+    if kind == "unstack":
+        _check(name, where, "'index' must be a name that the pattern has no group of (the targets write the item's "
+               f"number as \\g<NAME>), not {one_line(json.dumps(index))[:40]}")
     if kind == "transpose" and spec.get("perm") is not None:
         perm = _counts(spec["perm"], where, "perm")
         _check(sorted(perm) == list(range(len(perm))), where, f"'perm' {perm} is not a permutation of 0..{len(perm) - 1}")
@@ -300,6 +362,8 @@ def parse_rule(spec: dict, where: str) -> Rule:
     texts = spec["key"] if literal else spec["match"]
     if kind == "merge":
         _strings(texts, where, "key" if literal else "match")
+    elif kind in ("stack", "unstack") and literal:
+        raise UserError(f"{where}: {kind} takes 'match' (a regular expression), not 'key'")
     else:
         _check(isinstance(texts, str), where, f"'{'key' if literal else 'match'}' must be a string")
         texts = [texts]
@@ -307,10 +371,32 @@ def parse_rule(spec: dict, where: str) -> Rule:
     if kind == "cast":
         spec = dict(spec, dtype=dtypes.canonical(spec["dtype"]))
     rule = Rule(kind, patterns, spec, where)
-    templates = spec["to"] if kind == "split" else [spec["to"]] if "to" in spec else []
+    templates = [spec["to"]] if isinstance(spec.get("to"), str) else spec.get("to", [])
+    extra = (spec["index"],) if kind == "unstack" else ()
     for template in list(templates) + list(spec.get("aliases", [])):
-        rule.templates[template] = parse_template(template, patterns, where)
+        rule.templates[template] = parse_template(template, patterns, where, extra)
+    if kind in ("stack", "unstack"):
+        _check_index(rule, templates)
     return rule
+
+
+def _check_index(rule: Rule, templates: list) -> None:
+    """A stack reads the item's number from a group of its pattern, which its target must not
+    name (every item goes into one tensor); an unstack writes it into every target's name (every
+    item is a tensor of its own), and its pattern must not have a group of that name."""
+    index, pattern = rule.spec["index"], rule.patterns[0]
+    named = lambda template: any(p == (index,) for p in rule.templates[template])
+    if rule.kind == "stack":
+        known = index in pattern.groupindex if isinstance(index, str) else index <= pattern.groups
+        _check(known, rule.where, f"'index' {quoted(index)} is not a group of the pattern {quoted(pattern.pattern)}")
+        _check(not named(templates[0]), rule.where, f"'to' must not use the index group {quoted(index)}: every "
+               "item goes into the one stacked tensor")
+    else:
+        _check(index not in pattern.groupindex, rule.where, f"'index' must be a name that the pattern has no group "
+               f"of (the targets write the item's number as \\g<NAME>), not {quoted(index)}")
+        for template in templates:
+            _check(named(template), rule.where, f"target {quoted(template)} must use \\g<{index}>, the item's "
+                   "number: otherwise every item is written under one name")
 
 
 def parse_ruleset(body, origin: str) -> RuleSet:
@@ -353,12 +439,26 @@ def shipped_mappings() -> list[str]:
     return sorted(f[:-5] for f in os.listdir(MAPPINGS_DIR) if f.endswith(".json"))
 
 
-def resolve_mapping(name_or_path: str) -> RuleSet:
-    """A shipped rule set by name (see mappings/), or a rule file by path."""
-    if os.path.sep in name_or_path or name_or_path.endswith(".json") or os.path.exists(name_or_path):
-        return load_ruleset(name_or_path)
-    path = os.path.join(MAPPINGS_DIR, name_or_path + ".json")
+def looks_like_path(value: str) -> bool:
+    """A --mapping value names a file only when it looks like a path: it holds a directory
+    separator or ends in .json. Otherwise it is a shipped set's name, whatever the current
+    directory holds (a folder named `llama` there does not hide the shipped `llama`)."""
+    return os.path.sep in value or (os.path.altsep or os.path.sep) in value or value.endswith(".json")
+
+
+def shipped_ruleset(name: str) -> RuleSet:
+    """The shipped rule set of that name (see mappings/)."""
+    path = os.path.join(MAPPINGS_DIR, name + ".json")
     if not os.path.isfile(path):
-        raise UserError(f"unknown mapping '{name_or_path}'; shipped mappings are: "
-                        f"{', '.join(shipped_mappings()) or 'none'}, or give the path of a rule file")
+        local = (f"; to read the file {quoted(name)} in the current directory, give it as "
+                 f"{quoted(os.path.join(os.curdir, name))}" if os.path.isfile(name) else "")
+        raise UserError(f"unknown mapping {quoted(name)}; shipped mappings are: "
+                        f"{', '.join(shipped_mappings()) or 'none'}, or give the path of a rule file{local}")
     return load_ruleset(path)
+
+
+def resolve_mapping(name_or_path: str) -> RuleSet:
+    """A rule file by path when the value looks like one (looks_like_path), else a shipped rule set by name."""
+    if looks_like_path(name_or_path):
+        return load_ruleset(name_or_path)
+    return shipped_ruleset(name_or_path)
