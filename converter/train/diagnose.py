@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .backward import FORWARD_DIFFERS, ZERO, layer_of
+from .optimizer import subclass_note, torch_class
 from .result import TrainDiagnosis
 from .steps import loss_band
 
@@ -211,7 +212,8 @@ def _paddle_group(popt, param):
 
 def _torch_settings(opt, clip_norm, group: dict) -> dict:
     """Torch's optimizer for the parameters of `group` (one of its state dict's param_groups)."""
-    kind = "AdamW" if type(opt).__name__ == "Adam" and group.get("decoupled_weight_decay") else type(opt).__name__
+    name = torch_class(opt).__name__  # a subclass of one of torch's optimizers is re-run as that optimizer
+    kind = "AdamW" if name == "Adam" and group.get("decoupled_weight_decay") else name
     out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None,
            "lr": float(group["lr"])}
     for key in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha", "centered"):
@@ -249,9 +251,10 @@ def _optimizer(session, tspec, report, fb, runs):
         tried.append((_what_if(check, pair, group, torch_side, {k: paddle_side[k] for k in keys}, fb), keys))
     tried = sorted((r, ks) for r, ks in tried if r is not None)
     differ = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in keys)
+    taken = "" if subclass_note(check.ref_opt) is None else f" ({subclass_note(check.ref_opt)})"
     if not tried or tried[0][0] >= fb.ratio:  # no what-if comes nearer paddle's step than torch's own
         return [D(fb.torch, f"paddle's optimizer differs from torch's here: {differ}; torch's step with paddle's "
-                  "settings does not reproduce paddle's", _OPTIMIZER_HINT, kind="optimizer")]
+                  f"settings does not reproduce paddle's{taken}", _OPTIMIZER_HINT, kind="optimizer")]
     ratio, changed = tried[0]
     what = " and ".join(_WHAT[k] for k in changed)
     verdict = "reproduces paddle's step" if ratio <= 1 else f"comes closest to paddle's step (ratio {ratio:.3g})"
@@ -264,7 +267,7 @@ def _optimizer(session, tspec, report, fb, runs):
                   "parameter group's 'learning_rate' or its ParamAttr(learning_rate=...))")
         hint = (f"give the parameter the factor {torch_side['lr'] / (paddle_side['lr'] / paddle_side['lr_factor']):g} "
                 "of paddle's rate, as torch's parameter group has it")
-    return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}", hint, kind="optimizer")]
+    return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}{taken}", hint, kind="optimizer")]
 
 
 def _cause(key: str, t, p) -> str:

@@ -79,6 +79,7 @@ class Translation:
     scheduler: Recipe | None = None
     notes: list = field(default_factory=list)
     parameters: _Parameters = PARAMS  # what it optimizes: all the model's parameters, or those named
+    taken_as: str | None = None  # said of a subclass of a torch optimizer, translated as that optimizer
 
     def build(self, model):
         """(optimizer, scheduler) for the paddle model; the scheduler is the optimizer's lr."""
@@ -100,13 +101,16 @@ class Translation:
         if self.scheduler is not None:
             opt.kwargs["learning_rate"] = self.scheduler
         text = opt.code()
-        return text if self.parameters.names is None else f"{text} with names = {self.parameters.literal()}"
+        if self.parameters.names is not None:
+            text += f" with names = {self.parameters.literal()}"
+        return text if self.taken_as is None else f"{text} ({self.taken_as})"
 
     def code(self) -> str:
         """A spec's `paddle_optimizer(model)` that builds the same objects."""
         lines = ["import paddle", "", "", "def paddle_optimizer(model):"]
-        if self.notes:
-            lines[1:1] = [f"# {note}" for note in self.notes]
+        notes = self.notes if self.taken_as is None else [self.taken_as, *self.notes]
+        if notes:
+            lines[1:1] = [f"# {note}" for note in notes]
         kwargs = dict(self.optimizer.kwargs)
         if self.parameters.names is not None:
             lines.append(f"    names = {self.parameters.literal()}")
@@ -287,11 +291,31 @@ def translate_scheduler(sched, lr: float | None = None) -> Recipe:
     return SCHEDULERS[name](sched, _base_lr(sched) if lr is None else lr)
 
 
+def torch_class(opt) -> type:
+    """The nearest class of `opt` that torch.optim exports by its name: its own for torch's
+    optimizers, torch's base class for a subclass (an Adam whose step clips first), torch's
+    Optimizer where no other is a base."""
+    import torch
+    return next(c for c in type(opt).__mro__ if getattr(torch.optim, c.__name__, None) is c)
+
+
+def subclass_note(opt) -> str | None:
+    """What is said of a torch optimizer whose class torch.optim does not export: it is taken as its
+    nearest torch class, without what its own code adds. None for torch's own optimizers."""
+    base = torch_class(opt)
+    if base is type(opt):
+        return None
+    return (f"torch's {type(opt).__name__} is taken as its nearest torch class, torch.optim.{base.__name__}: what "
+            f"its own code adds to {base.__name__}'s (clipping in its step, another update) is left out")
+
+
 def translate(opt, sched=None, clip_norm: float | None = None) -> Translation:
-    """Paddle's equivalent of a torch optimizer (and its scheduler and global-norm clipping)."""
-    name = type(opt).__name__
+    """Paddle's equivalent of a torch optimizer (and its scheduler and global-norm clipping); a
+    subclass of one of torch's optimizers is translated as that optimizer, with a note."""
+    name = torch_class(opt).__name__
     if name not in OPTIMIZERS:
-        raise UserError(f"torch optimizer {name} has no translation here (known: {', '.join(OPTIMIZERS)}); "
+        own = "" if name == type(opt).__name__ else f" (the nearest torch class of {type(opt).__name__})"
+        raise UserError(f"torch optimizer {name}{own} has no translation here (known: {', '.join(OPTIMIZERS)}); "
                         "give paddle_optimizer(model) in the spec")
     recipe = OPTIMIZERS[name](_one_group(opt))
     notes = [NOTES[name]] if name in NOTES else []
@@ -299,7 +323,10 @@ def translate(opt, sched=None, clip_norm: float | None = None) -> Translation:
         recipe.kwargs["grad_clip"] = Recipe("paddle.nn.ClipGradByGlobalNorm", {"clip_norm": float(clip_norm)})
         notes.append("paddle's ClipGradByGlobalNorm divides by the norm, torch's clip_grad_norm_ by norm + 1e-6")
     scheduler = translate_scheduler(sched) if sched is not None else None
-    return Translation(recipe, scheduler, notes)
+    taken_as = subclass_note(opt)
+    if taken_as is not None:
+        taken_as += "; give paddle_optimizer(model) where that changes the update"
+    return Translation(recipe, scheduler, notes, taken_as=taken_as)
 
 
 def finite(value: float) -> bool:
