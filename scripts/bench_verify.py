@@ -10,6 +10,7 @@
 
     python scripts/bench_verify.py
     python scripts/bench_verify.py caches   # what each table in compare/identity.py saves
+    python scripts/bench_verify.py --scale  # Llama-shaped pairs of growing size: time and peak RSS
 """
 
 import os
@@ -176,9 +177,53 @@ def memory():
               + ("  (target: does not grow, about 1)" if name == "binary" else ""))
 
 
+# Llama-shaped sizes (hidden, layers, feed-forward): about 14, 103 and 343 M parameters
+SCALES = ((512, 4, 1376), (1024, 8, 2752), (1536, 12, 4096))
+
+
+def scale_one(strategy, hidden, layers, ffn):
+    """Run in a fresh process, so that its peak RSS is this run's: set-up, two plain forwards (best of
+    two) and the whole forward check with --bisect, on a Llama-shaped pair (scripts/llama_pair.py)."""
+    import resource
+
+    import llama_pair as L
+
+    from converter.verify.run import run_on
+    L.resize(hidden=hidden, layers=layers, ffn=ffn, heads=hidden // 64)
+    spec = spec_from_functions(L.torch_model, L.paddle_model, L.inputs, label="llama")
+    options = Options(device="cpu", strategy=strategy)
+    t_setup, session = _timed(lambda: PortSession(spec, options))
+    with session:
+        session.run_torch(), session.run_paddle()  # warm up
+        plain = min(_timed(session.run_torch)[0] + _timed(session.run_paddle)[0] for _ in range(2))
+        t_verify, report = _timed(lambda: run_on(session, options, bisect=True))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(L.parameters(), t_setup, plain, t_verify, peak, report.verdict)
+
+
+def scale(sizes=SCALES):
+    """Llama-shaped pairs of growing size, each strategy in a fresh process: the forward check's time
+    against two plain forwards, and the process's peak RSS against one model's fp32 weights."""
+    import subprocess
+    for hidden, layers, ffn in sizes:
+        for strategy in ("full", "binary"):
+            out = subprocess.run([sys.executable, __file__, "scale-one", strategy, str(hidden), str(layers), str(ffn)],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            params, t_setup, plain, t_verify, peak, verdict = int(out[-6]), *map(float, out[-5:-1]), out[-1]
+            weights = 4 * params
+            print(f"scale ({strategy:6s}): Llama-shaped, hidden {hidden}, {layers} layers, {params / 1e6:.0f} M "
+                  f"parameters ({weights / 2**30:.2f} GiB fp32): set-up {t_setup:.1f} s; verification {t_verify:.1f} s, "
+                  f"{t_verify / plain:.1f} x the two plain forwards ({plain:.2f} s); peak RSS {peak / 2**30:.2f} GiB, "
+                  f"{peak / weights:.1f} x the fp32 weights; {verdict}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["memory-one"]:
         memory_one(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
+    elif sys.argv[1:2] == ["scale-one"]:
+        scale_one(sys.argv[2], *map(int, sys.argv[3:6]))
+    elif sys.argv[1:2] == ["--scale"]:
+        scale()
     elif sys.argv[1:2] == ["caches"]:
         caches(int(sys.argv[2]) if sys.argv[2:3] else 3)
     else:
