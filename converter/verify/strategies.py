@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from ..compare.align import align, shapes_fit
-from .analyze import (Passes, add_note, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
+from .analyze import (Passes, analyze_all, end_to_end_until, laid_out, matmul_stats_all, outputs_of,
                       unmasked)
 from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
 from ..compare.fused import sliced
@@ -322,12 +322,13 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     pairs = pair_outputs([tuple(a.shape) for a in t_out], [tuple(b.shape) for b in p_out]) if unit.torch == "" \
         else outputs_of(t_out, p_out)
     shapes = pairs.shapes
-    result = LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type,
-                         shapes[0] if shapes else (), formats=dict(session.formats), note=note)
+
+    def row(*notes, **judged) -> LayerResult:
+        return LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type, shapes[0] if shapes else (),
+                           formats=dict(session.formats), note="; ".join(filter(None, (note,) + notes)), **judged)
     if not shapes or len(shapes) != len(t_out):
-        result.ratio = float("inf")
-        add_note(result, f"outputs differ: torch {[list(a.shape) for a in t_out]}, paddle {[list(b.shape) for b in p_out]}")
-        return result
+        return row(f"outputs differ: torch {[list(a.shape) for a in t_out]}, paddle {[list(b.shape) for b in p_out]}",
+                   ratio=float("inf"))
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), shapes)
     y64 = laid_out(pairs.of_torch(references[None]), shapes)
@@ -336,18 +337,16 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     y64 = np.where(masked_by_torch(y_t, y64), y_t, y64)  # a mask on torch's side only: no drift known there
     y_t, y_p, y64 = _finite_reference(session, unit, y_t, y_p, y64, t_calls)
     m = compare(y_t, y_p)
-    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
-    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
     rounding = {f: rms_over([unmasked(masked, laid_out(pairs.of_torch(r), shapes))[0] - y64 for r in draws])
                 for f, draws in references.items() if f is not None}
     if condition is not None and (len(shapes) != 1 or condition.size != y_t.size):
         condition = None
     budget = make_budget(session.formats, y_t, y64, None, rounding,
                          None if condition is None else laid_out([condition], shapes).reshape(y_t.shape))
-    if _implausible_drift(y_t, y64):
-        add_note(result, _torch_deterministic(session, unit.torch, y_t, pairs, shapes, budget))
-    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
-    return result
+    drift = _torch_deterministic(session, unit.torch, y_t, pairs, shapes, budget) if _implausible_drift(y_t, y64) else ""
+    ratio, tolerance = budget.ratio(np.abs(np.nan_to_num(y_p - y_t, nan=np.inf)))
+    return row(drift, max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel, cosine=m.cosine, nan=m.nan,
+               inf=m.inf, worst_index=m.worst_index, ratio=ratio, budget=tolerance)
 
 
 class BinarySearch:
