@@ -18,6 +18,8 @@ fault."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -25,7 +27,10 @@ import numpy as np
 
 from ..frameworks import paddle_side, torch_side
 from ..compare.capture import Recorder, record
-from ..compare.replay import TorchCopies, force_paddle_args
+from ..compare.forced import _paddle_keeps_float64
+from ..compare.precision import U32
+from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
+from ..compare.session import _float64_by_default
 from ..paths import depth, is_under, prefixes, relative
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
 from .judge import judge
@@ -33,9 +38,11 @@ from .loop import call_model, to_paddle, to_torch, torch_loss
 from .emulate import remove
 
 
+NARROW_UNIT = {"float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # unit roundoff
 FORWARD_AGREES = 1e-3  # the paddle layer's forward on torch's inputs, relative to the output's scale
 FORWARD_DIFFERS = " (its forward differs too)"
 ZERO = "paddle's gradient is zero; "
+LOCAL = "local backward of "
 
 
 @dataclass
@@ -166,11 +173,16 @@ class Inputs:
         return next((i for i, g in enumerate(self.groups) if any(tensor is u for u in g)), None)
 
 
-def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype):
-    """(input gradients, one per input of `inputs`; {param name: gradient}) of torch's module on the
-    recorded call."""
+def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype, moved: float = 0.0):
+    """(input gradients, one per input of `inputs`; {param name: gradient}; the ops that gave a
+    narrower float from float64, in a float64 run) of torch's module on the recorded call; `moved`:
+    each input moved first by that relative amount, with a fixed random sign per element."""
     import torch
     leaves = [g[0].to(dtype).cpu() if dtype == torch.float64 else g[0].clone() for g in inputs.groups]
+    if moved:
+        signs = np.random.default_rng(0)
+        leaves = [t * (1.0 + moved * torch.from_numpy(signs.choice([-1.0, 1.0], tuple(t.shape))).to(t.dtype))
+                  for t in leaves]
     leaves = [t.requires_grad_(True) for t in leaves]
 
     def leaf(v):
@@ -178,16 +190,53 @@ def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype):
             return leaves[inputs.index(v)]
         return v.cpu() if dtype == torch.float64 else v
     args, kwargs = map_leaves(call.args, leaf, is_torch_tensor), map_leaves(call.kwargs, leaf, is_torch_tensor)
-    outs = flatten(module(*args, **kwargs))
-    params = dict(module.named_parameters())
-    targets = leaves + list(params.values())
-    pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-    got = torch.autograd.grad([o for o, _ in pairs], targets, [g.to(o.dtype).to(o.device) for o, g in pairs],
-                              allow_unused=True)
+    with _reference(dtype) as narrowed:
+        outs = flatten(module(*args, **kwargs))
+        params = dict(module.named_parameters())
+        targets = leaves + list(params.values())
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        got = torch.autograd.grad([o for o, _ in pairs], targets, [g.to(o.dtype).to(o.device) for o, g in pairs],
+                                  allow_unused=True)
     as_np = lambda g, t: np.zeros(tuple(t.shape)) if g is None else torch_side.to_numpy(g)
     n = len(leaves)
     return ([as_np(g, t) for g, t in zip(got[:n], leaves)],
-            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])})
+            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, narrowed)
+
+
+@contextlib.contextmanager
+def _reference(dtype):
+    """A float64 run under the forward check's float64 guarantees (casts to a lower float format
+    and tensors made in the default dtype stay float64: HF's RMSNorm computes in float32 whatever
+    its input), yielding the list of the ops that still gave a narrower float from float64 inputs
+    (a reference that is not float64 there); any other run as it is (the list stays empty)."""
+    import torch
+    if dtype != torch.float64:
+        yield []
+        return
+    with float64_reference(), _float64_by_default(), _narrowing() as watch:
+        yield watch.ops
+
+
+def _narrowing():
+    """A dispatch mode that records each op (once, with the format) giving a floating tensor narrower
+    than float64 from a float64 input."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Narrowing(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if any(t.dtype == torch.float64 for t in flatten((args, kwargs))):
+                for t in flatten(out):
+                    found = (str(func), str(t.dtype).removeprefix("torch."))
+                    if t.dtype != torch.float64 and found not in self.ops:
+                        self.ops.append(found)
+            return out
+    return Narrowing()
 
 
 def _paddle_call(call: LayerCall, p_call):
@@ -218,11 +267,31 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes, keepdims=True) if axes else grad
 
 
-def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
+class Unpaired(Exception):
+    """A layer whose outputs do not correspond on the two sides: it is left out, the message says why."""
+
+
+class WrongCotangent(RuntimeError):
+    """A gradient about to be handed to a framework for an output of another shape: this package's
+    own error (an internal error), never computed on."""
+
+
+def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call, wide: bool = False):
     """(input gradients, one per input of `inputs`, None where paddle's call does not take it;
-    {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs."""
+    {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs; with
+    `wide`, the layer (a float64 copy of it) in float64, casts inside kept float64."""
     import paddle
     args, kwargs, sources = _paddle_call(call, p_call)
+    if wide:
+        widened = {}
+
+        def widen(t):
+            w = t.astype("float64") if t.dtype == paddle.float32 else t
+            if id(t) in sources:
+                widened[id(w)] = sources[id(t)]
+            return w
+        args, kwargs = map_leaves(args, widen, is_paddle_tensor), map_leaves(kwargs, widen, is_paddle_tensor)
+        sources = widened
     leaves, where = [], []
     for t in flatten((args, kwargs)):
         i = inputs.index(sources[id(t)]) if id(t) in sources else None
@@ -230,12 +299,17 @@ def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
             t.stop_gradient = False
             leaves.append(t)
             where.append(i)
-    outs = flatten(layer(*args, **kwargs))
-    forward = [paddle_side.to_numpy(o) for o in outs]
-    params = {n: p for n, p in layer.named_parameters() if not p.stop_gradient}
-    pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and not o.stop_gradient]
-    targets = leaves + list(params.values())
-    got = paddle.grad([o for o, _ in pairs], targets, [_paddle_grad(g, o.dtype) for o, g in pairs], allow_unused=True)
+    with _paddle_keeps_float64() if wide else contextlib.nullcontext():
+        outs = flatten(layer(*args, **kwargs))
+        forward = [paddle_side.to_numpy(o) for o in outs]
+        params = {n: p for n, p in layer.named_parameters() if not p.stop_gradient}
+        pairs = [(o, _paddle_grad(g, o, i)) for i, (o, g) in enumerate(zip(outs, grads))
+                 if g is not None and not o.stop_gradient]
+        for o, g in pairs:  # paddle.grad reads a cotangent of another size out of bounds: never hand it one
+            if tuple(g.shape) != tuple(o.shape):
+                raise WrongCotangent(f"a gradient of shape {list(g.shape)} for an output of shape {list(o.shape)}")
+        targets = leaves + list(params.values())
+        got = paddle.grad([o for o, _ in pairs], targets, [g for _, g in pairs], allow_unused=True)
     as_np = lambda g, t: np.zeros(tuple(t.shape), np.float32) if g is None else np.array(paddle_side.to_numpy(g))
     n = len(leaves)
     per_input = [None] * len(inputs.groups)
@@ -245,12 +319,39 @@ def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call):
     return per_input, {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, forward
 
 
-def _paddle_grad(grad, dtype):
-    """Torch's output gradient as the gradient of a paddle output of `dtype` (its width kept, as
-    torch's own backward takes it in the output's dtype)."""
+def cotangent(grad: np.ndarray, shape: tuple) -> np.ndarray | None:
+    """Torch's gradient of an output as the gradient of paddle's output of `shape` holding the same
+    values: as it is; spread evenly over the copies where paddle's output is torch's broadcast (HF
+    BERT's position embeddings of positions [1, T] against PaddleNLP's [B, T]: each copy takes its
+    share, so the parameters' gradient is torch's); summed over the copies where torch's is
+    paddle's broadcast; reshaped where they hold the same elements in another shape (a layer run on
+    [B*T, H] against [B, T, H]); None where the shapes do not correspond."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    try:
+        spread = np.broadcast_shapes(grad.shape, shape) == shape
+    except ValueError:
+        spread = False
+    if spread:
+        return np.broadcast_to(grad, shape) / (math.prod(shape) // max(grad.size, 1))
+    summed = _unbroadcast(grad, shape) if len(shape) <= grad.ndim else None
+    if summed is not None and summed.shape == shape:
+        return summed
+    return grad.reshape(shape) if grad.size == math.prod(shape) else None
+
+
+def _paddle_grad(grad, out, i: int):
+    """Torch's output gradient as the gradient of paddle's output `out` (its i-th), shaped to it
+    (see cotangent) and in its dtype (its width kept, as torch's own backward takes it in the
+    output's dtype)."""
     import paddle
-    g = paddle.to_tensor(torch_side.to_numpy(grad))
-    return g if g.dtype == dtype else g.astype(dtype)
+    g = torch_side.to_numpy(grad)
+    shaped = cotangent(g, tuple(out.shape))
+    if shaped is None:
+        raise Unpaired(f"its output {i} is {list(out.shape)} on paddle's side against torch's {list(g.shape)}")
+    g = paddle.to_tensor(np.ascontiguousarray(shaped))
+    return g if g.dtype == out.dtype else g.astype(out.dtype)
 
 
 def local_rows(session, tspec, batch) -> list:
@@ -277,6 +378,7 @@ def local_rows(session, tspec, batch) -> list:
     p_handles = session.emulation.apply_paddle(pmodel, fmt)
     t_handles = session.emulation.apply_torch(t32, session.formats["torch"])
     players = dict(pmodel.named_sublayers(include_self=True))
+    players64 = _float64_layers(session) if fmt == "fp32" else {}
     rows = []
     try:
         for call in sorted(calls.values(), key=lambda c: -c.order):
@@ -290,38 +392,67 @@ def local_rows(session, tspec, batch) -> list:
                     "end-to-end gradients are compared)")))
                 continue
             rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
-                                players[ppath], p_calls.get(ppath))
+                                players[ppath], players64.get(ppath), p_calls.get(ppath))
     finally:
         remove(fmt_handles + p_handles + t_handles)
     return rows
 
 
-def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, p_call) -> list:
+def _float64_layers(session) -> dict:
+    """path -> layer of a float64 copy of paddle's model (paddle's own error is measured against it);
+    empty where the model does not take float64."""
+    model = session.paddle_copy()
+    try:
+        model.to(dtype="float64")
+    except Exception:  # a model that does not take float64: torch's error stands in for paddle's
+        return {}
+    return dict(model.named_sublayers(include_self=True))
+
+
+def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p_call) -> list:
+    """The rows of one layer's local backward; the whole model's measure of paddle's own error goes
+    to session.paddle_own."""
     import torch
+    from .result import Row
     get = lambda m: m.get_submodule(call.path) if call.path else m
     inputs = Inputs(call)
+    grads64 = [g.double().cpu() if g is not None else None for g in grads]
     try:
-        g32, p32 = _torch_local(get(t32), call, inputs, grads, torch.float32)
-        g64, p64 = _torch_local(get(t64), call, inputs, [g.double().cpu() if g is not None else None for g in grads],
-                                torch.float64)
-        gf, pf = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None)
+        g32, p32, _ = _torch_local(get(t32), call, inputs, grads, torch.float32)
+        g64, p64, narrowed = _torch_local(get(t64), call, inputs, grads64, torch.float64)
+        gf, pf, _ = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None, 0)
         gp, pp, forward = _paddle_local(player, call, inputs, grads, p_call)
+    except WrongCotangent:
+        raise
+    except Unpaired as exc:
+        return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
+                    note=f"left out of the per-layer backward: {exc} (its parameters' end-to-end gradients are compared)")]
     except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
-        from .result import Row
         return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
                     note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")]
+    own_in, own_p = _paddle_own(player64, call, inputs, grads64, p_call, gp, pp)
+    if not ppath:
+        session.paddle_own = dict(own_p)
+    cond_in, cond_p, said = [None] * len(g64), {}, ""
+    if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
+        unit = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
+        moved, moved_p, _ = _torch_local(get(t64), call, inputs, grads64, torch.float64, moved=unit)
+        cond_in = [m - b for m, b in zip(moved, g64)]
+        cond_p = {n: moved_p[n] - p64[n] for n in p64}
+        said = (f"torch's float64 reference narrows to {', '.join(sorted({d for _, d in narrowed}))} in "
+                f"{', '.join(op for op, _ in narrowed[:3])}: budget from its change under inputs moved by one unit "
+                "of that format; ")
     label = call.path or "<model>"
-    agrees = all(a.shape == tuple(o.shape) and float(np.max(np.abs(a - torch_side.to_numpy(o)), initial=0))
-                 <= FORWARD_AGREES * (float(np.max(np.abs(a), initial=0)) + 1e-30)
-                 for a, o in zip(forward, call.outputs))
-    note = f"local backward of {label}" + ("" if agrees else FORWARD_DIFFERS)
+    agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
+    note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)
     rows = []
     for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
         if c is None:
             continue  # an input paddle's call does not take
         rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
                           (a - b).astype(np.float32), formats=session.formats,
-                          fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note))
+                          fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note,
+                          e_other=own_in[i], condition=cond_in[i]))
     for pair in session.pairs:
         names = [relative(t, call.path) for t in pair.torch]
         local = relative(pair.paddle, ppath)
@@ -329,9 +460,47 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, p_call) -> 
             continue
         want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
         fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
+        condition = _in_paddle(pair, names, cond_p) if cond_p else None
         rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local], (want - ref).astype(np.float32),
-                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, pp[local]) + note))
+                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, pp[local]) + note,
+                          e_other=own_p.get(local), condition=condition))
     return rows
+
+
+def _paddle_own(player64, call, inputs, grads64, p_call, gp, pp) -> tuple[list, dict]:
+    """Paddle's own fp32 error of the layer's gradients (its kernels reduce in orders of their own,
+    which torch's observed error does not show): its gradients minus those of a float64 copy of the
+    layer on the same inputs, per input and per parameter; None (torch's error stands in) where the
+    copy does not run in float64 or its gradient comes out exactly equal (computed in float32 inside)."""
+    if player64 is None:
+        return [None] * len(gp), {}
+    try:
+        w_in, w_p, _ = _paddle_local(player64, call, inputs, grads64, p_call, wide=True)
+    except WrongCotangent:
+        raise
+    except Exception:  # a layer that does not run in float64: not measured
+        return [None] * len(gp), {}
+    own = lambda a, b: None if a is None or b is None or a.shape != b.shape or np.array_equal(a, b) \
+        else np.subtract(a, b, dtype=np.float64).astype(np.float32)
+    return [own(a, b) for a, b in zip(gp, w_in)], {n: e for n in pp if (e := own(pp[n], w_p.get(n))) is not None}
+
+
+def _same_values(paddle_out: np.ndarray, torch_out: np.ndarray) -> bool:
+    """Paddle's forward output holds torch's values within FORWARD_AGREES of its scale: in one
+    shape, one of them broadcast to the other's, or the same elements in another shape."""
+    if paddle_out.shape != torch_out.shape:
+        try:
+            shape = np.broadcast_shapes(paddle_out.shape, torch_out.shape)
+        except ValueError:
+            shape = None
+        if shape in (paddle_out.shape, torch_out.shape):
+            paddle_out, torch_out = np.broadcast_arrays(paddle_out, torch_out)
+        elif paddle_out.size == torch_out.size:
+            torch_out = torch_out.reshape(paddle_out.shape)
+        else:
+            return False
+    scale = float(np.max(np.abs(paddle_out), initial=0)) + 1e-30
+    return float(np.max(np.abs(paddle_out - torch_out), initial=0)) <= FORWARD_AGREES * scale
 
 
 def _in_paddle(pair, names: list, grads: dict) -> np.ndarray:
@@ -346,10 +515,9 @@ def zero_note(torch_grad, paddle_grad) -> str:
 
 
 def layer_of(row) -> str:
-    note = row.note.removeprefix(ZERO)
-    if not note.startswith("local backward of "):
-        return ""
-    return note[len("local backward of "):].removesuffix(FORWARD_DIFFERS)
+    """The layer of a row of the per-layer backward ('' for another row)."""
+    _, found, layer = row.note.partition(LOCAL)
+    return layer.removesuffix(FORWARD_DIFFERS) if found else ""
 
 
 def culprit(rows: list):

@@ -13,11 +13,14 @@ FP32 = {"torch": "fp32", "paddle": "fp32"}
 
 
 def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref, extra=0.0,
-          formats: dict | None = None, fmt_err=None, note: str = "") -> Row:
+          formats: dict | None = None, fmt_err=None, note: str = "", e_other=None, condition=None) -> Row:
     """want: torch's value; got: paddle's; e_ref: torch's fp32 value minus its float64 value; extra:
     a further sigma per element (conventions that differ by design); fmt_err: torch's value computed
     in paddle's format (TF32, bf16) minus its float64 value, when paddle uses another format than fp32:
-    its rms and each element's own join the budget."""
+    its rms and each element's own join the budget; e_other: paddle's own value minus its float64
+    value, where it was measured (torch's error stands in for it otherwise); condition: per element,
+    how far the float64 value moves when its inputs move by one unit of the format a reference
+    computed in (a reference that is not float64 inside)."""
     want = np.asarray(want, dtype=np.float32)
     got = np.asarray(got)
     if got.shape != want.shape:
@@ -33,7 +36,8 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     rounding = None
     if fmt_err is not None:
         rounding = {formats["paddle"]: np.asarray(fmt_err, dtype=np.float32).reshape(want.shape)}
-    budget = budget_from_error(formats, want, e_ref, None, rounding)
+    shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
+    budget = budget_from_error(formats, want, e_ref, None, rounding, shaped(condition), shaped(e_other))
     extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
     budget.var += np.square(extra, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):

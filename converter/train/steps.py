@@ -116,7 +116,9 @@ def _final(pair, record, replayed: dict):
 
 
 def grad_rows(session, t32, t64, tfmt, paddle) -> list:
-    """Every parameter's end-to-end gradient at the first step."""
+    """Every parameter's end-to-end gradient at the first step; paddle's own error in it is the one the
+    per-layer backward measured for the whole model on the same batch, where it did (torch's error
+    stands in for it otherwise)."""
     fmt = session.formats.get("paddle")
     rows = []
     for pair in session.pairs:
@@ -127,5 +129,6 @@ def grad_rows(session, t32, t64, tfmt, paddle) -> list:
         fmt_err = pair.to_paddle(tfmt.grads0) - ref if tfmt is not None and fmt not in (None, "fp32") else None
         got = paddle.grads0[pair.paddle]
         rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, got, (want - ref).astype(np.float32),
-                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, got) + "end-to-end gradient"))
+                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, got) + "end-to-end gradient",
+                          e_other=session.paddle_own.get(pair.paddle)))
     return rows
