@@ -33,23 +33,45 @@ class ParamPair:
 
 
 @dataclass
+class Zeroed:
+    """A dropout rate set to 0: `holder.attr` was `rate`; `path` is the module's (or the layer's) path
+    in its model, "" the model itself; `config` is true for a model config's field."""
+
+    holder: object
+    attr: str
+    rate: float
+    path: str
+    config: bool = False
+
+    @property
+    def name(self) -> str:
+        if self.config:
+            return f"config.{self.attr}"
+        return f"{self.path}.{self.attr}" if self.path else self.attr
+
+
+@dataclass
 class DropoutState:
-    torch: list = field(default_factory=list)  # (module, attribute, old value)
+    torch: list = field(default_factory=list)  # Zeroed
     paddle: list = field(default_factory=list)
 
     @property
     def count(self) -> tuple[int, int]:
-        return len(self.torch), len(self.paddle)
+        """How many modules (torch) and layers (paddle) had a rate zeroed; config fields not counted."""
+        held = lambda zeroed: len({id(z.holder) for z in zeroed if not z.config})
+        return held(self.torch), held(self.paddle)
 
     def restore(self) -> None:
-        for obj, attr, value in self.torch + self.paddle:
-            setattr(obj, attr, value)
+        for z in reversed(self.torch + self.paddle):
+            setattr(z.holder, z.attr, z.rate)
 
 
 TORCH_DROPOUT_ATTRS = {"Dropout": "p", "Dropout1d": "p", "Dropout2d": "p", "Dropout3d": "p", "AlphaDropout": "p",
-                       "MultiheadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout", "RNN": "dropout"}
+                       "FeatureAlphaDropout": "p", "MultiheadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout",
+                       "RNN": "dropout"}
 PADDLE_DROPOUT_ATTRS = {"Dropout": "p", "Dropout2D": "p", "Dropout3D": "p", "AlphaDropout": "p",
-                        "MultiHeadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout", "SimpleRNN": "dropout"}
+                        "FeatureAlphaDropout": "p", "MultiHeadAttention": "dropout", "LSTM": "dropout", "GRU": "dropout",
+                        "SimpleRNN": "dropout"}
 
 
 def _dropout_attr(module, table: dict) -> str | None:
@@ -58,12 +80,34 @@ def _dropout_attr(module, table: dict) -> str | None:
     return next((table[c.__name__] for c in type(module).__mro__ if c.__name__ in table), None)
 
 
-def _zero_dropout(modules, table: dict, saved: list) -> None:
-    for module in modules:
-        attr = _dropout_attr(module, table)
-        if attr is not None and isinstance(getattr(module, attr, None), (int, float)) and getattr(module, attr):
-            saved.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, 0.0)
+def _rate(value) -> bool:
+    """A dropout probability to zero: a number (not a flag) above 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _rate_attrs(obj) -> list[str]:
+    """`obj`'s own attributes that hold a dropout rate by their name: a float whose name says drop
+    (HF sdpa attention's dropout_prob handed to scaled_dot_product_attention, DeBERTa's StableDropout
+    drop_prob, attention_dropout, a config's hidden_dropout_prob, layerdrop)."""
+    return [k for k, v in vars(obj).items() if "drop" in k.lower() and isinstance(v, float) and v > 0]
+
+
+def _zero_dropout(named, table: dict, saved: list) -> None:
+    """Every dropout the modules apply set to 0: the rate of a dropout module (by class), every
+    attribute that holds a rate by its name, and those of the model configs the modules hold."""
+    configs = set()
+    for path, module in named:
+        attrs = [_dropout_attr(module, table)] + _rate_attrs(module)
+        for attr in dict.fromkeys(a for a in attrs if a is not None):
+            if _rate(getattr(module, attr, None)):
+                saved.append(Zeroed(module, attr, getattr(module, attr), path))
+                setattr(module, attr, 0.0)
+        config = vars(module).get("config")
+        if config is not None and id(config) not in configs and hasattr(config, "__dict__"):
+            configs.add(id(config))
+            for attr in _rate_attrs(config):
+                saved.append(Zeroed(config, attr, getattr(config, attr), "", config=True))
+                setattr(config, attr, 0.0)
 
 
 class TrainSession:
@@ -82,10 +126,12 @@ class TrainSession:
         self.paddle_init = {k: np.array(v.numpy()) for k, v in self.paddle_model.state_dict().items()}
         self.pairs = self._pairs()
         self.dropout = DropoutState()
-        _zero_dropout(self.torch_model.modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
-        _zero_dropout([l for _, l in self.paddle_model.named_sublayers(include_self=True)], PADDLE_DROPOUT_ATTRS,
-                      self.dropout.paddle)
+        _zero_dropout(self.torch_model.named_modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
+        _zero_dropout(self.paddle_model.named_sublayers(include_self=True), PADDLE_DROPOUT_ATTRS, self.dropout.paddle)
         self.emulation = Emulation(self.formats)
+        # paddle parameter -> paddle's own fp32 error in the whole model's gradient on the first batch,
+        # as the per-layer backward measures it (backward.py), for the end-to-end gradients' budget
+        self.paddle_own = {}
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()
