@@ -66,7 +66,9 @@ _HINTS = {
 def _structure(session, tspec, report, fb, runs):
     hints = {"trainable": "set stop_gradient (trainable) on paddle's parameter as requires_grad is in torch",
              "missing": "pass every trainable parameter to paddle's optimizer (parameters=model.parameters())",
-             "tied": "share the weight in paddle (assign the same Parameter to both layers)"}
+             "tied": "share the weight in paddle (assign the same Parameter to both layers)",
+             "dropout": "give paddle's layer torch's dropout rate (a Dropout's p, an attention's dropout, the config's "
+                        "dropout fields)"}
     key = next((k for k in hints if k in fb.note), "trainable")
     return [D(fb.torch, f"{fb.note}: torch '{fb.torch}', paddle '{fb.paddle}'", hints[key], kind=key)]
 

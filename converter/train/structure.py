@@ -1,7 +1,10 @@
 """What is trained, as opposed to how: parameters trainable on one side only, parameters missing
-from paddle's optimizer, and weights tied in torch but not in paddle."""
+from paddle's optimizer, weights tied in torch but not in paddle, and dropout rates that differ
+between paired layers."""
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 from .loop import paddle_optimizer
 from .result import Row
@@ -44,7 +47,7 @@ def structure_rows(session, tspec) -> list:
             where = "paddle's optimizer" if id(t) in in_topt else "torch's optimizer"
             rows.append(Row("structure", None, pair.torch[0], pair.paddle, INF, note=f"missing from {where}"))
     rows += _ties(session, torch_model, pstate)
-    return rows
+    return rows + dropout_rows(session)
 
 
 def _ties(session, torch_model, pstate) -> list:
@@ -62,3 +65,55 @@ def _ties(session, torch_model, pstate) -> list:
             rows.append(Row("structure", None, " = ".join(names), " , ".join(p for _, p in mapped if p), INF,
                             note="tied in torch, separate tensors in paddle"))
     return rows
+
+
+SHOWN = 4  # names shown for one rate
+
+
+def dropout_rows(session) -> list:
+    """The dropout rates the training checks set to 0, compared between the sides: in each pair of a
+    module and a layer (by their state, as the backward pairs them), the distinct rates applied
+    under it and under no deeper pair; and the fields of the model configs named alike."""
+    from .backward import layer_pairs
+    pairs = layer_pairs(session)
+    back = {p: t for t, p in pairs.items()}
+    by_pair = defaultdict(lambda: (defaultdict(list), defaultdict(list)))
+    for z in session.dropout.torch:
+        if not z.config:
+            t = _nearest(z.path, pairs)
+            by_pair[t, pairs.get(t, "")][0][z.rate].append(z.name)
+    for z in session.dropout.paddle:
+        if not z.config:
+            p = _nearest(z.path, back)
+            by_pair[back.get(p, ""), p][1][z.rate].append(z.name)
+    rows = []
+    for (t, p), (t_rates, p_rates) in by_pair.items():
+        if set(t_rates) != set(p_rates):
+            rows.append(Row("structure", None, t or "<model>", p or "<model>", INF,
+                            note=f"dropout rates differ: torch {_rates(t_rates)}, paddle {_rates(p_rates)}"))
+    t_config = {z.attr: z.rate for z in session.dropout.torch if z.config}
+    p_config = {z.attr: z.rate for z in session.dropout.paddle if z.config}
+    for attr in sorted(set(t_config) & set(p_config)):
+        if t_config[attr] != p_config[attr]:
+            rows.append(Row("structure", None, f"config.{attr}", f"config.{attr}", INF,
+                            note=f"dropout rates differ: torch {t_config[attr]:g}, paddle {p_config[attr]:g}"))
+    return rows
+
+
+def _nearest(path: str, paired: dict) -> str:
+    """The path itself or its nearest ancestor among `paired`'s keys ("" the model)."""
+    parts = path.split(".") if path else []
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in paired:
+            return ".".join(parts[:n])
+    return ""
+
+
+def _rates(rates: dict) -> str:
+    if not rates:
+        return "none"
+    said = []
+    for rate, names in sorted(rates.items()):
+        shown = ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+        said.append(f"{rate:g} ({shown})")
+    return "; ".join(said)
