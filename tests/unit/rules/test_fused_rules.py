@@ -254,3 +254,29 @@ def test_convert_weights_writes_and_reads_back_fused_and_stacked_tensors(tmp):
     assert np.array_equal(out[p + "mlp.experts.down"],
                           np.stack([src[p + f"mlp.experts.{e}.down_proj.weight"].T for e in range(3)]))
     assert np.array_equal(out[p + "mlp.experts.2.up_proj.weight"], src[p + "mlp.experts.gate_up_proj"][2, 6:].T)
+
+
+def test_a_model_directory_gives_the_groups_from_its_config(tmp):
+    """convert-weights HF_DIR OUT_DIR reads a merge's `groups` from config.json; the same rules on
+    the directory's weights file alone name the field they lack."""
+    import torch
+    from helpers.hf_models import hf_dir, load_dir
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "rms_norm_eps": 1e-6,
+              "rope_theta": 10000.0, "vocab_size": 10, "max_position_embeddings": 32, "initializer_range": 0.02}
+    torch.manual_seed(0)
+    state = {f"model.layers.0.self_attn.{n}_proj.weight": torch.randn(s, 8) for n, s in (("q", 8), ("k", 4), ("v", 4))}
+    src = hf_dir(tmp / "hf", state, config=config)
+    rules = {"name": "grouped", "unmatched": "keep", "rules": [
+        {"kind": "merge", "match": QKV, "to": "\\1.qkv_proj.\\2", "axis": 1, "groups": "num_key_value_heads"},
+        {"kind": "transpose", "match": ".*\\.weight"}]}
+    (tmp / "rules.json").write_text(json.dumps(rules))
+    r = run_convert(src, tmp / "out", "--quiet", "--mapping", tmp / "rules.json")
+    assert r.code == 0, r
+    got = load_dir(tmp / "out")
+    q, k, v = (state[f"model.layers.0.self_attn.{n}_proj.weight"].numpy() for n in "qkv")
+    assert list(got) == ["model.layers.0.self_attn.qkv_proj.weight"]
+    assert np.array_equal(got["model.layers.0.self_attn.qkv_proj.weight"], _interleaved(q, k, v, 2).T)
+    alone = run_convert(tmp / "hf" / "pytorch_model.bin", tmp / "o.pdparams", "--mapping", tmp / "rules.json")
+    assert alone.code == 2 and "names the config field 'num_key_value_heads', which is not known here" in alone.stderr
+    assert not (tmp / "o.pdparams").exists()
