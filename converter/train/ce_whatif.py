@@ -4,9 +4,10 @@ First the settings that reproduce torch's own loss and gradient are found (the c
 class indices or probabilities as targets, the reduction, per-class weights read from torch's
 gradient); then torch's cross-entropy is re-run in float64 on the same logits and targets with
 one setting changed to each value paddle may have: the other reduction, each label present as
-ignore_index, the label smoothing that fits, the class weights read from paddle's gradient, the
-targets taken the other way (probabilities against class indices), the classes on another
-axis. The change whose loss and gradient land on paddle's names the cause."""
+ignore_index (or the default), the label smoothing that fits (or none), the class weights read from
+paddle's gradient, the targets taken the other way (probabilities against class indices), the
+classes on another axis, the labels shifted by one position against the logits (a causal LM's
+next-token loss) or not. The change whose loss and gradient land on paddle's names the cause."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import numpy as np
 
 LANDS = 1e-4  # relative: far above fp32's noise on a loss and its gradient, far below any setting changed
 IGNORED_TRIED = 32  # labels tried as ignore_index: a vocabulary's worth would take a float64 loss each
+TORCH_IGNORED_TRIED = 4  # labels tried as torch's own ignore_index (each tried in every base setting)
+DEFAULT_IGNORE = -100
 SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that still counts as one weight
 
 
@@ -28,8 +31,9 @@ class Setting:
     soft: bool = False  # targets are probabilities with the logits' shape (else class indices)
     reduction: str = "mean"
     weight: tuple | None = None  # per-class weights
-    ignore_index: int = -100
+    ignore_index: int = DEFAULT_IGNORE
     label_smoothing: float = 0.0
+    shift: int = 0  # labels from this many positions on scored against the logits before them (causal LMs)
 
     def changed(self, **kw) -> Setting:
         return dataclasses.replace(self, **kw)
@@ -66,9 +70,15 @@ def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | 
     if t is None:
         return None
     x = torch.from_numpy(logits).double().requires_grad_(True)
+    moved = x.movedim(s.axis, 1)
+    if s.shift:  # the sequence: the first axis after the batch's and the classes'
+        if moved.ndim < 3 or moved.shape[2] <= s.shift:
+            return None
+        moved = moved[:, :, :-s.shift]
+        t = t[:, :, s.shift:] if s.soft else t[:, s.shift:]
     weight = None if s.weight is None else torch.tensor(np.nan_to_num(s.weight, nan=1.0), dtype=torch.float64)
     try:
-        loss = F.cross_entropy(x.movedim(s.axis, 1), t, weight=weight, reduction=s.reduction,
+        loss = F.cross_entropy(moved, t, weight=weight, reduction=s.reduction,
                                ignore_index=s.ignore_index, label_smoothing=s.label_smoothing)
         (grad,) = torch.autograd.grad(loss, [x])
     except (RuntimeError, IndexError, ValueError):
@@ -99,8 +109,13 @@ def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: S
     if t is None or s.soft:
         return None
     n_classes = logits.shape[s.axis]
-    rows = torch.from_numpy(logits).double().movedim(s.axis, -1).reshape(-1, n_classes)
-    g = torch.from_numpy(np.asarray(grad, dtype=np.float64)).movedim(s.axis, -1).reshape(-1, n_classes).numpy()
+    x = torch.from_numpy(logits).double().movedim(s.axis, -1)
+    g = torch.from_numpy(np.asarray(grad, dtype=np.float64)).movedim(s.axis, -1)
+    if s.shift:
+        if x.ndim < 3 or x.shape[1] <= s.shift:
+            return None
+        x, g, t = x[:, :-s.shift], g[:, :-s.shift], t[:, s.shift:]
+    rows, g = x.reshape(-1, n_classes), g.reshape(-1, n_classes).numpy()
     labels = t.reshape(-1).numpy()
     counted = labels != s.ignore_index  # positions the loss ignores carry no weight to read
     rows, g, labels = rows[torch.from_numpy(counted)], g[counted], labels[counted]
@@ -122,6 +137,8 @@ def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: S
     seen = weights[present]
     if np.any(seen < 0) or np.ptp(seen) <= SAME_WEIGHT * max(float(np.max(seen)), 1e-30):
         return None
+    if np.any(seen <= SAME_WEIGHT * float(np.max(seen))):
+        return None  # a class present that weighs nothing is an ignored label: ignore_index says so
     smallest = float(np.min(seen[seen > 0], initial=np.inf))
     if not np.isfinite(smallest):
         return None
@@ -129,19 +146,38 @@ def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: S
     return tuple(float(w / smallest) for w in weights)
 
 
-def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> Setting | None:
-    """The cross-entropy setting that reproduces torch's loss and gradient, or None (not a cross-entropy
-    we can vary)."""
+def _bases(logits: np.ndarray, target: np.ndarray):
+    """The plain settings torch's loss may have, the likeliest first: each class axis, kind of
+    target and reduction; then with the labels shifted by one (a causal LM); then ignoring one of
+    the labels present (a padding label) instead of -100."""
     soft_choices = (False, True) if np.issubdtype(target.dtype, np.floating) else (False,)
-    for axis in range(1, logits.ndim):
-        for soft in soft_choices:
-            for reduction in ("mean", "sum"):
-                s = Setting(axis=axis, soft=soft, reduction=reduction)
-                if lands(cross_entropy(logits, target, s), torch_side):
-                    return s
-                weight = class_weights(logits, target, torch_side.grad, s)
-                if weight is not None and lands(cross_entropy(logits, target, s.changed(weight=weight)), torch_side):
-                    return s.changed(weight=weight)
+    plain = [Setting(axis=axis, soft=soft, reduction=reduction) for axis in range(1, logits.ndim)
+             for soft in soft_choices for reduction in ("mean", "sum")]
+    shifts = (0, 1) if logits.ndim >= 3 else (0,)
+    for shift in shifts:
+        yield from (s.changed(shift=shift) for s in plain)
+    for s in plain:
+        for label in _labels(logits, target, s)[:TORCH_IGNORED_TRIED]:
+            if label != DEFAULT_IGNORE:
+                yield from (s.changed(shift=shift, ignore_index=label) for shift in shifts)
+
+
+def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> Setting | None:
+    """The cross-entropy setting that reproduces torch's loss and gradient (with the class weights
+    read from its gradient, or the label smoothing fitted to its loss, where the plain one does
+    not), or None (not a cross-entropy we can vary)."""
+    bases = list(_bases(logits, target))
+    for s in bases:  # every plain one first: a label ignored reads as a class of weight 0 too
+        if lands(cross_entropy(logits, target, s), torch_side):
+            return s
+    for s in bases:
+        weight = class_weights(logits, target, torch_side.grad, s)
+        if weight is not None and lands(cross_entropy(logits, target, s.changed(weight=weight)), torch_side):
+            return s.changed(weight=weight)
+        smoothing = _fitted_smoothing(logits, target, s, torch_side)
+        if smoothing is not None and lands(cross_entropy(logits, target, s.changed(label_smoothing=smoothing)),
+                                           torch_side):
+            return s.changed(label_smoothing=smoothing)
     return None
 
 
@@ -158,12 +194,16 @@ def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
 def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: Side):
     """(what changed, the setting) for each one-setting change of torch's, in the order they are tried."""
     yield "reduction", base.changed(reduction="sum" if base.reduction == "mean" else "mean")
-    for label in _labels(logits, target, base):
+    for label in [DEFAULT_IGNORE] + _labels(logits, target, base):
         if label != base.ignore_index:
             yield "ignore_index", base.changed(ignore_index=label)
-    smoothing = _fitted_smoothing(logits, target, base, paddle_side)
-    if smoothing is not None:
+    if base.label_smoothing:
+        yield "label_smoothing", base.changed(label_smoothing=0.0)
+    smoothing = _fitted_smoothing(logits, target, base.changed(label_smoothing=0.0), paddle_side)
+    if smoothing is not None and not np.isclose(smoothing, base.label_smoothing, rtol=LANDS):
         yield "label_smoothing", base.changed(label_smoothing=smoothing)
+    if logits.ndim >= 3:
+        yield "shift", base.changed(shift=0 if base.shift else 1)
     weight = class_weights(logits, target, paddle_side.grad, base.changed(weight=None))
     if not _same_weights(weight, base.weight):
         yield "weight", base.changed(weight=weight)
@@ -180,15 +220,15 @@ def _same_weights(a: tuple | None, b: tuple | None) -> bool:
     return np.allclose(a, b, rtol=SAME_WEIGHT, equal_nan=True)
 
 
-def _fitted_smoothing(logits, target, base: Setting, paddle_side: Side) -> float | None:
-    """The label smoothing s whose loss is paddle's: the loss is linear in s."""
+def _fitted_smoothing(logits, target, base: Setting, side: Side) -> float | None:
+    """The label smoothing s whose loss is `side`'s, where `base` has none: the loss is linear in s."""
     if base.soft or base.label_smoothing:
         return None
     plain = cross_entropy(logits, target, base)
     full = cross_entropy(logits, target, base.changed(label_smoothing=1.0))
     if plain is None or full is None or full.loss == plain.loss:
         return None
-    s = (paddle_side.loss - plain.loss) / (full.loss - plain.loss)
+    s = (side.loss - plain.loss) / (full.loss - plain.loss)
     return s if 0 < s < 1 else None
 
 
@@ -228,19 +268,36 @@ def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: 
     return cause, hint
 
 
+def _ignored(s: Setting) -> str:
+    """What an ignore_index that lands ignores: one of the labels present (only those are tried
+    besides the default), or the default's labels, if any."""
+    if s.ignore_index == DEFAULT_IGNORE:
+        return f"only labels {DEFAULT_IGNORE}, if any (ignore_index={DEFAULT_IGNORE}, the default)"
+    return f"label {s.ignore_index} (ignore_index={s.ignore_index})"
+
+
 def _explain(what: str, base: Setting, changed: Setting, shape: tuple) -> tuple[str, str]:
     if what == "reduction":
         return (f"reduction: paddle's cross-entropy is reduced by '{changed.reduction}', torch's by "
                 f"'{base.reduction}'; torch's with reduction='{changed.reduction}' is paddle's loss",
                 "use the same reduction on both sides")
     if what == "ignore_index":
-        return (f"paddle's loss ignores label {changed.ignore_index} (ignore_index={changed.ignore_index}); torch's "
-                "ignores none of the labels present", "use the same ignore_index on both sides (torch's default -100)")
+        return (f"ignore_index: paddle's loss ignores {_ignored(changed)}, torch's {_ignored(base)}; torch's "
+                f"cross-entropy with ignore_index={changed.ignore_index} is paddle's loss",
+                f"use the same ignore_index on both sides (torch's is {base.ignore_index}; both default to "
+                f"{DEFAULT_IGNORE})")
     if what == "label_smoothing":
         theirs = f"{base.label_smoothing:.3g}" if base.label_smoothing else "none"
-        return (f"paddle's loss is the cross-entropy with label smoothing {changed.label_smoothing:.3g}; torch's has "
-                f"{theirs}",
+        ours = f"label smoothing {changed.label_smoothing:.3g}" if changed.label_smoothing else "no label smoothing"
+        return (f"paddle's loss is the cross-entropy with {ours}; torch's has {theirs}",
                 "use the same label smoothing on both sides (paddle: F.label_smooth or label_smoothing)")
+    if what == "shift":
+        shifted, plain = ("paddle", "torch") if changed.shift else ("torch", "paddle")
+        return (f"label shift: {shifted}'s loss scores the logits of each position against the next position's "
+                f"label (a causal LM's next-token loss, logits[:, :-1] against labels[:, 1:]), {plain}'s against the "
+                f"position's own label; torch's cross-entropy with the labels {'shifted' if changed.shift else 'unshifted'}"
+                " is paddle's loss", "shift once, on both sides alike: in the loss, or in the model where it computes "
+                "the loss from labels (HF's causal LMs shift inside), never in both")
     if what == "weight":
         return (f"class weights: paddle's loss weighs the classes {_weights(changed.weight)}, torch's "
                 f"{_weights(base.weight)}; torch's cross-entropy with paddle's weights is paddle's loss",
