@@ -69,11 +69,13 @@ def render_json(report: PortReport) -> str:
 
 
 def render_html(report: PortReport) -> str:
-    """One self-contained page: the forward check's plot, diagnosis and table, then the training
-    checks' section."""
+    """One self-contained page headed by the composed verdict: the forward check's plot, diagnosis
+    and table, and the training checks' section; a failed training check's section comes first,
+    so that the page leads with the culprit it names."""
     from .verify.report import html_body, html_page
-    body = html_body(report.forward)
+    sections = [html_body(report.forward)]
     if report.train is not None:
         from .train.report import render_html_section
-        body += render_html_section(report.train) + "\n"
-    return html_page(report.forward.verdict, body)
+        training = render_html_section(report.train) + "\n"
+        sections.insert(0 if report.train.verdict is Verdict.FAIL else 1, training)
+    return html_page(report.verdict, "".join(sections))

@@ -104,9 +104,13 @@ def render_html_section(report: TrainReport) -> str:
                      f"<code>{e(fb.torch)}</code>, paddle <code>{e(fb.paddle)}</code>, ratio {e(_ratio(fb.ratio))}</p>")
     for d in report.diagnosis:
         parts.append(f"<p><b>{e(d.layer)}</b>: {e(d.cause)}<br><i>{e(d.hint)}</i></p>")
+    shown = _shown_rows(report)
+    if len(shown) < len(report.rows):
+        parts.append(f"<p>{len(report.rows)} checks; the table shows the {len(shown)} over budget or worst in "
+                     "their phase (the JSON report holds every check)</p>")
     parts.append("<table border=1 cellspacing=0><tr><th>phase</th><th>step</th><th>torch</th><th>paddle</th>"
                  "<th>max abs</th><th>budget</th><th>ratio</th><th>note</th></tr>")
-    for r in report.rows:
+    for r in shown:
         style = ' style="background:#fcc"' if r.bad else ""
         parts.append(f"<tr{style}><td>{e(r.phase)}</td><td>{'' if r.step is None else r.step}</td>"
                      f"<td>{e(r.torch)}</td><td>{e(r.paddle)}</td><td>{_num(r.max_abs)}</td><td>{_num(r.budget)}</td>"
@@ -114,6 +118,21 @@ def render_html_section(report: TrainReport) -> str:
     parts.append("</table>")
     parts += [f"<p>{e(n)}</p>" for n in report.notes]
     return "\n".join(parts)
+
+
+SHOWN_CHECKS = 60  # a table of more checks than this shows those over budget and each phase's worst
+
+
+def _shown_rows(report: TrainReport) -> list:
+    """The rows of the HTML table, in their order: all of them when few, else the first-bad row,
+    every row over budget and the worst row of each phase."""
+    if len(report.rows) <= SHOWN_CHECKS:
+        return list(report.rows)
+    keep = {id(r) for r in report.rows if r.bad}
+    keep |= {id(report.worst(phase)) for phase in PHASES if report.worst(phase) is not None}
+    if report.first_bad is not None:
+        keep.add(id(report.first_bad))
+    return [r for r in report.rows if id(r) in keep]
 
 
 def _num(v) -> str:

@@ -139,6 +139,11 @@ def test_training_parts_given_in_python_are_used():
     # the forward check, which no loss enters, passes; the report fails with the training checks
     assert summed.forward.verdict == "pass" and summed.train.verdict == "fail"
     assert summed.verdict == "fail" and summed.exit_code == 1
+    # the page is headed by the composed verdict and leads with the failed training checks' culprit
+    from converter.report import render_html
+    page = render_html(summed)
+    assert "<h1>verify-port: FAIL</h1>" in page
+    assert page.index("<h2>Training checks: FAIL</h2>") < page.index("<th>layer</th>")
     with pytest.raises(UserError, match="clip_grad_norm must be a positive number"):
         verify_port(PortSpec(module.torch_model, module.paddle_model, module.inputs, clip_grad_norm=-1.0), options)
 
@@ -281,3 +286,25 @@ def test_convert_directory_refuses_bad_input_and_writes_nothing(tmp_path):
     with pytest.raises(UserError, match="config.json"):
         convert_directory(str(tmp_path / "hf"), str(tmp_path / "out"))
     assert sorted(os.listdir(tmp_path)) == ["hf"]
+
+
+@pytest.mark.slow
+def test_the_training_table_of_a_page_shows_the_checks_that_matter():
+    """Hundreds of training checks: the page's table holds the rows over budget and each phase's
+    worst, says how many it leaves out, and the JSON keeps every check."""
+    import re
+
+    from converter.report import render_html
+    from converter.train.result import PHASES
+    report = verify_port(PortSpec.from_file(spec_path("train_transformer")),
+                         VerifyOptions(device="cpu", train=True, steps=2))
+    rows = report.train.rows
+    page = render_html(report)
+    said = re.search(r"<p>(\d+) checks; the table shows the (\d+) over budget or worst in their phase", page)
+    assert said is not None and int(said[1]) == len(rows) > 60
+    section = page[page.index("<h2>Training checks"):]
+    table = section[section.index("<table"):section.index("</table>")]
+    worst = [report.train.worst(phase) for phase in PHASES if report.train.worst(phase) is not None]
+    shown = {id(r) for r in worst} | {id(r) for r in rows if r.bad}
+    assert table.count("<tr") - 1 == int(said[2]) == len(shown)
+    assert len(report.train.to_json()["checks"]) == len(rows)

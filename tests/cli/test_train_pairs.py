@@ -88,7 +88,7 @@ def test_failing_report_has_the_issue_fields_and_a_verdict_on_every_row(tmp):
         assert set(s) == {"step", "loss_torch", "loss_paddle", "lr_torch", "lr_paddle", "band", "verdict"}
         within = abs(s["loss_paddle"] - s["loss_torch"]) <= s["band"] and s["lr_paddle"] == pytest.approx(s["lr_torch"])
         assert s["verdict"] == ("pass" if within else "fail")
-    assert train["diagnosis"] and all(set(d) == {"layer", "cause", "hint"} for d in train["diagnosis"])
+    assert train["diagnosis"] and all(set(d) == {"layer", "kind", "cause", "hint"} for d in train["diagnosis"])
     assert all(c["verdict"] == ("fail" if c["ratio"] > 1 else "pass") for c in train["checks"] if c["ratio"] is not None)
     assert any(c["verdict"] == "fail" and c["paddle"] == train["first_bad"]["paddle"] for c in train["checks"])
     text = page.read_text()
