@@ -190,36 +190,39 @@ def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype, mo
             return leaves[inputs.index(v)]
         return v.cpu() if dtype == torch.float64 else v
     args, kwargs = map_leaves(call.args, leaf, is_torch_tensor), map_leaves(call.kwargs, leaf, is_torch_tensor)
-    with _reference(dtype) as narrowed:
-        outs = flatten(module(*args, **kwargs))
+    watch = _narrowing(dtype)
+    with watch:
+        with _reference(dtype):
+            outs = flatten(module(*args, **kwargs))
         params = dict(module.named_parameters())
         targets = leaves + list(params.values())
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        # the backward as the forward's graph says: a cast's gradient goes back to the dtype its input had
         got = torch.autograd.grad([o for o, _ in pairs], targets, [g.to(o.dtype).to(o.device) for o, g in pairs],
                                   allow_unused=True)
     as_np = lambda g, t: np.zeros(tuple(t.shape)) if g is None else torch_side.to_numpy(g)
     n = len(leaves)
     return ([as_np(g, t) for g, t in zip(got[:n], leaves)],
-            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, narrowed)
+            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, watch.ops)
 
 
 @contextlib.contextmanager
 def _reference(dtype):
-    """A float64 run under the forward check's float64 guarantees (casts to a lower float format
+    """A float64 forward under the forward check's float64 guarantees (casts to a lower float format
     and tensors made in the default dtype stay float64: HF's RMSNorm computes in float32 whatever
-    its input), yielding the list of the ops that still gave a narrower float from float64 inputs
-    (a reference that is not float64 there); any other run as it is (the list stays empty)."""
+    its input); any other run as it is."""
     import torch
     if dtype != torch.float64:
-        yield []
+        yield
         return
-    with float64_reference(), _float64_by_default(), _narrowing() as watch:
-        yield watch.ops
+    with float64_reference(), _float64_by_default():
+        yield
 
 
-def _narrowing():
-    """A dispatch mode that records each op (once, with the format) giving a floating tensor narrower
-    than float64 from a float64 input."""
+def _narrowing(dtype):
+    """For a float64 run, a dispatch mode whose `ops` lists each op (once, with the format) that gave
+    a floating tensor narrower than float64 from a float64 input: where the reference is not float64.
+    For any other run, a block that records nothing."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -236,7 +239,10 @@ def _narrowing():
                     if t.dtype != torch.float64 and found not in self.ops:
                         self.ops.append(found)
             return out
-    return Narrowing()
+
+    class Nothing(contextlib.nullcontext):
+        ops = []
+    return Narrowing() if dtype == torch.float64 else Nothing()
 
 
 def _paddle_call(call: LayerCall, p_call):
@@ -436,12 +442,12 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p
     cond_in, cond_p, said = [None] * len(g64), {}, ""
     if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
         unit = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
-        moved, moved_p, _ = _torch_local(get(t64), call, inputs, grads64, torch.float64, moved=unit)
+        moved, moved_p, _ = _torch_local(get(t64), call, inputs, grads64, torch.float64, moved=2 * unit)
         cond_in = [m - b for m, b in zip(moved, g64)]
         cond_p = {n: moved_p[n] - p64[n] for n in p64}
         said = (f"torch's float64 reference narrows to {', '.join(sorted({d for _, d in narrowed}))} in "
                 f"{', '.join(op for op, _ in narrowed[:3])}: budget from its change under inputs moved by one unit "
-                "of that format; ")
+                "in the last place of that format; ")
     label = call.path or "<model>"
     agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
     note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)

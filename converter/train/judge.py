@@ -19,8 +19,9 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     in paddle's format (TF32, bf16) minus its float64 value, when paddle uses another format than fp32:
     its rms and each element's own join the budget; e_other: paddle's own value minus its float64
     value, where it was measured (torch's error stands in for it otherwise); condition: per element,
-    how far the float64 value moves when its inputs move by one unit of the format a reference
-    computed in (a reference that is not float64 inside)."""
+    how far the float64 value moves when its inputs move by one unit in the last place of the format
+    a reference computed in (a reference that is not float64 inside): each side's, per element and
+    its mean square."""
     want = np.asarray(want, dtype=np.float32)
     got = np.asarray(got)
     if got.shape != want.shape:
@@ -37,7 +38,10 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     if fmt_err is not None:
         rounding = {formats["paddle"]: np.asarray(fmt_err, dtype=np.float32).reshape(want.shape)}
     shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
-    budget = budget_from_error(formats, want, e_ref, None, rounding, shaped(condition), shaped(e_other))
+    condition = shaped(condition)
+    budget = budget_from_error(formats, want, e_ref, None, rounding, condition, shaped(e_other))
+    if condition is not None and condition.size:  # one draw per element: its mean square joins every element's,
+        budget.var += np.float32(len(formats) * np.mean(np.square(condition, dtype=np.float64)))  # as e_ref's does
     extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
     budget.var += np.square(extra, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
