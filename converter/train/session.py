@@ -86,10 +86,10 @@ def _rate(value) -> bool:
 
 
 def _rate_attrs(obj) -> list[str]:
-    """`obj`'s own attributes that hold a dropout rate by their name: a float whose name says drop
+    """`obj`'s own attributes that hold a dropout rate by their name: a probability whose name says drop
     (HF sdpa attention's dropout_prob handed to scaled_dot_product_attention, DeBERTa's StableDropout
     drop_prob, attention_dropout, a config's hidden_dropout_prob, layerdrop)."""
-    return [k for k, v in vars(obj).items() if "drop" in k.lower() and isinstance(v, float) and v > 0]
+    return [k for k, v in vars(obj).items() if "drop" in k.lower() and isinstance(v, float) and 0 < v <= 1]
 
 
 def _zero_dropout(named, table: dict, saved: list) -> None:
