@@ -14,7 +14,7 @@ from .errors import CheckFailed, UserError, one_line
 from .io import open_sink_format, open_source
 from .io.atomic import AtomicOutput, OutputGroup, check_outputs
 from .io.base import Source, TensorInfo
-from .layout import bit_equal, bits, row_blocks
+from .layout import bit_equal, bits, contiguous, row_blocks
 from .pipeline import BoundedWorkers
 from .rules import MappingPlan, build_plan, resolve_mapping
 from .rules.plan import TargetEntry, float_dtype
@@ -310,7 +310,7 @@ def convert_in_memory(torch_model, paddle_model, mapping=None):
     plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping)
     state = {}
     for entry in plan.entries:
-        array = np.ascontiguousarray(entry.compute(source.read))
+        array = contiguous(entry.compute(source.read))
         state[entry.name] = array
         for alias in entry.aliases:
             state[alias] = array

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -145,7 +144,7 @@ class PortSession:
         self.restore()
 
     def _set_up(self, spec, options: Options, weights: str | None, converted: str | None, mapping: str | None):
-        from ..frameworks import paddle_side
+        from ..frameworks import paddle_side, torch_side
         self.undo.push(restore.record_torch_flags())
         self.undo.push(restore.record_paddle_flags())
         self.device = pick_device(options.device)
@@ -165,7 +164,7 @@ class PortSession:
         self._set_weights(spec, converted, mapping)
         self.torch_model.eval()
         self.paddle_model.eval()
-        self.torch64 = copy.deepcopy(self.torch_model).double().cpu()
+        self.torch64 = torch_side.float64_copy(self.torch_model)
         if self.device == "cuda":
             self.torch_model.cuda()
         if options.precision == "strict":

@@ -10,6 +10,22 @@ from . import hooks
 from ..lazy import import_torch
 
 
+def float64_copy(model):
+    """A copy of `model` on the CPU whose floating parameters and buffers are float64, each widened
+    from the original one at a time (a deep copy then .double() would hold a float32 copy of the
+    whole model on the way); tied tensors stay tied."""
+    import copy
+    import itertools
+    torch = import_torch()
+    memo = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if id(t) in memo:
+            continue
+        wide = t.detach().to("cpu", torch.float64 if t.is_floating_point() else t.dtype, copy=True)
+        memo[id(t)] = torch.nn.Parameter(wide, t.requires_grad) if isinstance(t, torch.nn.Parameter) else wide
+    return copy.deepcopy(model, memo).double().cpu()
+
+
 def state_dict_infos(model) -> dict[str, TensorInfo]:
     return {k: TensorInfo(k, dtypes.torch_name(v.dtype), tuple(v.shape)) for k, v in model.state_dict().items()}
 

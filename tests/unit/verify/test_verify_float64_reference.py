@@ -109,3 +109,28 @@ def test_a_wrong_epsilon_in_it_is_named():
     spec = spec_from_functions(torch_model, lambda: PaddleNet(eps=1e-4), inputs, label="casting RMSNorm, epsilon")
     report = verify(spec, Options(device="cpu", strategy="full"), bisect=True)
     assert report.verdict == "fail" and report.first_bad.torch == "norm", report.to_json()["first_bad_layer"]
+
+
+def test_the_float64_copy_widens_each_tensor_keeps_ties_and_leaves_the_model_alone():
+    from converter.frameworks.torch_side import float64_copy
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+            self.register_buffer("steps", torch.tensor(3))
+            self.register_buffer("scale", torch.full((4,), 0.5))
+
+    torch.manual_seed(0)
+    model = Tied()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    wide = float64_copy(model)
+    assert wide.head.weight is wide.embed.weight and isinstance(wide.head.weight, torch.nn.Parameter)
+    assert wide.embed.weight.dtype == torch.float64 and wide.scale.dtype == torch.float64
+    assert wide.steps.dtype == torch.int64 and int(wide.steps) == 3
+    assert torch.equal(wide.embed.weight, model.embed.weight.double())
+    for key, value in model.state_dict().items():
+        assert value.dtype == before[key].dtype and torch.equal(value, before[key]), key
+    assert wide.embed.weight.data_ptr() != model.embed.weight.data_ptr()
