@@ -4,7 +4,8 @@ imports a framework itself, where it needs one).
 Markers (registered in pyproject.toml, strict):
 - slow: the tests that make up most of the suite's time; `-m "not slow"` is the fast subset.
 - paddle: set here on every test whose file uses paddle or runs verify-port (which needs it).
-- side_env: set here on tests/real_models, which needs the side environment (scripts/side_env.sh)."""
+- side_env: set here on tests/real_models and tests/real_models_paddleformers, which need a side
+  environment (scripts/side_env.sh, scripts/side_env_paddleformers.sh)."""
 import os
 import re
 import sys
@@ -19,14 +20,14 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # paddle's set-up notes, as conv
 _NEEDS_PADDLE = re.compile(r"\bimport paddle\b|\bimport_paddle\b|helpers\.(planted|models)\b|\brun_verify\b|"
                            r"\bverify_port\b|converter\.(verify|train|compare|examples)\b|\bspec_path\b|\bSPECS\b|"
                            r"\bPortSpec\b|\bspec_from_functions\b")
-_SIDE_ENV = os.path.join(ROOT, "tests", "real_models")
+_SIDE_ENVS = tuple(os.path.join(ROOT, "tests", d) + os.sep for d in ("real_models", "real_models_paddleformers"))
 
 
 def pytest_collection_modifyitems(items):
     needs_paddle = {}
     for item in items:
         path = str(item.path)
-        if path.startswith(_SIDE_ENV + os.sep):
+        if path.startswith(_SIDE_ENVS):
             item.add_marker(pytest.mark.side_env)
         if path not in needs_paddle:
             with open(path, encoding="utf-8") as f:

@@ -46,6 +46,11 @@ def test_ci_runs_the_real_model_suite_after_the_main_tests():
     assert side in ci and ci.index(side) > ci.index(_readme_lines("pip install -c constraints.txt")[1])
 
 
+def test_ci_runs_the_paddleformers_suite_the_readme_gives():
+    (side,) = _readme_lines("PY=$(scripts/side_env_paddleformers.sh)")
+    assert side.endswith("pytest -q tests/real_models_paddleformers") and side in _ci_lines()
+
+
 def test_ci_checks_the_shipped_rule_sets_against_paddlenlp():
     (check,) = {line for line in _readme_lines("PY=$(scripts/side_env.sh)") if "check_mappings_paddlenlp" in line}
     assert check in _ci_lines()
