@@ -242,7 +242,8 @@ def _optimizer(session, tspec, report, fb, runs):
     failed = check.failed
     group = _group_of(failed["before"]["state"]["param_groups"], failed["index"], pair.torch[0])
     torch_side = _torch_settings(check.ref_opt, tspec.clip_grad_norm, group)
-    paddle_side = torch_settings_of(check.opt, check.params[pair.paddle], report.steps[failed["step"]].lr_paddle)
+    # the teacher-forced step ran at torch's base learning rate (the lr phase judges paddle's own)
+    paddle_side = torch_settings_of(check.opt, check.params[pair.paddle], report.steps[failed["step"]].lr_torch)
     keys = [k for k in paddle_side if k in torch_side and _differs(torch_side[k], paddle_side[k])]
     if torch_side["class"] != paddle_side.get("class") and paddle_side.get("class"):
         keys = ["class"] + [k for k in keys if k != "class"]
@@ -334,7 +335,7 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
         return None
     _clip(model, settings.get("clip"))
     opt.step()
-    want = pair.to_paddle({pair.torch[0]: params[pair.torch[0]].detach().numpy()})
+    want = pair.to_paddle({t: params[t].detach().numpy() for t in pair.torch})
     got = failed["paddle"][pair.paddle]
     return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
                  float(np.max(np.abs(want), initial=0)) * 1e-6).ratio

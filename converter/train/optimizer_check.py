@@ -27,7 +27,7 @@ def _pow32(beta: float, n: int) -> np.ndarray:
 
 
 def _state_table(popt, torch_state: dict, lr: float) -> dict:
-    """Paddle accumulator name -> the array torch's state gives it (torch's layout), for one parameter."""
+    """Paddle accumulator name -> the array torch's state gives it (torch's layout), for one torch parameter."""
     kind = type(popt).__name__
     get = lambda key: torch_state[key].detach().cpu().numpy() if key in torch_state else None
     if kind in ("Adam", "AdamW"):
@@ -60,11 +60,10 @@ class OptimizerCheck:
         self.model = session.paddle_copy()
         self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
         self.params = dict(self.model.named_parameters())
-        self.by_paddle = {}  # paddle name -> its pair (a torch tensor split in pieces gives several)
-        for pair in session.pairs:
-            p = self.params.get(pair.paddle)
-            if p is not None and not p.stop_gradient and len(pair.torch) == 1:
-                self.by_paddle[pair.paddle] = pair
+        # paddle name -> its pair, every trainable paddle parameter: a torch tensor split in pieces gives
+        # several, a paddle tensor fused from several torch tensors (q|k|v) one, laid out as the plan says
+        self.by_paddle = {pair.paddle: pair for pair in session.pairs
+                          if pair.paddle in self.params and not self.params[pair.paddle].stop_gradient}
         self.ref = session.torch_copy(torch.float64)
         self.ref_opt, _ = tspec.torch_optimizer(self.ref)
         self.rows: list = []
@@ -101,8 +100,7 @@ class OptimizerCheck:
         # independent terms
         self.loss_drift.append(float(np.sqrt(sum(float(np.sum(np.square(pair.to_paddle(grads) * self.drift[pair.paddle],
                                                                          dtype=np.float64)))
-                                                 for pair in self.by_paddle.values()
-                                                 if pair.torch[0] in grads and pair.paddle in self.drift))))
+                                                 for pair in self._stepped(grads) if pair.paddle in self.drift))))
         if not self.checks(k):
             self._drift_only(model, opt, params, grads)
             if self.sched is not None:
@@ -112,12 +110,10 @@ class OptimizerCheck:
         index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
         state_before = {index[i]: s for i, s in before["state"]["state"].items()}
         lr = float(opt.param_groups[0]["lr"])
-        for pair in self.by_paddle.values():
-            name = pair.torch[0]
-            if name not in grads:
-                continue
+        for pair in self._stepped(grads):
             self._set(pair, pair.to_paddle(params), pair.to_paddle(grads))
-            self._load_state(pair, state_before.get(name, {}), lr)
+            self._load_state(pair, state_before, params, lr)
+        self._force_lr(lr)
         self.opt.step()
         self.opt.clear_grad()
         if self.sched is not None:
@@ -129,16 +125,34 @@ class OptimizerCheck:
             self.failed = {"step": k, "before": before, "index": index,
                            "paddle": {pair.paddle: self.params[pair.paddle].numpy() for pair in self.by_paddle.values()}}
 
-    def _load_state(self, pair, torch_state: dict, lr: float):
+    def _stepped(self, grads: dict) -> list:
+        """The pairs whose torch tensors all have a gradient at this step."""
+        return [pair for pair in self.by_paddle.values() if all(t in grads for t in pair.torch)]
+
+    def _force_lr(self, lr: float):
+        """Paddle's base learning rate set to torch's for this step (its schedule is the lr phase's
+        to judge, not this one's); per-parameter factors and groups stay paddle's own."""
+        if self.sched is not None:
+            self.sched.last_lr = lr
+        else:
+            self.opt.set_lr(lr)
+
+    def _load_state(self, pair, state_before: dict, params: dict, lr: float):
+        """Torch's optimizer state of the torch tensors `pair` is made of, in paddle's layout, loaded
+        into paddle's accumulators; a state torch does not hold for one tensor is zero there."""
         pname = self.params[pair.paddle].name
-        for acc, value in _state_table(self.opt, torch_state, lr).items():
+        tables = {t: _state_table(self.opt, state_before.get(t, {}), lr) for t in pair.torch}
+        for acc in tables[pair.torch[0]]:
             holder = self.opt._accumulators.get(acc, {}).get(pname)
             if holder is None:
                 continue
-            if value is None:
+            values = {t: tables[t][acc] for t in pair.torch}
+            if acc.endswith("_pow_acc"):  # a scalar kept per parameter: one step count for all its parts
+                value = values[pair.torch[0]]
+            elif all(v is None for v in values.values()):
                 value = np.zeros(holder.shape, dtype=np.float32)
-            elif not acc.endswith("_pow_acc"):  # a scalar kept per parameter; the rest are laid out as it
-                value = pair.to_paddle({pair.torch[0]: value})
+            else:  # laid out as the parameter
+                value = pair.to_paddle({t: np.zeros_like(params[t]) if v is None else v for t, v in values.items()})
             holder.set_value(np.ascontiguousarray(value).astype(np.float32))
 
     def _reference(self, before: dict, index: list):
@@ -176,19 +190,18 @@ class OptimizerCheck:
         """What the conventions add to the weights on a step that is not teacher-forced."""
         conv = self._conventions(grads)
         torch_params, torch_state = _torch_side(model, opt)
-        for pair in self.by_paddle.values():
-            name = pair.torch[0]
-            if name in grads:
-                delta = np.abs(pair.to_paddle(torch_params) - pair.to_paddle(params_before))
-                rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(name, pair, opt, torch_state)))
-                self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
+        for pair in self._stepped(grads):
+            delta = np.abs(pair.to_paddle(torch_params) - pair.to_paddle(params_before))
+            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
+            self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
 
-    def _rmsprop_rel(self, name: str, pair, opt, torch_state: dict):
+    def _rmsprop_rel(self, pair, opt, torch_state: dict):
         """paddle's sqrt(v + eps) against torch's sqrt(v) + eps: the relative change of the step, per element."""
-        if type(self.opt).__name__ != "RMSProp" or "square_avg" not in torch_state.get(name, {}):
+        if type(self.opt).__name__ != "RMSProp" or any("square_avg" not in torch_state.get(t, {}) for t in pair.torch):
             return 0.0
         eps = float(opt.param_groups[0]["eps"])
-        v = pair.to_paddle({name: torch_state[name]["square_avg"].detach().cpu().numpy().astype(np.float64)})
+        v = pair.to_paddle({t: torch_state[t]["square_avg"].detach().cpu().numpy().astype(np.float64)
+                            for t in pair.torch})
         torch_denom = np.sqrt(v) + eps
         return np.abs(np.sqrt(v + eps) - torch_denom) / torch_denom
 
@@ -196,33 +209,30 @@ class OptimizerCheck:
                  state_before: dict):
         conv = self._conventions(grads)
         torch_params, torch_state = _torch_side(model, opt)
-        for pair in self.by_paddle.values():
-            name = pair.torch[0]
-            if name not in grads:
-                continue
+        for pair in self._stepped(grads):
             got = self.params[pair.paddle].numpy()
             want = pair.to_paddle(torch_params)
             e_ref = want - pair.to_paddle(ref_params).astype(np.float32)
             delta = np.abs(want - pair.to_paddle(params_before))
-            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(name, pair, opt, torch_state)))
-            self._row(k, name, pair, "", want, got, e_ref, rel * delta)
+            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
+            self._row(k, pair, "", want, got, e_ref, rel * delta)
             self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
             for acc, key in TORCH_STATE_OF.items():
                 holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
-                tstate = torch_state.get(name, {})
-                if holder is None or key not in tstate or key not in ref_state.get(name, {}):
+                if holder is None or any(key not in torch_state.get(t, {}) or key not in ref_state.get(t, {})
+                                         for t in pair.torch):
                     continue
                 scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
-                want_s = pair.to_paddle({name: tstate[key].detach().cpu().numpy() * scale})
-                ref_s = pair.to_paddle({name: ref_state[name][key].numpy() * scale}).astype(np.float32)
-                old = state_before.get(name, {}).get(key)
-                old = 0.0 if old is None else np.abs(pair.to_paddle({name: old.detach().cpu().numpy() * scale}))
+                want_s = pair.to_paddle({t: torch_state[t][key].detach().cpu().numpy() * scale for t in pair.torch})
+                ref_s = pair.to_paddle({t: ref_state[t][key].numpy() * scale for t in pair.torch}).astype(np.float32)
+                olds = {t: state_before.get(t, {}).get(key) for t in pair.torch}
+                old = np.abs(pair.to_paddle({t: np.zeros(params_before[t].shape) if v is None else
+                                             v.detach().cpu().numpy() * scale for t, v in olds.items()}))
                 # the conventions scale the terms the new state is summed from, whose size |new| + |old| bounds
-                self._row(k, name, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s,
-                          conv * (np.abs(want_s) + old))
+                self._row(k, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s, conv * (np.abs(want_s) + old))
 
-    def _row(self, k, name, pair, what, want, got, e_ref, extra):
-        self.rows.append(judge("optimizer", k, name + what, pair.paddle + what, want, got, e_ref, extra))
+    def _row(self, k, pair, what, want, got, e_ref, extra):
+        self.rows.append(judge("optimizer", k, pair.torch_name + what, pair.paddle + what, want, got, e_ref, extra))
 
 
 def _torch_side(model, opt) -> tuple[dict, dict]:
