@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -104,28 +104,30 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
 
 
 def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
-    """(result with the end-to-end metrics, torch's matched outputs as one array or None, the
+    """(the row with the end-to-end metrics, torch's matched outputs as one array or None, the
     shapes they are compared in)."""
     t_out, p_out = t_call.outputs, sliced(pair, p_call.outputs)
     pairs = outputs_of(t_out, p_out)
-    result = LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type,
-                         pairs.shapes[0] if pairs else tuple(t_out[0].shape) if t_out else (), formats=dict(session.formats))
     if not pairs:
+        shape = tuple(t_out[0].shape) if t_out else ()
         if t_out and p_out:
-            result.note = (f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
-                           f"paddle {[list(b.shape) for b in p_out]}")
-            result.ratio = float("inf")
-        else:
-            result.note = "no floating output on " + ("paddle's side" if t_out else "torch's side" if p_out else "either side")
-            result.ratio = float("inf") if t_out or p_out else 0.0
-        return result, None, pairs
-    result.note = "; ".join(filter(None, [pair.part and pair.part.note, _pairing_note(t_out, p_out, pairs)]))
+            return _row(session, pair, shape, ratio=float("inf"), note=(
+                f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
+                f"paddle {[list(b.shape) for b in p_out]}")), None, pairs
+        side = "paddle's side" if t_out else "torch's side" if p_out else "either side"
+        return _row(session, pair, shape, ratio=float("inf") if t_out or p_out else 0.0,
+                    note="no floating output on " + side), None, pairs
+    note = joined(pair.part and pair.part.note, _pairing_note(t_out, p_out, pairs))
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
     m = compare(*unmasked(masked_alike(y_t, y_p), y_t, y_p))
-    result.max_abs, result.mean_abs, result.max_rel, result.cosine = m.max_abs, m.mean_abs, m.max_rel, m.cosine
-    result.nan, result.inf, result.worst_index = m.nan, m.inf, m.worst_index
-    return result, y_t, pairs
+    return _row(session, pair, pairs.shapes[0], max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel,
+                cosine=m.cosine, nan=m.nan, inf=m.inf, worst_index=m.worst_index, note=note), y_t, pairs
+
+
+def _row(session, pair: LayerPair, shape: tuple, **figures) -> LayerResult:
+    return LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type, shape,
+                       formats=dict(session.formats), **figures)
 
 
 def unmasked(masked, *arrays) -> list:
@@ -140,9 +142,32 @@ def unmasked(masked, *arrays) -> list:
     return out
 
 
-def add_note(result: LayerResult, note: str) -> None:
-    if note:
-        result.note = "; ".join(filter(None, [result.note, note]))
+def joined(*notes) -> str:
+    """The notes that say something, in order, as one."""
+    return "; ".join(filter(None, notes))
+
+
+@dataclass(frozen=True)
+class Local:
+    """A layer's own error as an analysis judged it: its max and mean abs, the budget's tolerance
+    and the ratio (all None where it could not be judged), what the analysis says of it, and the
+    child whose input, as this layer's own code computed it, gave the ratio (or "")."""
+
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    budget: float | None = None
+    ratio: float | None = None
+    notes: tuple[str, ...] = ()
+    worst_input: str = ""
+
+    def noted(self, note: str) -> Local:
+        return replace(self, notes=self.notes + (note,))
+
+
+def judged(row: LayerResult, local: Local) -> LayerResult:
+    """The end-to-end row with the layer's own error and its notes."""
+    return replace(row, local_max_abs=local.max_abs, local_mean_abs=local.mean_abs, budget=local.budget,
+                   ratio=local.ratio, worst_input=local.worst_input, note=joined(row.note, *local.notes))
 
 
 def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Evidence:
@@ -168,22 +193,19 @@ def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Ev
                     pairs)
 
 
-def _judge_local(result: LayerResult, y_ref: np.ndarray, y_other: np.ndarray, budget: Budget):
-    """The result's local figures and ratio: `y_other` against torch's `y_ref` under `budget`;
-    returns the comparison's Metrics."""
+def _judge_local(y_ref: np.ndarray, y_other: np.ndarray, budget: Budget, note: str) -> Local:
+    """`y_other` against torch's `y_ref` under `budget`."""
     local = compare(y_ref, y_other)
-    result.local_max_abs, result.local_mean_abs = local.max_abs, local.mean_abs
-    result.ratio, result.budget = budget.ratio(np.abs(np.nan_to_num(y_other - y_ref, nan=np.inf)))
-    return local
+    ratio, tolerance = budget.ratio(np.abs(np.nan_to_num(y_other - y_ref, nan=np.inf)))
+    return Local(max_abs=local.max_abs, mean_abs=local.mean_abs, budget=tolerance, ratio=ratio, notes=(note,))
 
 
-def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs,
-                      result: LayerResult) -> None:
+def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs) -> Local:
     """Where paddle's layer cannot be run on torch's inputs, judge what it adds: the torch module
     run in float64 (and in float32, for the budget) on the inputs paddle's layer really received,
     matched by value to torch's call; paddle's output against that. The error it inherited is
-    then gone, and the rest is its own. Sets the result's ratio; a result that cannot be judged
-    this way either keeps ratio None, and the final outputs' check answers for it."""
+    then gone, and the rest is its own. A layer that cannot be judged this way either has no
+    ratio, and the final outputs' check answers for it."""
     from ..compare.replay import torch_call_on
     try:
         call32, call64 = torch_call_on(t_call, p_call)
@@ -191,11 +213,11 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
         y32 = laid_out(pairs.of_torch(run_torch_module(module, call32)), pairs.shapes)
         y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), call64)), pairs.shapes)
     except Exception as exc:
-        add_note(result, f"could not be judged: the torch module does not run on paddle's inputs ({type(exc).__name__})")
-        return
+        return Local(notes=(f"could not be judged: the torch module does not run on paddle's inputs "
+                            f"({type(exc).__name__})",))
     y_p = laid_out(to_numpy_list(pairs.of_paddle(sliced(pair, p_call.outputs)), "paddle"), pairs.shapes)
-    _judge_local(result, y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, session.formats))
-    add_note(result, "judged by what it adds: torch's module run on the inputs paddle's layer received")
+    return _judge_local(y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, session.formats),
+                        "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
 
 # ---------------------------------------------------------------- all pairs, forced passes
@@ -300,36 +322,40 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
         return list(pool.map(one, passes.pairs))
 
 
-def _analyze_forced(session, pair, passes: Passes, children, differing):
-    result, y_t, pairs = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
+def _analyze_forced(session, pair, passes: Passes, children, differing) -> LayerResult:
+    row, y_t, pairs = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
     if y_t is None:
-        return result
+        return row
     loc: ForcedCall | None = passes.forced_p.get(pair.paddle)
     ref: Reference | None = passes.forced_64.get(pair.torch)
     if loc is None or ref is None or len(ref.output_err) <= max(pairs.torch):
-        add_note(result, "the forced paddle pass did not reach this layer")
-        judge_by_addition(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], pairs, result)
-        return result
-    if loc.forcing is not None:
-        add_note(result, loc.forcing.note)
+        return judged(replace(row, note=joined(row.note, "the forced paddle pass did not reach this layer")),
+                      judge_by_addition(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], pairs))
     outputs = sliced(pair, loc.outputs)
     if not pairs.fits(outputs):
-        result.note, result.ratio = "the forced paddle layer gave outputs of another shape", float("inf")
-        return result
+        return replace(row, note="the forced paddle layer gave outputs of another shape", ratio=float("inf"))
     y_local = laid_out(pairs.of_paddle(outputs), pairs.shapes)
-    found = _local(session, pair, passes, ref, y_local, y_t, pairs)
-    result.local_max_abs, result.local_mean_abs, result.ratio, result.budget = found
+    own = _local(session, pair, passes, ref, y_local, y_t, pairs)
+    if loc.forcing is not None:
+        own = own.noted(loc.forcing.note)
+    return judged(row, _worst_input(session, own, children, differing, passes))
+
+
+def _worst_input(session, own: Local, children, differing, passes: Passes) -> Local:
+    """`own` where an input this layer's own code computed for one of its children is further
+    over its budget than the layer's output (the worst such input)."""
+    local = own
     for child in children:
         found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)
-        if found is not None and found[0] > result.ratio:
-            result.ratio, result.budget, result.local_max_abs = found
-            result.worst_input = child.torch
-            add_note(result, f"worst at the input of {child.torch}, as this layer's own code computed it")
-    return result
+        if found is not None and found[0] > local.ratio:
+            ratio, budget, max_abs = found
+            local = replace(local, ratio=ratio, budget=budget, max_abs=max_abs, worst_input=child.torch).noted(
+                f"worst at the input of {child.torch}, as this layer's own code computed it")
+    return local
 
 
-def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> tuple:
-    """(local max abs, local mean abs, ratio, budget) of a pair's own output."""
+def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> Local:
+    """The error of a pair's own output, and its budget."""
     masked = masked_alike(y_t, y_local)
     diff = np.subtract(y_local, y_t)
     if masked is not None:
@@ -340,13 +366,13 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
         diff = np.nan_to_num(diff, nan=np.inf)
         top = float("inf")
     if top == 0:
-        return top, 0.0, 0.0, None  # bit-identical on the same inputs (same kernels): no budget needed
+        return Local(max_abs=top, mean_abs=0.0, ratio=0.0)  # bit-identical on the same inputs (same kernels): no budget
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
     budget = _output_budget(session, pair, passes, ref, y_t, pairs, masked)
     with np.errstate(over="ignore"):  # squared in the budget's dtype: float64 where float32's squares overflow
         q = np.square(diff, out=diff) if budget.var.dtype == diff.dtype else np.square(diff, dtype=budget.var.dtype)
         ratio, tolerance = budget.ratio_of_squares(q.reshape(budget.var.shape))
-    return top, mean, ratio, tolerance
+    return Local(max_abs=top, mean_abs=mean, budget=tolerance, ratio=ratio)
 
 
 def _returned_child(passes: Passes, pair, pairs: OutputPairs):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..compare.weights import WeightCheck, WeightDiff
 from ..diagnosis import Diagnosis
 from ..results import Verdict
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayerResult:
     torch: str
     paddle: str
@@ -129,8 +129,7 @@ class Report:
             first = next((r for r in layers if r.verdict is Verdict.FAIL and (r.torch, r.paddle, r.type)
                           == (said["torch"], said["paddle"], said["type"])), None)
             if first is None and outputs is not None:  # no layer isolated: the final outputs failed
-                first = outputs
-                outputs.torch, outputs.paddle, outputs.type = said["torch"], said["paddle"], said["type"]
+                outputs = first = replace(outputs, torch=said["torch"], paddle=said["paddle"], type=said["type"])
         loaded = body["loaded_weights"]
         weights = None if loaded is None else WeightCheck(loaded["mapping"], loaded["checked"], [
             WeightDiff(d["paddle"], d["torch"], tuple(d["shape"]), d["differ"], d["size"], d["max_abs"],
