@@ -146,7 +146,8 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
                     dtype: str | None = None, force: bool = False, emit_mapping: str | None = None,
                     progress: bool = False, log: Callable[[str], None] | None = None,
                     also_written: dict[str, str | None] | None = None,
-                    allow_outside_shards: bool = False, json_path: str | None = None) -> ConversionResult:
+                    allow_outside_shards: bool = False, json_path: str | None = None,
+                    target: str | None = None) -> ConversionResult:
     """Convert the torch checkpoint `src` to the paddle weights file `dst` (.pdparams or .safetensors)
     and check every written tensor bit for bit; returns the ConversionResult (`ok`, `tensors`,
     `mapping`, `dropped`, `to_json()`).
@@ -157,13 +158,15 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
     floating tensors. log receives one-line notes (what was unwrapped, the detected rule set).
     also_written names the caller's own outputs (option -> path), checked with dst before anything
     is written. json_path: the result's JSON report, written together with dst and emit_mapping
-    (all of them or none). Bad input raises UserError, and nothing is written."""
+    (all of them or none). target: "paddleformers" or "paddlenlp", the library whose shipped sets
+    detection tries (default: PaddleFormers' where one fits). Bad input raises UserError, and
+    nothing is written."""
     from .convert import convert
     if isinstance(spec, str):
         spec = PortSpec.from_file(spec)
     return convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force, emit_mapping=emit_mapping,
                    progress=progress, log=log or _quiet, also_written=also_written,
-                   allow_outside_shards=allow_outside_shards, json_path=json_path)
+                   allow_outside_shards=allow_outside_shards, json_path=json_path, target=target)
 
 
 @dataclass(frozen=True)
@@ -192,17 +195,19 @@ def converts_a_directory(src: str, dst: str) -> bool:
 
 def convert_directory(src_dir: str, out_dir: str, mapping: str | None = None, dtype: str | None = None,
                       force: bool = False, max_shard_size: str | None = None, progress: bool = False,
-                      log: Callable[[str], None] | None = None, json_path: str | None = None) -> DirectoryConversion:
+                      log: Callable[[str], None] | None = None, json_path: str | None = None,
+                      target: str | None = None) -> DirectoryConversion:
     """Convert the HF model directory `src_dir` (config.json and single or sharded weights) into
-    `out_dir`, which PaddleNLP's from_pretrained loads: the weights (cut into shards of at most
-    `max_shard_size`, e.g. "5GB", else sharded as the source was) and config.json in PaddleNLP's
-    field names, every tensor checked bit for bit. The directory appears complete or not at all;
+    `out_dir`, which PaddleFormers' or PaddleNLP's from_pretrained loads (`target`: "paddleformers"
+    or "paddlenlp"; default PaddleFormers where it has config.json's model_type): the weights (cut
+    into shards of at most `max_shard_size`, e.g. "5GB", else sharded as the source was) and
+    config.json in that library's field names, every tensor checked bit for bit. The directory appears complete or not at all;
     with force it replaces only a directory this tool wrote. mapping: a rule-set name or file
     (default: the one config.json's model_type names). json_path: the result's JSON, written
     together with out_dir. Bad input raises UserError, and nothing is written."""
     from .hfdir import convert_directory as convert_dir
     done = convert_dir(src_dir, out_dir, mapping, dtype, force, max_shard_size, progress, log or _quiet,
-                       json_path=json_path)
+                       json_path=json_path, target=target)
     return DirectoryConversion(done["output"], list(done["files"]), done["mapping"], done["tensors"], done["bytes"],
                                list(done["dropped"]))
 

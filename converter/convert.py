@@ -69,9 +69,10 @@ AUTO = "auto"  # --mapping auto: the shipped rule set that fits the checkpoint's
 
 
 def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | None = None,
-                   log=lambda line: None) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
+                   log=lambda line: None, target: str | None = None) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
     """The rule set to use and, when the paddle model is known, its state-dict entries. With
-    neither a mapping nor a spec (or `auto`), the shipped set that fits `infos` (said on `log`)."""
+    neither a mapping nor a spec (or `auto`), the shipped set that fits `infos` (said on `log`),
+    among `target`'s (paddleformers or paddlenlp) when given."""
     targets = None
     if spec is not None:
         from .frameworks.paddle_side import state_dict_infos
@@ -79,7 +80,7 @@ def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | Non
     name = mapping or (spec.mapping if spec is not None else None)
     if name == AUTO or (not name and spec is None):
         from .rules.detect import detect
-        found = detect(infos or {})
+        found = detect(infos or {}, target=target)
         log(found.describe(len(infos)))
         return found.chosen.ruleset, targets
     if name:
@@ -254,7 +255,8 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
 def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: str | None = None,
             force: bool = False, emit_mapping: str | None = None, progress: bool = True,
             log=lambda line: None, also_written: dict[str, str | None] | None = None,
-            allow_outside_shards: bool = False, json_path: str | None = None) -> ConversionResult:
+            allow_outside_shards: bool = False, json_path: str | None = None,
+            target: str | None = None) -> ConversionResult:
     """DST, --emit-mapping and the JSON report (`json_path`) are written together: all of them or,
     when anything fails, none (a file --force replaced is left as it was). `also_written` names
     the caller's own outputs (option -> path), checked with them before anything is written."""
@@ -267,7 +269,7 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         check_outputs(outputs, inputs + list(source.files), force)
         for note in source.notes:
             log(f"note: {one_line(note)}")
-        ruleset, targets = choose_ruleset(mapping, spec, source.infos, log)
+        ruleset, targets = choose_ruleset(mapping, spec, source.infos, log, target)
         plan = plan_conversion(source, ruleset, targets, dtype)
         result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
                                   plan.dropped, list(source.notes))

@@ -6,6 +6,11 @@ behaves as without a field to say so (`implied`: written by HF, not by us), and 
 fields it takes under the same name (`same`). A field that fits none of these has no
 counterpart: that is an error naming it, unless `force`, which copies it unchanged.
 The facts come from PaddleNLP 2.8.1's configuration and modeling code.
+
+For PaddleFormers 1.2 (`PADDLEFORMERS_FAMILIES`) the translation is a copy: its configuration
+classes read HF transformers 5's config.json under the same names (`dtype`, `rope_parameters`,
+`layer_types`, ...). What it checks is the one thing PaddleFormers 1.2 cannot act on: rotary
+parameters per layer type with different values (it builds one rotary table for every layer).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Family:
     ignored: frozenset = frozenset()  # fields HF's own modeling does not read either
     tied_head: str | None = None  # a source key to leave out when tie_word_embeddings is true
     checked: frozenset = frozenset()  # fields judged together with others (see _family_rules)
+    target: str = "paddlenlp"  # the library: paddlenlp (PaddleNLP 2.8.1) or paddleformers (PaddleFormers 1.2)
 
 
 def _same_names(*names):
@@ -149,6 +155,25 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def _paddleformers(model_type: str, *causal_lm: str) -> Family:
+    """A PaddleFormers 1.2 family: HF's class names are PaddleFormers' (the ones that run without
+    paddlefleet are listed in docs/model-directories.md)."""
+    prefix = causal_lm[0]
+    return Family(model_type, f"paddleformers-{model_type}", _heads(prefix, "Model", "ForCausalLM"),
+                  target="paddleformers")
+
+
+PADDLEFORMERS_FAMILIES: dict[str, Family] = {
+    "llama": _paddleformers("llama", "Llama"),
+    "qwen2": _paddleformers("qwen2", "Qwen2"),
+    "qwen3": _paddleformers("qwen3", "Qwen3"),
+    "phi3": _paddleformers("phi3", "Phi3"),
+    "ernie4_5": _paddleformers("ernie4_5", "Ernie4_5"),
+}
+TARGET_FAMILIES = {"paddleformers": PADDLEFORMERS_FAMILIES, "paddlenlp": FAMILIES}
+TARGET_NAMES = {"paddleformers": "PaddleFormers 1.2", "paddlenlp": "PaddleNLP 2.8.1"}
+
+
 def _int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63
 
@@ -192,6 +217,10 @@ KINDS: dict[str, Kind] = {
                      "d_model", "num_layers", "num_heads", "relative_attention_num_buckets", "ffn_dim",
                      "word_embed_proj_dim", "embedding_size", "num_local_experts", "num_experts_per_tok",
                      "pooler_hidden_size", "attention_head_size", "conv_groups", "pretraining_tp"], SIZE),
+    "head_dim": SIZE,
+    "rope_parameters": OBJECT.or_null(),
+    "layer_types": STRINGS,
+    **dict.fromkeys(["attention_bias", "mlp_bias", "use_bias"], BOOL),
     **dict.fromkeys(["n_inner", "sliding_window", "num_key_value_heads", "cross_attention_hidden_size"], SIZE.or_null()),
     **dict.fromkeys(["type_vocab_size", "conv_kernel_size", "chunk_size_feed_forward", "max_length", "min_length",
                      "num_beams", "num_beam_groups", "num_return_sequences", "no_repeat_ngram_size",
@@ -247,6 +276,8 @@ def _type_name(value) -> str:
 def reads(family: Family, name: str) -> bool:
     """Whether the translation reads this field's value for this family (copies, renames,
     translates or judges it)."""
+    if family.target == "paddleformers":
+        return name not in BOOKKEEPING  # copied as it is
     return (name in family.same or name in family.renames or name in family.values or name in family.checked
             or name in BASE_SAME or name in BASE_RENAMES or name == "architectures")
 
@@ -271,13 +302,20 @@ class Translated:
     notes: list[str] = field(default_factory=list)
 
 
-def family_of(hf: dict, where: str) -> Family:
+def family_of(hf: dict, where: str, target: str | None = None) -> Family:
+    """The family of config.json's model_type for `target`'s library; with no target, PaddleFormers'
+    where it has the family, else PaddleNLP's."""
     model_type = hf.get("model_type")
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
+    if target is None:
+        target = "paddleformers" if model_type in PADDLEFORMERS_FAMILIES else "paddlenlp"
+    families = TARGET_FAMILIES[target]
+    if not isinstance(model_type, str) or model_type not in families:
         what = "model_type" if isinstance(model_type, str) else f"model_type ({_type_name(model_type)})"
-        raise UserError(f"{where}: {what} {shown(model_type)} is not one this tool translates "
-                        f"({', '.join(sorted(FAMILIES))}); convert the weights file alone with --mapping")
-    return FAMILIES[model_type]
+        other = [t for t, f in TARGET_FAMILIES.items() if t != target and model_type in f]
+        instead = f"pass --target {other[0]}" if other else "convert the weights file alone with --mapping"
+        raise UserError(f"{where}: {what} {shown(model_type)} is not one this tool translates for "
+                        f"{TARGET_NAMES[target]} ({', '.join(sorted(families))}); {instead}")
+    return families[model_type]
 
 
 def _value(family: Family, name: str, value, problems: list[str]):
@@ -319,11 +357,14 @@ def _field(family: Family, name: str, value, out: dict, notes: list[str], proble
         problems.append(f"{shown(name)} has no PaddleNLP counterpart")
 
 
-def translate_config(hf: dict, force: bool = False, where: str = "config.json") -> Translated:
+def translate_config(hf: dict, force: bool = False, where: str = "config.json", target: str | None = None) -> Translated:
     """PaddleNLP's config for an HF config dict; a UserError naming every field without a counterpart
-    unless `force`, which copies those fields unchanged."""
-    family = family_of(hf, where)
+    unless `force`, which copies those fields unchanged. target: paddleformers or paddlenlp (default:
+    PaddleFormers where it has the family), see family_of."""
+    family = family_of(hf, where, target)
     check_kinds(hf, family, where)
+    if family.target == "paddleformers":
+        return _paddleformers_config(hf, family, force, where)
     out: dict = {"model_type": family.model_type}
     notes: list[str] = []
     problems: list[str] = []
@@ -344,6 +385,25 @@ def translate_config(hf: dict, force: bool = False, where: str = "config.json") 
                         problems)
     notes += [f"--force: {p}" for p in problems]
     return Translated(out, family, notes)
+
+
+def _paddleformers_config(hf: dict, family: Family, force: bool, where: str) -> Translated:
+    """PaddleFormers 1.2 reads HF 5's config.json under HF's names: every field but HF's bookkeeping
+    is copied; rotary parameters that differ per layer type are an error unless `force`."""
+    out = {name: value for name, value in hf.items() if name not in BOOKKEEPING}
+    notes = [f"left out '{name}' (not read by the model)" for name in hf if name in BOOKKEEPING]
+    problems = []
+    rope = hf.get("rope_parameters")
+    per_type = {k: v for k, v in (rope or {}).items() if isinstance(v, dict)}
+    thetas = {k: v.get("rope_theta") for k, v in per_type.items()}
+    if len(set(map(repr, per_type.values()))) > 1:
+        problems.append(f"'rope_parameters' differ per layer type ({shown(thetas)}); PaddleFormers 1.2 builds one "
+                        "rotary table and applies it to every layer")
+    if problems and not force:
+        raise UserError(f"{where}: {len(problems)} field(s) of this {family.model_type} config cannot be said in "
+                        "PaddleFormers 1.2's config; pass --force to copy them unchanged (PaddleFormers will not act "
+                        "on them)", problems)
+    return Translated(out, family, notes + [f"--force: {p}" for p in problems])
 
 
 def _family_rules(family: Family, hf: dict, out: dict, problems: list[str]) -> None:

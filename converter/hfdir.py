@@ -1,7 +1,8 @@
 """`convert-weights HF_DIR OUT_DIR`: an HF model directory (config.json and single or sharded
-weights) to what PaddleNLP's from_pretrained(OUT_DIR) loads: model_state.pdparams (or shards
-model_state-0000i-of-0000n.pdparams with model_state.pdparams.index.json) and a config.json
-in PaddleNLP's field names.
+weights) to what PaddleFormers' or PaddleNLP's from_pretrained(OUT_DIR) loads: model_state.pdparams
+(or shards model_state-0000i-of-0000n.pdparams with model_state.pdparams.index.json) and a
+config.json in that library's field names (PaddleFormers 1.2 reads HF 5's own). The library is
+`target`'s; by default PaddleFormers where it has config.json's model_type, else PaddleNLP.
 
 The directory appears complete or not at all: everything is written into a hidden directory
 beside OUT_DIR, each file checked as convert-weights checks one, and given OUT_DIR's name last
@@ -16,11 +17,12 @@ import re
 
 from . import dtypes
 from .errors import UserError, quoted
-from .hfconfig import Translated, shown, translate_config
+from .hfconfig import TARGET_NAMES, Translated, shown, translate_config
 from .io import open_source
 from .io.atomic import OutputGroup, check_outputs
 from .io.base import Source
 from .io.inputs import CONFIG_CAP, read_small_file
+from .rules.detect import check_target
 from .rules.plan import MappingPlan, build_plan
 from .rules.ruleset import resolve_mapping
 
@@ -166,7 +168,7 @@ def not_written_here(directory: str) -> str | None:
 
 def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str | None = None, force: bool = False,
                       max_shard_size: str | None = None, progress: bool = True, log=lambda line: None,
-                      json_path: str | None = None) -> dict:
+                      json_path: str | None = None, target: str | None = None) -> dict:
     """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping),
     also written as JSON to `json_path`, together with OUT_DIR (both or neither)."""
     from .convert import write_plan
@@ -178,7 +180,8 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         if refused:
             raise UserError(refused)
     hf_config = read_config(src)
-    translated = translate_config(hf_config, force, where=quoted(os.path.join(src, CONFIG)))
+    translated = translate_config(hf_config, force, where=quoted(os.path.join(src, CONFIG)),
+                                  target=check_target(target))
     for note in translated.notes:
         log(f"note: config.json: {note}")
     limit = parse_size(max_shard_size) if max_shard_size else None
@@ -189,7 +192,8 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
             ruleset = resolve_mapping(mapping)
         else:
             ruleset = resolve_mapping(translated.family.mapping)
-            log(f"mapping: '{ruleset.name}' (config.json's model_type is '{translated.family.model_type}')")
+            log(f"mapping: '{ruleset.name}' for {TARGET_NAMES[translated.family.target]} (config.json's model_type is "
+                f"'{translated.family.model_type}')")
         ruleset = ruleset.with_params(hf_config)  # the head counts a merge by groups may name
         plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
         pieces = shards(plan, limit if limit is not None else _source_shard_limit(opened))

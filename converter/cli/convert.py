@@ -6,6 +6,7 @@ import click
 
 from .. import api
 from ..errors import CheckFailed, UserError
+from ..rules.detect import check_target
 from .common import CONTEXT, OneLineCommand, one_line_errors, progress_shown, say
 
 
@@ -22,18 +23,21 @@ from .common import CONTEXT, OneLineCommand, one_line_errors, progress_shown, sa
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--max-shard-size", metavar="SIZE", help="Model directories: cut the weights into shards of at most SIZE "
               "(5GB, 500MB, 2GiB) with an index; without it, shards as the source was.")
+@click.option("--target", metavar="paddleformers|paddlenlp", help="The library the weights are for: PaddleFormers 1.2 "
+              "or PaddleNLP 2.8.1 (default: PaddleFormers where it has the family, else PaddleNLP).")
 @click.option("--allow-outside-shards", is_flag=True,
               help="Read shards an index names outside its own directory (refused by default).")
 @one_line_errors
 def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, json_path, quiet, max_shard_size,
-                    allow_outside_shards):
+                    target, allow_outside_shards):
     """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors), or the HF model
-    directory SRC to the directory DST that PaddleNLP's from_pretrained loads."""
+    directory SRC to the directory DST that PaddleFormers' or PaddleNLP's from_pretrained loads."""
+    check_target(target)
     if api.converts_a_directory(src, dst):
         if spec_path or emit_mapping:
             raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")
         done = api.convert_directory(src, dst, mapping=mapping, dtype=dtype, force=force, max_shard_size=max_shard_size,
-                                     progress=progress_shown(quiet), log=say, json_path=json_path)
+                                     progress=progress_shown(quiet), log=say, json_path=json_path, target=target)
         say(f"converted {done.tensors} tensors ({done.bytes / 2**20:.1f} MiB) with mapping '{done.mapping}' "
             f"into {dst}: {', '.join(done.files)}; every tensor checked bit for bit")
         return
@@ -43,7 +47,7 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
     spec = api.PortSpec.from_file(spec_path) if spec_path else None
     result = api.convert_weights(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force,
                                  emit_mapping=emit_mapping, progress=progress_shown(quiet), log=say,
-                                 json_path=json_path, allow_outside_shards=allow_outside_shards)
+                                 json_path=json_path, allow_outside_shards=allow_outside_shards, target=target)
     say(f"converted {result.tensors} tensors ({result.bytes / 2**20:.1f} MiB) with mapping "
         f"'{result.mapping}' to {dst}; dropped {len(result.dropped)} key(s)")
     say("check passed: every written tensor matches its source bit for bit")

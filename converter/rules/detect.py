@@ -18,6 +18,27 @@ from .ruleset import RuleIndex, RuleSet, resolve_mapping, shipped_mappings
 
 SHOWN = 5  # unmapped keys named in the message when nothing fits
 
+PADDLEFORMERS, PADDLENLP = "paddleformers", "paddlenlp"
+TARGETS = (PADDLEFORMERS, PADDLENLP)
+LIBRARIES = {PADDLEFORMERS: "PaddleFormers 1.2", PADDLENLP: "PaddleNLP 2.8.1"}
+PREFIX = PADDLEFORMERS + "-"  # a PaddleFormers set's name: paddleformers-FAMILY
+
+
+def target_of(name: str) -> str:
+    """The library a shipped set's name says it targets."""
+    return PADDLEFORMERS if name.startswith(PREFIX) else PADDLENLP
+
+
+def check_target(target: str | None) -> str | None:
+    if target is not None and target not in TARGETS:
+        raise UserError(f"--target {target!r} is not a library this tool writes for; give paddleformers or paddlenlp")
+    return target
+
+
+def shipped_for(target: str) -> list[str]:
+    """The shipped sets that target this library."""
+    return [n for n in shipped_mappings() if target_of(n) == target]
+
 
 @dataclass
 class Trial:
@@ -44,14 +65,20 @@ class Detection:
     same_file: list[str]  # other sets that write exactly the same file
     also_fit: list[str]  # other sets that fit but write something else
 
+    other_target: list[str] = field(default_factory=list)  # the other library's sets that fit too
+
     def describe(self, keys: int) -> str:
-        line = f"mapping: detected '{self.chosen.name}' (maps all {keys} keys"
+        target = target_of(self.chosen.name)
+        line = f"mapping: detected '{self.chosen.name}' for {LIBRARIES[target]} (maps all {keys} keys"
         if self.same_file:
             line += f"; {_quoted(self.same_file)} give{'s' if len(self.same_file) == 1 else ''} the same file"
         line += ")"
         if self.also_fit:
             s = "s" if len(self.also_fit) == 1 else ""
             line += f"; {_quoted(self.also_fit)} also fit{s} but write{s} other names: pass --mapping NAME to choose"
+        if self.other_target:
+            other = PADDLENLP if target == PADDLEFORMERS else PADDLEFORMERS
+            line += f"; for {LIBRARIES[other]} ({_quoted(self.other_target)}) pass --target {other}"
         return line
 
 
@@ -87,21 +114,37 @@ def _closeness(trial: Trial) -> tuple:
     return (len(trial.unmapped) + len(trial.problems), -trial.used_rules, trial.name)
 
 
-def detect(infos: dict[str, TensorInfo], names: list[str] | None = None) -> Detection:
-    """The shipped rule set that fits these keys; a UserError naming the closest when none does."""
+def detect(infos: dict[str, TensorInfo], names: list[str] | None = None, target: str | None = None,
+           params: dict | None = None) -> Detection:
+    """The shipped rule set that fits these keys; a UserError naming the closest when none does.
+
+    names: the sets to try (default: every shipped set, of `target`'s library when given, else
+    PaddleFormers' where one fits). params: config fields a merge by groups may name (a
+    config.json beside the weights)."""
     if not infos:
         raise UserError("the checkpoint holds no tensors; there is nothing to convert")
-    trials = [try_ruleset(infos, resolve_mapping(n)) for n in (names or shipped_mappings())]
+    check_target(target)
+    names = names or shipped_mappings()
+    trials = [try_ruleset(infos, resolve_mapping(n).with_params(params or {})) for n in names]
     fitting = sorted((t for t in trials if t.fits), key=lambda t: (-t.used_rules, t.name))
-    if not fitting:
-        raise _none_fits(min(trials, key=_closeness), len(infos))
-    chosen = fitting[0]
-    same = [t.name for t in fitting[1:] if _signature(t.plan) == _signature(chosen.plan)]
-    other = [t.name for t in fitting[1:] if t.name not in same]
-    return Detection(chosen, sorted(same), sorted(other))
+    preferred = target or (PADDLEFORMERS if any(target_of(t.name) == PADDLEFORMERS for t in fitting) else PADDLENLP)
+    ours = [t for t in fitting if target_of(t.name) == preferred]
+    if not ours:
+        tried = [t for t in trials if target_of(t.name) == target] if target else trials
+        raise _none_fits(min(tried, key=_closeness), len(infos), preferred, [t.name for t in fitting])
+    chosen = ours[0]
+    same = [t.name for t in ours[1:] if _signature(t.plan) == _signature(chosen.plan)]
+    other = [t.name for t in ours[1:] if t.name not in same]
+    elsewhere = [t.name for t in fitting if target_of(t.name) != preferred]
+    return Detection(chosen, sorted(same), sorted(other), sorted(elsewhere))
 
 
-def _none_fits(closest: Trial, keys: int) -> UserError:
+def _none_fits(closest: Trial, keys: int, target: str, elsewhere: list[str]) -> UserError:
+    if elsewhere:
+        other = PADDLENLP if target == PADDLEFORMERS else PADDLEFORMERS
+        return UserError(f"no shipped mapping for {LIBRARIES[target]} fits this checkpoint; {_quoted(elsewhere)} for "
+                         f"{LIBRARIES[other]} does{'' if len(elsewhere) == 1 else ' (each)'}: pass --target {other}, "
+                         "or --mapping FILE with rules of your own")
     instead = ("pass --mapping FILE with rules for them (start from the closest set's file, or give it "
                "\"unmatched\": \"keep\"), or --spec FILE to infer the rules from the two models")
     if closest.unmapped:
