@@ -1,0 +1,120 @@
+"""The shipped PaddleFormers 1.2 rule sets on tiny random HF transformers 5 models (2 layers, hidden
+64, 4 heads, 2 KV heads, head_dim 16, vocab 128): `convert-weights HF_DIR OUT_DIR` with no
+--mapping or --target writes a directory that PaddleFormers' own plain-paddle class loads as
+paddle weights; every tensor it holds after loading is the converted file's and, bit for bit,
+what PaddleFormers' own loader makes of HF's checkpoint; its logits match HF's to fp32 noise.
+Runs in the second side environment (scripts/side_env_paddleformers.sh); elsewhere it is skipped."""
+
+import importlib
+import importlib.util
+import shutil
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from helpers.cli import run_convert
+
+if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
+    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
+
+import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
+
+sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
+transformers = pytest.importorskip("transformers")
+paddleformers = pytest.importorskip("paddleformers")
+import paddle  # noqa: E402
+
+SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+             num_hidden_layers=2, vocab_size=128, tie_word_embeddings=False)
+# family -> (HF config class, extra config fields, PaddleFormers' plain-paddle causal-LM class)
+FAMILIES = {
+    "llama": ("LlamaConfig", {}, "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", {}, "Qwen2ForCausalLMDeprecated"),
+    "qwen3": ("Qwen3Config", {}, "Qwen3ForCausalLMDeprecated"),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}, "Phi3ForCausalLM"),
+    "ernie4_5": ("Ernie4_5Config", {}, "Ernie4_5ForCausalLM"),
+}
+NOISE_FACTOR = 4  # |PaddleFormers - HF fp32| may be this many times HF's own fp32 error (|HF fp32 - HF fp64|)
+
+
+def _paddleformers_class(family: str, name: str):
+    """The class from PaddleFormers' modeling file; the files of qwen2 and qwen3 import paddlefleet's
+    GPT provider at the top, which their plain-paddle classes do not use: a stand-in lets them import."""
+    if "paddleformers.transformers.gpt_provider" not in sys.modules:
+        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
+        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
+        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
+    return getattr(importlib.import_module(f"paddleformers.transformers.{family}.modeling"), name)
+
+
+def _hf_model(family: str, directory):
+    config_class, extra, _ = FAMILIES[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**SIZES, **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(directory)
+    return model
+
+
+def _logits_pf(model, ids: np.ndarray) -> np.ndarray:
+    model.config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused RMSNorm
+    model.eval()
+    with paddle.no_grad():
+        out = model(input_ids=paddle.to_tensor(ids))
+    return (out.logits if hasattr(out, "logits") else out[0]).numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_directory_loads_into_paddleformers_as_its_own_loader_makes_it(tmp, family):
+    from converter.io.pdparams import load_pdparams
+    hf = _hf_model(family, tmp / "hf")
+    r = run_convert(tmp / "hf", tmp / "out", "--quiet")
+    assert r.code == 0, r
+    assert f"mapping: 'paddleformers-{family}' for PaddleFormers 1.2" in r.stderr
+    ours = load_pdparams(str(tmp / "out" / "model_state.pdparams"))
+
+    cls = _paddleformers_class(family, FAMILIES[family][2])
+    shutil.copytree(tmp / "hf", tmp / "hf-copy")  # PaddleFormers' own loader writes its metadata there
+    reference = {k: v.numpy() for k, v in cls.from_pretrained(str(tmp / "hf-copy")).state_dict().items()}
+    model = cls.from_pretrained(str(tmp / "out"), load_checkpoint_format=None, convert_from_hf=False)
+    loaded = {k: v.numpy() for k, v in model.state_dict().items()}
+    assert sorted(loaded) == sorted(ours) == sorted(reference)
+    for name, array in ours.items():
+        assert array.dtype == loaded[name].dtype == reference[name].dtype, name
+        assert np.array_equal(loaded[name], array), f"{name}: PaddleFormers did not take the converted tensor"
+        assert np.array_equal(array, reference[name]), f"{name}: differs from PaddleFormers' own conversion"
+
+    ids = np.random.default_rng(0).integers(0, SIZES["vocab_size"], size=(2, 12))
+    with torch.no_grad():
+        hf32 = hf(torch.from_numpy(ids)).logits.double().numpy()
+        hf64 = hf.double()(torch.from_numpy(ids)).logits.numpy()
+    pf = _logits_pf(model, ids)
+    difference, noise = np.abs(pf - hf32).max(), np.abs(hf32 - hf64).max()
+    print(f"{family}: max |PaddleFormers - HF fp32| {difference:.2e}, |HF fp32 - HF fp64| {noise:.2e}")
+    assert 0 < noise < 1e-4 and difference <= NOISE_FACTOR * noise, (difference, noise)
+
+
+@pytest.mark.parametrize("family", ["llama", "phi3"])
+def test_weights_file_alone_is_detected_for_paddleformers(tmp, family):
+    """Families without a merge by groups need no config.json: the file alone is detected and
+    written as the directory's weights are."""
+    from converter.io.pdparams import load_pdparams
+    _hf_model(family, tmp / "hf")
+    shutil.copy(tmp / "hf" / "model.safetensors", tmp / "model.safetensors")
+    r = run_convert(tmp / "model.safetensors", tmp / "file.pdparams", "--quiet")
+    assert r.code == 0, r
+    assert f"mapping: detected 'paddleformers-{family}' for PaddleFormers 1.2" in r.stderr
+    d = run_convert(tmp / "hf", tmp / "out", "--quiet")
+    assert d.code == 0, d
+    alone, directory = load_pdparams(str(tmp / "file.pdparams")), load_pdparams(str(tmp / "out" / "model_state.pdparams"))
+    assert sorted(alone) == sorted(directory) and all(np.array_equal(alone[k], directory[k]) for k in alone)
+
+
+def test_weights_file_of_a_fused_family_names_the_config_field_it_lacks(tmp):
+    _hf_model("qwen2", tmp / "hf")
+    shutil.copy(tmp / "hf" / "model.safetensors", tmp / "model.safetensors")
+    r = run_convert(tmp / "model.safetensors", tmp / "file.pdparams", "--quiet", "--target", "paddleformers")
+    assert r.code == 2 and not (tmp / "file.pdparams").exists()
+    assert "num_key_value_heads" in r.stderr and "Traceback" not in r.stderr
