@@ -113,8 +113,8 @@ class OptimizerCheck:
         for pair in self._stepped(grads):
             self._set(pair, pair.to_paddle(params), pair.to_paddle(grads))
             self._load_state(pair, state_before, params, lr)
-        self._force_lr(lr)
-        self.opt.step()
+        self._force_lr(float(before["state"]["param_groups"][0]["lr"]))  # the rate of this step (torch's
+        self.opt.step()  # scheduler has stepped since)
         self.opt.clear_grad()
         if self.sched is not None:
             self.sched.step()

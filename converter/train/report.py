@@ -17,12 +17,12 @@ def _ratio(r) -> str:
 
 def render_text(report: TrainReport) -> str:
     lines = [f"training checks over {len(report.steps)} step(s); paddle's optimizer: {report.optimizer}"]
-    lines.append(f"  {'phase':<28} {'checks':>6} {'worst ratio':>11}  where")
-    for phase in PHASES:
-        rows = [r for r in report.rows if r.phase == phase]
-        worst = report.worst(phase)
+    lines.append(f"  {'phase':<28} {'verdict':<12} {'checks':>6} {'worst ratio':>11}  where")
+    for phase in report.phases:
+        worst = phase.worst
         where = "" if worst is None else _where(worst)
-        lines.append(f"  {PHASE_NAMES[phase]:<28} {len(rows):>6} {_ratio(None if worst is None else worst.ratio):>11}  {where}")
+        lines.append(f"  {PHASE_NAMES[phase.phase]:<28} {phase.label:<12} {len(phase.rows):>6} "
+                     f"{_ratio(None if worst is None else worst.ratio):>11}  {where}")
     if report.steps:
         last = report.steps[-1]
         worst_step = max(report.steps, key=lambda s: s.ratio)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..compare.budget import MARGIN
 from ..diagnosis import Diagnosis
 from ..results import Verdict, finite_or_null
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
+# a row over budget by no more than the budget's own margin is a marginal failure: the earliest phase
+# failing beyond it is the culprit, ahead of an earlier phase that fails only marginally
+MARGINAL = MARGIN
+FINDINGS_ONLY = ("structure",)  # phases whose rows are findings (none found is a pass), not comparisons
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
 NOT_COMPARED = "not compared"  # how the training JSON spells Verdict.NOT_JUDGED
 
@@ -42,6 +47,11 @@ class Row:
     @property
     def bad(self) -> bool:
         return self.verdict is Verdict.FAIL
+
+    @property
+    def clearly_bad(self) -> bool:
+        """Over budget by more than the budget's margin (a NaN or infinite ratio included)."""
+        return self.bad and not self.ratio <= MARGINAL
 
     def __bool__(self) -> bool:
         return bool(self.verdict)
@@ -103,6 +113,42 @@ TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cau
 
 
 @dataclass
+class PhaseVerdict:
+    """One phase judged on its own rows (its own teacher-forced inputs): pass, fail, marginal (every
+    row over budget within the budget's margin) or not compared (no rows, where rows are comparisons)."""
+
+    phase: str
+    rows: list
+
+    @property
+    def verdict(self) -> Verdict:
+        judged = [r.verdict for r in self.rows if r.verdict is not Verdict.NOT_JUDGED]
+        if not judged:
+            return Verdict.PASS if self.phase in FINDINGS_ONLY else Verdict.NOT_JUDGED
+        return Verdict.of_all(judged)
+
+    @property
+    def marginal(self) -> bool:
+        return self.verdict is Verdict.FAIL and not any(r.clearly_bad for r in self.rows)
+
+    @property
+    def label(self) -> str:
+        return "marginal" if self.marginal else _spelled(self.verdict)
+
+    @property
+    def worst(self) -> Row | None:
+        rows = [r for r in self.rows if r.ratio is not None]
+        return max(rows, key=lambda r: r.ratio) if rows else None
+
+    def to_json(self) -> dict:
+        w = self.worst
+        return finite_or_null({"phase": self.phase, "verdict": self.label, "checks": len(self.rows),
+                               "over_budget": sum(r.bad for r in self.rows),
+                               "worst": None if w is None else {"torch": w.torch, "paddle": w.paddle, "step": w.step,
+                                                                "ratio": w.ratio}})
+
+
+@dataclass
 class TrainReport:
     rows: list  # every Row, phases in PHASES order, steps in order within a phase
     steps: list  # StepRow per step
@@ -125,14 +171,22 @@ class TrainReport:
         return 0 if self else 1
 
     def worst(self, phase: str) -> Row | None:
-        rows = [r for r in self.rows if r.phase == phase and r.ratio is not None]
-        return max(rows, key=lambda r: r.ratio) if rows else None
+        return self.phase(phase).worst
+
+    def phase(self, phase: str) -> PhaseVerdict:
+        return PhaseVerdict(phase, [r for r in self.rows if r.phase == phase])
+
+    @property
+    def phases(self) -> list:
+        """Each phase's own verdict, in PHASES order."""
+        return [self.phase(p) for p in PHASES]
 
     def to_json(self) -> dict:
         fb = self.first_bad
         return {"verdict": self.verdict,
                 "first_bad": None if fb is None else {"phase": fb.phase, "torch": fb.torch, "paddle": fb.paddle,
                                                       "step": fb.step, "ratio": finite_or_null(fb.ratio)},
+                "phases": [p.to_json() for p in self.phases],
                 "steps": [s.to_json() for s in self.steps],
                 "diagnosis": [d.to_json() for d in self.diagnosis],
                 "checks": [r.to_json() for r in self.rows],

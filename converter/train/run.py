@@ -14,7 +14,7 @@ from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, 
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
-from ..compare.session import Options, PortSession
+from ..compare.session import PortSession
 from .spec import TrainSpec
 
 
@@ -34,11 +34,19 @@ def paddle_notices_silenced():
 
 
 def first_bad(rows: list):
+    """The culprit: the first row over budget in the earliest phase failing beyond the budget's margin
+    (each phase is judged on its own teacher-forced inputs, so a marginal row in an earlier phase does
+    not hide a clear failure in a later one); where every failure is marginal, the earliest."""
+    found = _first_in_phases([r for r in rows if r.clearly_bad])
+    return found if found is not None else _first_in_phases([r for r in rows if r.bad])
+
+
+def _first_in_phases(bad: list):
     from .backward import culprit
     for phase in PHASES:
-        bad = culprit(rows) if phase == "backward" else next((r for r in rows if r.phase == phase and r.bad), None)
-        if bad is not None:
-            return bad
+        found = culprit(bad) if phase == "backward" else next((r for r in bad if r.phase == phase), None)
+        if found is not None:
+            return found
     return None
 
 
@@ -106,24 +114,24 @@ def _check_deterministic(session, tspec, batch) -> None:
 
 
 def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-is", emulate=None, weights=None,
-                converted=None, mapping=None, backward=True) -> TrainReport:
-    """The training checks of `spec` on a session of their own; see train_on."""
-    tspec = TrainSpec(spec)  # the spec's training part is checked before the models are built
-    options = Options(device=device, precision=precision, emulate=dict(emulate or {}), strategy="full")
-    with PortSession(spec, options, weights=weights, converted=converted, mapping=mapping) as port:
-        return train_on(port, tspec, steps, backward)
+                converted=None, mapping=None) -> TrainReport:
+    """The TrainReport of verify_port with train=True on `spec` (one session for both checks, as
+    verify-port --train runs them)."""
+    from ..api import VerifyOptions, verify_port
+    options = VerifyOptions(device=device, precision=precision, emulate=dict(emulate or {}), train=True, steps=steps)
+    return verify_port(spec, options, weights=weights, converted=converted, mapping=mapping).train
 
 
-def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS, backward: bool = True) -> TrainReport:
+def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS) -> TrainReport:
     """The training checks of `tspec` (the training side of port's spec) on the models of `port`, as
     converted and set up for the forward check, which takes them back as it had them."""
     if steps < 1:
         raise UserError(f"--steps must be at least 1; got {steps}")
     with paddle_notices_silenced(), port.training():
-        return _train_check(port, tspec, steps, backward)
+        return _train_check(port, tspec, steps)
 
 
-def _train_check(port, tspec, steps, backward) -> TrainReport:
+def _train_check(port, tspec, steps) -> TrainReport:
     from . import backward as bwd
     from .diagnose import Runs, diagnose
     from .loss import loss_rows, probe
@@ -140,8 +148,7 @@ def _train_check(port, tspec, steps, backward) -> TrainReport:
         rows = structure_rows(session, tspec)
         loss_probe = probe(session, tspec, batches[0])
         rows += loss_rows(loss_probe)
-        local = bwd.local_rows(session, tspec, batches[0]) if backward else []
-        rows += local
+        rows += bwd.local_rows(session, tspec, batches[0])
         check = OptimizerCheck(session, tspec, steps)
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
