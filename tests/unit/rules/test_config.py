@@ -15,7 +15,7 @@ from helpers.hf_configs import CASES, COMMON
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_each_field_is_said_in_paddlenlp_names(family):
     hf, expected = CASES[family]
-    got = translate_config({**hf, **COMMON})
+    got = translate_config({**hf, **COMMON}, target="paddlenlp")
     assert got.family is FAMILIES[family]
     assert got.config == expected
     assert got.notes == [n for n in got.notes if n.startswith("left out '")]
@@ -45,10 +45,10 @@ def test_every_family_is_covered():
 def test_a_field_without_counterpart_is_named_unless_forced(family, field, value, words):
     hf = dict(CASES[family][0], **{field: value})
     with pytest.raises(UserError) as info:
-        translate_config(hf)
+        translate_config(hf, target="paddlenlp")
     assert "pass --force" in info.value.message
     assert any(words in d for d in info.value.details), info.value.details
-    forced = translate_config(hf, force=True)
+    forced = translate_config(hf, force=True, target="paddlenlp")
     if field != "architectures":
         assert forced.config[field] == value  # copied unchanged
     assert any(n.startswith("--force: ") for n in forced.notes)

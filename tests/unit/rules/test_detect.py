@@ -21,7 +21,7 @@ def _infos(keys_shapes):
 @pytest.mark.parametrize("case", RECORDED, ids=[case_id(c) for c in RECORDED])
 @pytest.mark.slow
 def test_each_family_with_and_without_heads_is_detected(case):
-    found = detect(_infos(case["hf"]))
+    found = detect(_infos(case["hf"]), target="paddlenlp")
     assert found.chosen.name in [case["family"]] + case["same_file"]
     assert not found.also_fit  # no other set fits and writes something else
 
@@ -39,7 +39,7 @@ def test_bare_bert_keys_name_roberta_as_the_same_file(tmp):
     r = run_convert(tmp / "m.bin", tmp / "o.pdparams", "--quiet")
     assert r.code == 0, r
     line = r.stderr.splitlines()[0]
-    assert line.startswith("mapping: detected 'bert' (maps all ") and "'roberta' gives the same file" in line
+    assert line.startswith("mapping: detected 'bert' for PaddleNLP 2.8.1 (maps all ") and "'roberta' gives the same file" in line
     assert "also fit" not in line
 
 
@@ -80,7 +80,7 @@ def test_no_set_fits_names_the_closest_and_what_to_pass(tmp):
     state["model.layers.1.self_attn.q_norm.weight"] = torch.ones(16)
     state["model.extra.scale"] = torch.ones(1)
     torch.save(state, tmp / "m.bin")
-    r = run_convert(tmp / "m.bin", tmp / "o.pdparams")
+    r = run_convert(tmp / "m.bin", tmp / "o.pdparams", "--target", "paddlenlp")
     assert r.code == 2, r
     assert "Traceback" not in r.stderr and not os.path.exists(tmp / "o.pdparams")
     line = r.stderr.strip().splitlines()[0]

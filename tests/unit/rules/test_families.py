@@ -33,7 +33,7 @@ def write(case, state, directory):
 def test_family_converts_as_paddlenlp_takes_it(tmp, case):
     state = hf_state(case)
     src = write(case, state, tmp)
-    r = run_convert(src, tmp / "out.pdparams", "--quiet")
+    r = run_convert(src, tmp / "out.pdparams", "--quiet", "--target", "paddlenlp")
     assert r.code == 0, r
     named = r.stderr.split("mapping: detected '")[1].split("'")[0]
     assert named in [case["family"]] + case["same_file"], r.stderr

@@ -26,7 +26,7 @@ def test_folders_named_like_shipped_sets_do_not_hide_them(in_tmp):
     (in_tmp / "gpt2").write_text("not a rule file")
     case = next(c for c in RECORDED if c["hf_class"] == "LlamaForCausalLM")
     torch.save(hf_state(case), in_tmp / "m.bin")
-    r = run_convert("m.bin", "auto.pdparams", "--quiet")
+    r = run_convert("m.bin", "auto.pdparams", "--quiet", "--target", "paddlenlp")
     assert r.code == 0, r
     assert "mapping: detected 'llama'" in r.stderr
     named = run_convert("m.bin", "named.pdparams", "--quiet", "--mapping", "llama")
