@@ -106,6 +106,9 @@ class Family:
     epsilon: tuple[str, ...] = ()  # its epsilon's attribute names, on either side
     what_ifs: tuple[WhatIf, ...] = ()
     owns_children: bool = False  # paddle builds internal sublayers (RNN cells) that the entry covers
+    # the entry covers its torch types only where the paddle layer is one of its paddle types (a torch
+    # Linear ported as PaddleFormers' LMHead): it stands beside the torch type's own entry
+    paddle_specific: bool = False
 
     @property
     def pairing_kind(self) -> str:
@@ -114,9 +117,19 @@ class Family:
 
 REGISTRY: dict[str, Family] = {}  # torch class name -> family
 BY_PADDLE_TYPE: dict[str, Family] = {}  # paddle class name -> the first family that names it
+BY_PAIR: dict[tuple[str, str], Family] = {}  # (torch class name, paddle class name) -> a paddle-specific family
 
 
 def register(family: Family) -> Family:
+    if family.paddle_specific:
+        for pair in ((t, p) for t in family.torch_types for p in family.paddle_types):
+            if pair in BY_PAIR:
+                raise ValueError(f"torch type {pair[0]} with paddle type {pair[1]} is registered twice "
+                                 f"({BY_PAIR[pair].name} and {family.name})")
+            BY_PAIR[pair] = family
+        for paddle_type in family.paddle_types:
+            BY_PADDLE_TYPE.setdefault(paddle_type, family)
+        return family
     for torch_type in family.torch_types:
         if torch_type in REGISTRY:
             raise ValueError(f"torch type {torch_type} is registered twice "
@@ -127,8 +140,15 @@ def register(family: Family) -> Family:
     return family
 
 
-def lookup(torch_module) -> Family | None:
-    """The family of a torch module, by its class or the nearest registered base class."""
+def lookup(torch_module, paddle_layer=None) -> Family | None:
+    """The family of a torch module, by its class or the nearest registered base class; where the
+    paddle layer it is ported to is given, a family for that pair of classes first."""
+    if paddle_layer is not None and BY_PAIR:
+        for cls in type(torch_module).__mro__:
+            for p_cls in type(paddle_layer).__mro__:
+                family = BY_PAIR.get((cls.__name__, p_cls.__name__))
+                if family is not None:
+                    return family
     for cls in type(torch_module).__mro__:
         family = REGISTRY.get(cls.__name__)
         if family is not None:

@@ -86,7 +86,7 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
 
 
 def _walk(t_mod, p_layer, t_path, p_path, rules, problems, tied) -> None:
-    family = lookup(t_mod)
+    family = lookup(t_mod, p_layer)
     pair = PortedLayer(t_path, p_path, t_mod, p_layer)
     if family is not None and family.convert is not None:
         if not paddle_type_fits(family, p_layer):

@@ -186,7 +186,7 @@ def check_family_what_ifs(ctx) -> list[Diagnosis]:
     untransposed square Linear weight, ..."""
     out = []
     for where, m, p in _walk_pairs(ctx):
-        family = lookup(m)
+        family = lookup(m, p)
         for what_if in family.what_ifs if family is not None else ():
             out.extend(what_if(ctx, where, m, p))
     return out
