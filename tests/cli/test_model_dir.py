@@ -33,7 +33,7 @@ def test_single_file_directory(tmp):
     r = run_convert(src, tmp / "out", "--quiet")
     assert r.code == 0, r
     assert sorted(os.listdir(tmp / "out")) == ["config.json", "model_state.pdparams"]
-    assert "mapping: 'bert' (config.json's model_type is 'bert')" in r.stderr
+    assert "mapping: 'bert' for PaddleNLP 2.8.1 (config.json's model_type is 'bert')" in r.stderr
     assert_same(load_dir(tmp / "out"), single_file(tmp, state))
     config = json.loads((tmp / "out" / "config.json").read_text())
     assert config == {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
