@@ -34,18 +34,21 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
         got = got.reshape(want.shape)
     e_ref = np.asarray(e_ref, dtype=np.float32).reshape(want.shape)
     formats = formats or FP32
-    rounding = None
-    if fmt_err is not None:
-        rounding = {formats["paddle"]: np.asarray(fmt_err, dtype=np.float32).reshape(want.shape)}
     shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
-    condition = shaped(condition)
-    budget = budget_from_error(formats, want, e_ref, None, rounding, condition, shaped(e_other))
+    extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
+    # the elements either side computes: where both hold an exact 0 (an embedding's rows no token
+    # used) nothing was computed, and the noise of those computed is not averaged with their zeros
+    support = (want != 0) | (got != 0)
+    on = (lambda a: a) if support.all() else (lambda a: None if a is None else a[support])
+    condition, e_other, fmt_err = on(shaped(condition)), on(shaped(e_other)), on(shaped(fmt_err))
+    want, got, e_ref, extra = on(want), on(got), on(e_ref), on(extra)
+    rounding = None if fmt_err is None else {formats["paddle"]: fmt_err}
+    budget = budget_from_error(formats, want, e_ref, None, rounding, condition, e_other)
     if condition is not None and condition.size:  # one draw per element: its mean square joins every element's,
         budget.var += np.float32(len(formats) * np.mean(np.square(condition, dtype=np.float64)))  # as e_ref's does
-    extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
     budget.var += np.square(extra, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(np.subtract(got, want, dtype=np.float64)).astype(np.float32)
     ratio, tol = budget.ratio(diff)
-    worst = float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else float("nan")
+    worst = 0.0 if not diff.size else float(np.nanmax(diff)) if not np.isnan(diff).all() else float("nan")
     return Row(phase, step, torch_name, paddle_name, ratio, worst, tol, note)

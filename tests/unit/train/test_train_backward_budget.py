@@ -268,3 +268,24 @@ def test_a_gradient_for_an_output_it_does_not_fit_is_never_handed_to_paddle():
         _paddle_grad(torch.ones(2, 3, 4), out, 0)
     shaped = _paddle_grad(torch.ones(1, 5, 4), out, 0)
     assert tuple(shaped.shape) == (2, 5, 4) and float(shaped.sum()) == 20.0
+
+
+def test_exact_zeros_on_both_sides_do_not_dilute_the_budget():
+    """An embedding's gradient is exactly 0 on both sides in the rows no token used: the noise of
+    the rows computed is judged on those rows alone, the same whether 1 or 31 zero rows surround them."""
+    from converter.train.judge import judge
+    rng = np.random.default_rng(0)
+    used = rng.standard_normal((4, 8)).astype(np.float32)
+    e_torch = (rng.standard_normal(used.shape) * 1e-7).astype(np.float32)
+    e_paddle = (rng.standard_normal(used.shape) * 3e-7).astype(np.float32)  # paddle's noise, not measured here
+
+    def row(zero_rows):
+        pad = np.zeros((zero_rows, 8), np.float32)
+        want, got = np.concatenate([used, pad]), np.concatenate([used + e_paddle - e_torch, pad])
+        return judge("backward", 0, "w", "w", want, got, np.concatenate([e_torch, pad]))
+    few, many = row(1), row(31)
+    assert few.ratio == pytest.approx(many.ratio, rel=1e-6) and few.budget == pytest.approx(many.budget, rel=1e-6)
+    wrong = judge("backward", 0, "w", "w", np.concatenate([used, np.zeros((31, 8), np.float32)]),
+                  np.concatenate([used * 0.99, np.zeros((31, 8), np.float32)]),
+                  np.concatenate([e_torch, np.zeros((31, 8), np.float32)]))
+    assert wrong.ratio > 10
