@@ -86,4 +86,4 @@ def test_a_parent_row_judged_at_its_childs_input_keeps_its_own_figures():
     assert row.max_abs > 0 and row.cosine is not None and len(row.worst_index) == 3
     assert row.local_mean_abs is not None and row.local_max_abs > row.budget
     clean = [r for r in report.layers if r.torch.startswith("blocks.0")]
-    assert clean and all(r.verdict is Verdict.PASS and not r.worst_input for r in clean)
+    assert clean and all(r.verdict is Verdict.PASS for r in clean)  # the block before is within budget
