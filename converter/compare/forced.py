@@ -27,7 +27,7 @@ from .capture import Call, call_tensors, tensor_version
 from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
-from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs
+from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs, with_own_state
 from ..tree import flatten, is_paddle_tensor, map_leaves
 
 
@@ -210,7 +210,8 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             recorded = torch_inputs(_c)
             errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, known)))
             refs[_t] = Reference(input_err=errs)
-            args64, kwargs64 = to_float64(_c.args, widen), to_float64(_c.kwargs, widen)
+            args64 = to_float64(with_own_state(tuple(_c.args), tuple(args)), widen)
+            kwargs64 = to_float64(with_own_state(dict(_c.kwargs), dict(kwargs)), widen)
             for wide, r in zip(call_tensors(args64, kwargs64, torch_side.is_tensor), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
                     known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)), _stamp(wide, r))

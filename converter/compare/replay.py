@@ -143,6 +143,29 @@ def to_float64(value, widen=None):
     return map_leaves(value, wide, is_torch_tensor)
 
 
+PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def with_own_state(recorded, live):
+    """A recorded call's inputs (args or kwargs) for a pass of another model (the float64 copy):
+    its tensors and plain values as recorded; every other object, which may hold state (HF's
+    DynamicCache, which each attention layer extends with its keys and values), the passing
+    model's own, where its call has one of the same type at the same place. The recorded one
+    belongs to the fp32 run and already holds that run's keys: shared, the float64 pass would
+    attend over both runs' positions."""
+    from ..tree import _children, _rebuild
+    if is_torch_tensor(recorded) or isinstance(recorded, PLAIN) or type(live) is not type(recorded) \
+            or live is recorded:
+        return recorded
+    items, others = _children(recorded), _children(live)
+    if items is None:
+        return live
+    if others is None:
+        return recorded
+    other = dict(others)
+    return _rebuild(recorded, [(k, with_own_state(v, other[k]) if k in other else v) for k, v in items])
+
+
 @contextlib.contextmanager
 def float64_reference(fmt: str | None = None, draw: int = 0):
     """The block is a float64 reference run on this thread: casts to a lower float precision give
