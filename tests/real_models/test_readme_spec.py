@@ -103,11 +103,12 @@ def test_the_loaded_variant_the_readme_describes_checks_the_converted_files(dire
     assert "loaded weights: all 39 equal to torch's" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="verifier defect: on this clean pair (weights of order one) --train's backward "
-                   "phase puts the pooler's input gradient over budget (ratio 1.15 on torch 2.13 / paddle 3.3.1 CPU) "
-                   "and blames a custom backward; with HF's own initialisation (std 0.02) the same spec passes")
 def test_the_readme_spec_trains_alike(directories):
+    """Weights of order one: the pooler's input gradient, once over budget (ratio 1.15), is judged
+    with paddle's own measured error beside torch's."""
     tmp, hf_dir, pd_dir = directories
     r, report = _verify(tmp, _pointed_at(_readme_spec(), hf_dir, pd_dir), "train", "--train", "--steps", "3")
     assert r.returncode == 0, r.stdout[-3000:]
     assert report["train"]["verdict"] == "pass" and len(report["train"]["steps"]) == 3
+    backward = [c["ratio"] for c in report["train"]["checks"] if c["phase"] == "backward" and c["ratio"] is not None]
+    assert backward and max(backward) < 0.8
