@@ -146,6 +146,19 @@ def to_float64(value, widen=None):
 PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
 
+def float64_kernels(model64):
+    """The float64 copy of a torch model, set to run where its kernels have no float64 form: HF 5's
+    MoE experts default to `grouped_mm` ("Expected mat_a to be Float32, BFloat16 or Float16
+    matrix, got Double"), so the copy's experts take the eager implementation (the same sums, in a
+    loop over the experts). The model verified keeps its own."""
+    for module in model64.modules():
+        config = getattr(module, "config", None)
+        chosen = getattr(config, "_experts_implementation", None)
+        if chosen not in (None, "eager") and callable(getattr(module, "set_experts_implementation", None)):
+            module.set_experts_implementation("eager")
+    return model64
+
+
 def with_own_state(recorded, live):
     """A recorded call's inputs (args or kwargs) for a pass of another model (the float64 copy):
     its tensors and plain values as recorded; every other object, which may hold state (HF's

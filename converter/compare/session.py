@@ -164,7 +164,8 @@ class PortSession:
         self._set_weights(spec, converted, mapping)
         self.torch_model.eval()
         self.paddle_model.eval()
-        self.torch64 = torch_side.float64_copy(self.torch_model)
+        from .replay import float64_kernels
+        self.torch64 = float64_kernels(torch_side.float64_copy(self.torch_model))
         if self.device == "cuda":
             self.torch_model.cuda()
         if options.precision == "strict":
