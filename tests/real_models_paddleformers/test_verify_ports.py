@@ -1,5 +1,5 @@
-"""verify-port on HF transformers 5 against PaddleFormers 1.2: tiny random Llama and Qwen2 causal
-LMs (two KV heads, so PaddleFormers' fused q|k|v is interleaved per KV group) pass clean with
+"""verify-port on HF transformers 5 against PaddleFormers 1.2: tiny random Llama, Qwen2, Qwen3 and
+Phi3 causal LMs (two KV heads, so PaddleFormers' fused q|k|v is interleaved per KV group) pass clean with
 --bisect under both strategies, HF's side with use_cache=True (a DynamicCache its layers extend);
 planted bugs (key heads exchanged inside the fused q|k|v, an RMSNorm epsilon, SiLU -> GELU) are
 named at their module under both strategies; an HF 5 MoE model's float64 copy runs its experts
@@ -53,27 +53,47 @@ def _hf(family):
     def build():
         torch.manual_seed(0)
         config_cls, model_cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-                                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
-        return _logits_only(model_cls)(config_cls(**CONFIG)).eval()
+                                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+                                 "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+                                 "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM)}[family]
+        return _logits_only(model_cls)(config_cls(**_config(family))).eval()
     return build
+
+
+def _config(family) -> dict:
+    if family == "qwen3":
+        return dict(CONFIG, head_dim=HEAD)
+    if family == "phi3":
+        return dict(CONFIG, pad_token_id=None)  # HF's Phi3Config says 32000, past this vocabulary
+    return CONFIG
+
+
+def _paddleformers_classes(family):
+    if family in ("qwen2", "qwen3") and "paddleformers.transformers.gpt_provider" not in sys.modules:
+        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")  # their modeling files import paddlefleet's
+        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
+        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
+    if family == "llama":
+        from paddleformers.transformers.llama.modeling import LlamaConfig, LlamaForCausalLM
+        return LlamaConfig, LlamaForCausalLM
+    if family == "qwen2":
+        from paddleformers.transformers.qwen2.modeling import Qwen2Config, Qwen2ForCausalLMDeprecated
+        return Qwen2Config, Qwen2ForCausalLMDeprecated
+    if family == "qwen3":
+        from paddleformers.transformers.qwen3.modeling import Qwen3Config, Qwen3ForCausalLMDeprecated
+        return Qwen3Config, Qwen3ForCausalLMDeprecated
+    from paddleformers.transformers.phi3.modeling import Phi3Config, Phi3ForCausalLM
+    return Phi3Config, Phi3ForCausalLM
 
 
 def _paddleformers(family, bug=None):
     def build():
-        if family == "llama":
-            from paddleformers.transformers.llama.modeling import LlamaConfig as Config, LlamaForCausalLM as Model
-        else:
-            if "paddleformers.transformers.gpt_provider" not in sys.modules:  # its modeling file imports paddlefleet's
-                stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
-                stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
-                sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-            from paddleformers.transformers.qwen2.modeling import Qwen2Config as Config, \
-                Qwen2ForCausalLMDeprecated as Model
-        config = Config(**CONFIG)
+        config_cls, model_cls = _paddleformers_classes(family)
+        config = config_cls(**_config(family))
         config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused norm
         config.pad_token_id = None  # PaddleFormers' default 0 makes row 0 of the embedding a padding row; HF's is None
         config.use_cache = False  # PaddleFormers' Qwen2 would return its cache beside the logits
-        model = Model(config)
+        model = model_cls(config)
         layer = model.model.layers[1]
         if bug == "epsilon":
             layer.post_attention_layernorm.variance_epsilon = 1e-2
@@ -100,11 +120,14 @@ def _verify(family, rules, bug=None, strategy="full", converted=None):
 
 
 def _mapping(family, qwen2_rules):
-    return qwen2_rules if family == "qwen2" else None  # llama: inferred (same names; LMHead's family keeps its weight)
+    """qwen2 and qwen3: q|k|v merged by groups, gate|up concatenated; llama and phi3 (HF's fused
+    qkv_proj and gate_up_proj in PaddleFormers' order already): inferred, every Linear transposed and
+    LMHead's weight kept as it is."""
+    return qwen2_rules if family in ("qwen2", "qwen3") else None
 
 
 @pytest.mark.parametrize("strategy", ["full", "binary"])
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "phi3"])
 def test_a_clean_pair_passes(family, strategy, qwen2_rules):
     report = _verify(family, _mapping(family, qwen2_rules), strategy=strategy)
     assert report.verdict == "pass", [(r.torch, r.ratio, r.note) for r in report.layers if r.within_budget is False]
@@ -114,7 +137,7 @@ def test_a_clean_pair_passes(family, strategy, qwen2_rules):
         judged = [r.ratio for r in report.layers if r.ratio is not None]
         assert len(judged) == len(report.layers) and max(judged) < 1, max(judged)
         assert rows["lm_head"].paddle_type == "LMHead"
-        if family == "qwen2":  # each projection judged on its own positions of the fused layers
+        if family in ("qwen2", "qwen3"):  # each projection judged on its own positions of the fused layers
             for name in ("q_proj", "k_proj", "v_proj"):
                 row = rows[f"model.layers.1.self_attn.{name}"]
                 assert row.paddle == "model.layers.1.self_attn.qkv_proj" and "in 2 groups" in row.note, row
@@ -128,6 +151,8 @@ def test_a_clean_pair_passes(family, strategy, qwen2_rules):
     ("llama", "gelu", "model.layers.1.mlp.act_fn"),
     ("qwen2", "epsilon", "model.layers.1.post_attention_layernorm"),
     ("qwen2", "gelu", "model.layers.1.mlp.act_fn"),
+    ("qwen3", "gelu", "model.layers.1.mlp.act_fn"),
+    ("phi3", "epsilon", "model.layers.1.post_attention_layernorm"),
 ])
 def test_a_planted_bug_is_named_at_its_module(family, bug, culprit, strategy, qwen2_rules):
     report = _verify(family, _mapping(family, qwen2_rules), bug, strategy)
