@@ -39,7 +39,10 @@ from .emulate import remove
 
 
 NARROW_UNIT = {"float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # unit roundoff
-FORWARD_AGREES = 1e-3  # the paddle layer's forward on torch's inputs, relative to the output's scale
+FORWARD_AGREES = 1e-3
+# paddle's own error is measured for a layer with a row past this share of its budget on torch's
+# error alone (its kernels may reduce in other orders); below it, torch's stands in, a budget no larger
+OWN_FROM = 0.5  # the paddle layer's forward on torch's inputs, relative to the output's scale
 FORWARD_DIFFERS = " (its forward differs too)"
 ZERO = "paddle's gradient is zero; "
 LOCAL = "local backward of "
@@ -233,10 +236,12 @@ def _narrowing(dtype):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if any(t.dtype == torch.float64 for t in flatten((args, kwargs))):
-                for t in flatten(out):
-                    found = (str(func), str(t.dtype).removeprefix("torch."))
-                    if t.dtype != torch.float64 and found not in self.ops:
+            narrow = [t.dtype for t in (out if isinstance(out, (tuple, list)) else (out,))
+                      if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64]
+            if narrow and any(t.dtype == torch.float64 for t in flatten((args, kwargs))):  # the inputs only then
+                for dtype in narrow:
+                    found = (str(func), str(dtype).removeprefix("torch."))
+                    if found not in self.ops:
                         self.ops.append(found)
             return out
 
@@ -282,12 +287,15 @@ class WrongCotangent(RuntimeError):
     own error (an internal error), never computed on."""
 
 
-def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call, wide: bool = False):
+def _paddle_local(layer, forced: tuple, inputs: Inputs, grads: list, wide: bool = False):
     """(input gradients, one per input of `inputs`, None where paddle's call does not take it;
-    {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs; with
-    `wide`, the layer (a float64 copy of it) in float64, casts inside kept float64."""
+    {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs (`forced`:
+    what _paddle_call made of them); with `wide`, the layer (a float64 copy of it) in float64, casts
+    inside kept float64."""
     import paddle
-    args, kwargs, sources = _paddle_call(call, p_call)
+    args, kwargs, sources = forced
+    if not wide:  # a fresh leaf per run: the float64 run widens copies of the same tensors
+        args, kwargs, sources = _fresh_leaves(args, kwargs, sources)
     if wide:
         widened = {}
 
@@ -323,6 +331,21 @@ def _paddle_local(layer, call: LayerCall, inputs: Inputs, grads: list, p_call, w
         g = _unbroadcast(as_np(g, t), tuple(inputs.groups[i][0].shape))
         per_input[i] = g if per_input[i] is None else per_input[i] + g
     return per_input, {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, forward
+
+
+def _fresh_leaves(args, kwargs, sources: dict):
+    """The call with each paddle tensor that is a copy of a torch input copied again (a leaf of its
+    own for this run's gradient), `sources` following them."""
+    fresh = {}
+
+    def copy(t):
+        if id(t) not in sources:
+            return t
+        c = t.detach().clone()
+        fresh[id(c)] = sources[id(t)]
+        return c
+    args, kwargs = map_leaves(args, copy, is_paddle_tensor), map_leaves(kwargs, copy, is_paddle_tensor)
+    return args, kwargs, fresh
 
 
 def cotangent(grad: np.ndarray, shape: tuple) -> np.ndarray | None:
@@ -384,7 +407,7 @@ def local_rows(session, tspec, batch) -> list:
     p_handles = session.emulation.apply_paddle(pmodel, fmt)
     t_handles = session.emulation.apply_torch(t32, session.formats["torch"])
     players = dict(pmodel.named_sublayers(include_self=True))
-    players64 = _float64_layers(session) if fmt == "fp32" else {}
+    players64 = _Float64Layers(session) if fmt == "fp32" else None
     rows = []
     try:
         for call in sorted(calls.values(), key=lambda c: -c.order):
@@ -398,26 +421,34 @@ def local_rows(session, tspec, batch) -> list:
                     "end-to-end gradients are compared)")))
                 continue
             rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
-                                players[ppath], players64.get(ppath), p_calls.get(ppath))
+                                players[ppath], players64, p_calls.get(ppath))
     finally:
         remove(fmt_handles + p_handles + t_handles)
     return rows
 
 
-def _float64_layers(session) -> dict:
-    """path -> layer of a float64 copy of paddle's model (paddle's own error is measured against it);
-    empty where the model does not take float64."""
-    model = session.paddle_copy()
-    try:
-        model.to(dtype="float64")
-    except Exception:  # a model that does not take float64: torch's error stands in for paddle's
-        return {}
-    return dict(model.named_sublayers(include_self=True))
+class _Float64Layers:
+    """The layers of a float64 copy of paddle's model (paddle's own error is measured against it),
+    made when first asked for; none where the model does not take float64."""
+
+    def __init__(self, session):
+        self.session = session
+        self.layers = None
+
+    def get(self, path: str):
+        if self.layers is None:
+            model = self.session.paddle_copy()
+            try:
+                model.to(dtype="float64")
+                self.layers = dict(model.named_sublayers(include_self=True))
+            except Exception:  # a model that does not take float64: torch's error stands in for paddle's
+                self.layers = {}
+        return self.layers.get(path)
 
 
-def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p_call) -> list:
-    """The rows of one layer's local backward; the whole model's measure of paddle's own error goes
-    to session.paddle_own."""
+def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, p_call) -> list:
+    """The rows of one layer's local backward (`players64`: the float64 copy's layers, or None); the
+    whole model's measure of paddle's own error goes to session.paddle_own."""
     import torch
     from .result import Row
     get = lambda m: m.get_submodule(call.path) if call.path else m
@@ -427,7 +458,8 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p
         g32, p32, _ = _torch_local(get(t32), call, inputs, grads, torch.float32)
         g64, p64, narrowed = _torch_local(get(t64), call, inputs, grads64, torch.float64)
         gf, pf, _ = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None, 0)
-        gp, pp, forward = _paddle_local(player, call, inputs, grads, p_call)
+        forced = _paddle_call(call, p_call)
+        gp, pp, forward = _paddle_local(player, forced, inputs, grads)
     except WrongCotangent:
         raise
     except Unpaired as exc:
@@ -436,9 +468,6 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p
     except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
         return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
                     note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")]
-    own_in, own_p = _paddle_own(player64, call, inputs, grads64, p_call, gp, pp)
-    if not ppath:
-        session.paddle_own = dict(own_p)
     cond_in, cond_p, said = [None] * len(g64), {}, ""
     if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
         unit = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
@@ -451,29 +480,39 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, player64, p
     label = call.path or "<model>"
     agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
     note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)
-    rows = []
-    for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
-        if c is None:
-            continue  # an input paddle's call does not take
-        rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
-                          (a - b).astype(np.float32), formats=session.formats,
-                          fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note,
-                          e_other=own_in[i], condition=cond_in[i]))
-    for pair in session.pairs:
-        names = [relative(t, call.path) for t in pair.torch]
-        local = relative(pair.paddle, ppath)
-        if local not in pp or not all(n in p32 for n in names):
-            continue
-        want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
-        fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
-        condition = _in_paddle(pair, names, cond_p) if cond_p else None
-        rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local], (want - ref).astype(np.float32),
-                          formats=session.formats, fmt_err=fmt_err, note=zero_note(want, pp[local]) + note,
-                          e_other=own_p.get(local), condition=condition))
+
+    def judged(own_in: list, own_p: dict) -> list:
+        rows = []
+        for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
+            if c is None:
+                continue  # an input paddle's call does not take
+            rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
+                              (a - b).astype(np.float32), formats=session.formats,
+                              fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note,
+                              e_other=own_in[i], condition=cond_in[i]))
+        for pair in session.pairs:
+            names = [relative(t, call.path) for t in pair.torch]
+            local = relative(pair.paddle, ppath)
+            if local not in pp or not all(n in p32 for n in names):
+                continue
+            want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
+            fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
+            condition = _in_paddle(pair, names, cond_p) if cond_p else None
+            rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local],
+                              (want - ref).astype(np.float32), formats=session.formats, fmt_err=fmt_err,
+                              note=zero_note(want, pp[local]) + note, e_other=own_p.get(local), condition=condition))
+        return rows
+
+    rows = judged([None] * len(gp), {})
+    if any(r.ratio is None or not r.ratio <= OWN_FROM for r in rows):  # torch's error alone does not cover it
+        own_in, own_p = _paddle_own(players64 and players64.get(ppath), forced, inputs, grads64, gp, pp)
+        if not ppath:
+            session.paddle_own = dict(own_p)
+        rows = judged(own_in, own_p)
     return rows
 
 
-def _paddle_own(player64, call, inputs, grads64, p_call, gp, pp) -> tuple[list, dict]:
+def _paddle_own(player64, forced, inputs, grads64, gp, pp) -> tuple[list, dict]:
     """Paddle's own fp32 error of the layer's gradients (its kernels reduce in orders of their own,
     which torch's observed error does not show): its gradients minus those of a float64 copy of the
     layer on the same inputs, per input and per parameter; None (torch's error stands in) where the
@@ -481,7 +520,7 @@ def _paddle_own(player64, call, inputs, grads64, p_call, gp, pp) -> tuple[list, 
     if player64 is None:
         return [None] * len(gp), {}
     try:
-        w_in, w_p, _ = _paddle_local(player64, call, inputs, grads64, p_call, wide=True)
+        w_in, w_p, _ = _paddle_local(player64, forced, inputs, grads64, wide=True)
     except WrongCotangent:
         raise
     except Exception:  # a layer that does not run in float64: not measured
