@@ -162,6 +162,7 @@ def convert_weights(src: str, dst: str, mapping: str | None = None, spec: PortSp
     detection tries (default: PaddleFormers' where one fits). Bad input raises UserError, and
     nothing is written."""
     from .convert import convert
+    check_target(target)
     if isinstance(spec, str):
         spec = PortSpec.from_file(spec)
     return convert(src, dst, mapping=mapping, spec=spec, dtype=dtype, force=force, emit_mapping=emit_mapping,
@@ -206,10 +207,17 @@ def convert_directory(src_dir: str, out_dir: str, mapping: str | None = None, dt
     (default: the one config.json's model_type names). json_path: the result's JSON, written
     together with out_dir. Bad input raises UserError, and nothing is written."""
     from .hfdir import convert_directory as convert_dir
+    check_target(target)
     done = convert_dir(src_dir, out_dir, mapping, dtype, force, max_shard_size, progress, log or _quiet,
                        json_path=json_path, target=target)
     return DirectoryConversion(done["output"], list(done["files"]), done["mapping"], done["tensors"], done["bytes"],
                                list(done["dropped"]))
+
+
+def check_target(target: str | None) -> None:
+    """A target library convert_weights and convert_directory take: paddleformers, paddlenlp or None."""
+    from .rules.detect import check_target as checked
+    checked(target)
 
 
 def _quiet(line: str) -> None:

@@ -306,12 +306,13 @@ def family_of(hf: dict, where: str, target: str | None = None) -> Family:
     """The family of config.json's model_type for `target`'s library; with no target, PaddleFormers'
     where it has the family, else PaddleNLP's."""
     model_type = hf.get("model_type")
+    named = isinstance(model_type, str)  # a list or a dict is no key of the tables below
     if target is None:
-        target = "paddleformers" if model_type in PADDLEFORMERS_FAMILIES else "paddlenlp"
+        target = "paddleformers" if named and model_type in PADDLEFORMERS_FAMILIES else "paddlenlp"
     families = TARGET_FAMILIES[target]
-    if not isinstance(model_type, str) or model_type not in families:
-        what = "model_type" if isinstance(model_type, str) else f"model_type ({_type_name(model_type)})"
-        other = [t for t, f in TARGET_FAMILIES.items() if t != target and model_type in f]
+    if not named or model_type not in families:
+        what = "model_type" if named else f"model_type ({_type_name(model_type)})"
+        other = [t for t, f in TARGET_FAMILIES.items() if t != target and named and model_type in f]
         instead = f"pass --target {other[0]}" if other else "convert the weights file alone with --mapping"
         raise UserError(f"{where}: {what} {shown(model_type)} is not one this tool translates for "
                         f"{TARGET_NAMES[target]} ({', '.join(sorted(families))}); {instead}")

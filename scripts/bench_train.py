@@ -61,9 +61,9 @@ def plain_steps(spec, steps: int) -> float:
 
 
 def train_checks(spec, steps: int) -> float:
-    from converter.train.run import train_check
+    from converter.api import VerifyOptions, verify_port
     start = time.perf_counter()
-    report = train_check(spec, steps, device="cpu")
+    report = verify_port(spec, VerifyOptions(device="cpu", train=True, steps=steps)).train
     elapsed = time.perf_counter() - start
     if report.verdict != "pass":
         raise SystemExit(f"the benchmark pair does not pass --train: {report.first_bad}")

@@ -6,7 +6,6 @@ import click
 
 from .. import api
 from ..errors import CheckFailed, UserError
-from ..rules.detect import check_target
 from .common import CONTEXT, OneLineCommand, one_line_errors, progress_shown, say
 
 
@@ -32,7 +31,7 @@ def convert_weights(src, dst, mapping, spec_path, dtype, force, emit_mapping, js
                     target, allow_outside_shards):
     """Convert the torch checkpoint SRC to Paddle weights DST (.pdparams or .safetensors), or the HF model
     directory SRC to the directory DST that PaddleFormers' or PaddleNLP's from_pretrained loads."""
-    check_target(target)
+    api.check_target(target)
     if api.converts_a_directory(src, dst):
         if spec_path or emit_mapping:
             raise UserError("--spec and --emit-mapping take a weights file; give SRC as its config.json's weights file")

@@ -113,15 +113,6 @@ def _check_deterministic(session, tspec, batch) -> None:
                         "dropout?); training checks need a deterministic forward, so make that probability 0")
 
 
-def train_check(spec, steps: int = DEFAULT_STEPS, device="auto", precision="as-is", emulate=None, weights=None,
-                converted=None, mapping=None) -> TrainReport:
-    """The TrainReport of verify_port with train=True on `spec` (one session for both checks, as
-    verify-port --train runs them)."""
-    from ..api import VerifyOptions, verify_port
-    options = VerifyOptions(device=device, precision=precision, emulate=dict(emulate or {}), train=True, steps=steps)
-    return verify_port(spec, options, weights=weights, converted=converted, mapping=mapping).train
-
-
 def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS) -> TrainReport:
     """The training checks of `tspec` (the training side of port's spec) on the models of `port`, as
     converted and set up for the forward check, which takes them back as it had them."""

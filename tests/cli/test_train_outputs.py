@@ -88,7 +88,7 @@ def test_paddle_batchnorm_training_notice_is_not_in_our_output():
     import paddle
 
     from converter.spec import PortSpec
-    from converter.train.run import train_check
+    from helpers.train import train_check
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         report = train_check(PortSpec.from_file(spec_path("train_cnn")), steps=1, device="cpu")

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("paddlenlp")
 
 from converter.spec import load_spec  # noqa: E402
-from converter.train.run import train_check  # noqa: E402
+from helpers.train import train_check  # noqa: E402
 
 CLEAN_LIMIT = 0.8  # the largest clean ratio allowed here: well within budget, not at its edge
 

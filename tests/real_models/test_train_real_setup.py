@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("paddlenlp")
 
 from converter.spec import PortSpec  # noqa: E402
-from converter.train.run import train_check  # noqa: E402
+from helpers.train import train_check  # noqa: E402
 
 SPEC = '''
 import sys

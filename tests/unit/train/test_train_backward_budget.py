@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from converter.spec import load_spec
 from converter.train.backward import Unpaired, _paddle_grad, _unbroadcast, cotangent
-from converter.train.run import train_check
+from helpers.train import train_check
 
 COMMON = '''
 import numpy as np

@@ -8,7 +8,7 @@ import torch
 
 from helpers.cli import spec_path
 from converter.spec import PortSpec
-from converter.train.run import train_check
+from helpers.train import train_check
 
 STEPS = 6
 F = paddle.nn.functional

@@ -8,7 +8,7 @@ import pytest
 from helpers.cli import spec_path
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
-from converter.train.run import train_check
+from helpers.train import train_check
 from converter.train.session import TrainSession
 from converter.train.structure import dropout_rows
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from converter.spec import PortSpec
-from converter.train.run import train_check
+from helpers.train import train_check
 
 H, C, B, STEPS, CLIP = 8, 5, 6, 4, 0.5
 QKV = "q_proj.weight+k_proj.weight+v_proj.weight"

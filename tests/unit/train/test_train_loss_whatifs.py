@@ -11,7 +11,7 @@ import torch
 from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.ce_whatif import Side, explain, torch_setting, what_if
-from converter.train.run import train_check
+from helpers.train import train_check
 
 B, T, V, PAD = 3, 7, 6, 0
 TF, PF = torch.nn.functional, paddle.nn.functional

@@ -123,7 +123,7 @@ def _mlp_with(torch_optimizer):
 def test_adam_with_decoupled_weight_decay_is_translated_as_adamw():
     """torch's Adam(decoupled_weight_decay=True) decays as AdamW: the translation (AdamW) trains as
     torch does (it was paddle's Adam with L2 decay, a failure of our own making)."""
-    from converter.train.run import train_check
+    from helpers.train import train_check
     report = train_check(_mlp_with(lambda m: torch.optim.Adam(m.parameters(), lr=3e-3, weight_decay=0.1,
                                                               decoupled_weight_decay=True)), steps=4, device="cpu")
     assert report.optimizer.startswith("translated from torch's: paddle.optimizer.AdamW(") and "weight_decay=0.1" in \
@@ -138,7 +138,7 @@ def test_torch_optimizer_over_a_part_of_the_model_is_translated_over_that_part()
     """Fine-tuning the head only: paddle's translated optimizer holds the head's counterparts (over
     every parameter it moved what torch's left alone, and blamed the port for it), and the emitted
     code builds it over those names."""
-    from converter.train.run import train_check
+    from helpers.train import train_check
     report = train_check(_mlp_with(lambda m: torch.optim.SGD(m.fc2.parameters(), lr=0.1, momentum=0.9)),
                          steps=4, device="cpu")
     assert report.first_bad is None, report.first_bad

@@ -10,7 +10,7 @@ from helpers.cli import run_verify, spec_path
 from converter.errors import UserError
 from converter.spec import PortSpec
 from converter.train.optimizer import subclass_note, torch_class, translate
-from converter.train.run import train_check
+from helpers.train import train_check
 
 MAX_NORM = 0.05
 

@@ -6,7 +6,7 @@ import pytest
 
 from converter.errors import UserError
 from converter.spec import PortSpec
-from converter.train.run import train_check
+from helpers.train import train_check
 
 STEPS = 2
 

@@ -14,7 +14,8 @@ from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.report import render_text
 from converter.train.result import MARGINAL, PHASES, Row, TrainReport
-from converter.train.run import first_bad, train_check
+from converter.train.run import first_bad
+from helpers.train import train_check
 
 STEPS = 6
 F = paddle.nn.functional

@@ -5,7 +5,7 @@ import pytest
 from helpers.cli import spec_path
 from converter.spec import PortSpec
 from converter.train.report import render_text
-from converter.train.run import train_check
+from helpers.train import train_check
 
 
 @pytest.mark.slow

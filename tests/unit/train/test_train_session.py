@@ -16,7 +16,7 @@ from converter.compare.session import Options, PortSession
 from converter.errors import UserError
 from converter.spec import PortSpec
 from converter.train import loop
-from converter.train.run import train_check
+from helpers.train import train_check
 
 STEPS = 2
 

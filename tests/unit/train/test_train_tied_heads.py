@@ -9,7 +9,7 @@ import pytest
 from helpers.cli import run_verify, spec_path
 from converter.convert import convert_in_memory
 from converter.spec import PortSpec
-from converter.train.run import train_check
+from helpers.train import train_check
 
 pytestmark = pytest.mark.slow
 
