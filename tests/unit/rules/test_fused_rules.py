@@ -87,7 +87,8 @@ def test_one_group_is_the_plain_concatenation():
 
 def test_groups_from_the_config_and_the_plan_knows_each_block():
     """`groups` may name a config field; the plan lists each part's blocks in output order, and the
-    verifier does not take an interleaved layer for a concatenation of its modules' outputs."""
+    verifier pairs the fused layer with its modules whether they are interleaved or concatenated
+    (compare/fused.py gathers each module's blocks)."""
     rng = np.random.default_rng(1)
     arrays = _qkv(rng, 4, 2, 3, 5)
     arrays.update({f"l.{n}_proj.bias": rng.standard_normal(s).astype("float32")
@@ -108,7 +109,7 @@ def test_groups_from_the_config_and_the_plan_knows_each_block():
     assert entry.merge_axis == 1 and entry.shape == (5, 24)
     bias = out["l.qkv_proj.bias"]
     assert np.array_equal(bias, _interleaved(*(arrays[f"l.{n}_proj.bias"] for n in "qkv"), 2))
-    assert merged_modules(plan) == {}
+    assert merged_modules(plan) == {"l.qkv_proj": ("l.q_proj", "l.k_proj", "l.v_proj")}
     concatenated, _ = _convert(arrays, [dict(rules[0], groups=1), rules[1]])
     assert merged_modules(concatenated) == {"l.qkv_proj": ("l.q_proj", "l.k_proj", "l.v_proj")}
 
