@@ -75,6 +75,7 @@ def test_verify_port_concludes_what_the_command_concludes(tmp_path, path, expect
         assert "GELU" in report.forward.diagnosis[0].cause
 
 
+@pytest.mark.slow
 def test_a_spec_given_in_python_is_verified_like_its_file():
     """PortSpec(torch_model=..., paddle_model=..., inputs=...) from a spec file's own functions,
     with the models handed over already built: the same conclusion as the file."""

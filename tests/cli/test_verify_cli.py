@@ -11,6 +11,7 @@ from converter.verify.run import verify
 from converter.compare.session import Options
 
 
+@pytest.mark.slow
 def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
     r = run_script("verify-port", "--bisect", "--json", tmp / "r.json", "--html", tmp / "r.html")
     assert r.code == 1, r
@@ -100,6 +101,7 @@ def test_converted_file_that_is_a_hostile_pickle(tmp):
     assert not (tmp / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_converted_file_for_another_model_is_one_line_and_not_loaded(tmp):
     from safetensors.numpy import save_file
 

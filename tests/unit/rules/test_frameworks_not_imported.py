@@ -29,11 +29,13 @@ def _frameworks_after(*args):
     return result["loaded"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test_file", FRAMEWORK_FREE)
 def test_the_rules_and_config_tests_import_neither_framework(test_file):
     assert _frameworks_after(test_file) == []
 
 
+@pytest.mark.slow
 def test_a_test_that_imports_torch_is_seen(tmp_path):
     test = tmp_path / "test_with_torch.py"
     test.write_text("import torch\n\n\ndef test_torch():\n    assert torch.zeros(1).shape == (1,)\n")

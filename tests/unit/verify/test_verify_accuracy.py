@@ -161,6 +161,7 @@ def test_clean_pair_passes_with_no_false_alarm(name):
     print(f"\n{name}: {len(compared)} layers, tightness (median local ratio) {report.tightness():.3f}")
 
 
+@pytest.mark.slow
 def test_budget_tightness_over_clean_pairs():
     """The median local ratio over the clean layers of all pairs, printed; aim >= 0.05."""
     ratios = []
