@@ -5,9 +5,9 @@ For each case an HF model is built from a small config with random weights (Line
 N(0, 1/fan_in), norm weights 1 + N(0, 0.1), biases N(0, 0.02)) and saved as HF saves it
 (`pytorch_model.bin`, `model.safetensors`, or sharded with an index). Then:
 
-* weights: `convert-weights` with no --mapping (the rule set is detected from the keys) ->
+* weights: `convert-weights --target paddlenlp` with no --mapping (the rule set is detected from the keys) ->
   `paddle.load` -> the PaddleNLP class built from the translated config -> `set_state_dict`;
-* directories: `convert-weights HF_DIR OUT_DIR` -> PaddleNLP's `AutoModel.from_pretrained(OUT_DIR)`;
+* directories: `convert-weights HF_DIR OUT_DIR --target paddlenlp` -> PaddleNLP's `AutoModel.from_pretrained(OUT_DIR)`;
 
 and both models run on the same tokens. Printed per case: the rule set detected, missing /
 unexpected keys, max |paddle - HF fp32| with the output's scale, and that difference against
@@ -293,8 +293,8 @@ def run_weights(case, tmp):
     src = save(model, case.how, os.path.join(tmp, "hf"))
     dst = os.path.join(tmp, "model_state.pdparams")
     log = []
-    convert(src, dst, mapping=None, progress=False, log=log.append)
-    translated = translate_config(case.config.to_dict(), force=False)
+    convert(src, dst, mapping=None, progress=False, log=log.append, target="paddlenlp")
+    translated = translate_config(case.config.to_dict(), force=False, target="paddlenlp")
     pd_class = getattr(nlp, translated.family.classes[case.hf_class], None)
     if pd_class is None:
         from importlib import import_module
@@ -322,7 +322,7 @@ def run_directory(case, tmp):
     save(model, case.how, os.path.join(tmp, "hf"))
     out = os.path.join(tmp, "out")
     log = []
-    convert_directory(os.path.join(tmp, "hf"), out, progress=False, log=log.append)
+    convert_directory(os.path.join(tmp, "hf"), out, progress=False, log=log.append, target="paddlenlp")
     try:
         pd_model = nlp.AutoModel.from_pretrained(out)
     except AttributeError:  # PaddleNLP 2.8.1's AutoModel has no deberta-v2: its own class loads it
