@@ -121,20 +121,17 @@ BY_PAIR: dict[tuple[str, str], Family] = {}  # (torch class name, paddle class n
 
 
 def register(family: Family) -> Family:
+    """Add `family` to the registry: by torch type, or (paddle_specific) by torch and paddle type;
+    a key registered twice is refused."""
     if family.paddle_specific:
-        for pair in ((t, p) for t in family.torch_types for p in family.paddle_types):
-            if pair in BY_PAIR:
-                raise ValueError(f"torch type {pair[0]} with paddle type {pair[1]} is registered twice "
-                                 f"({BY_PAIR[pair].name} and {family.name})")
-            BY_PAIR[pair] = family
-        for paddle_type in family.paddle_types:
-            BY_PADDLE_TYPE.setdefault(paddle_type, family)
-        return family
-    for torch_type in family.torch_types:
-        if torch_type in REGISTRY:
-            raise ValueError(f"torch type {torch_type} is registered twice "
-                             f"({REGISTRY[torch_type].name} and {family.name})")
-        REGISTRY[torch_type] = family
+        table, keys = BY_PAIR, [(t, p) for t in family.torch_types for p in family.paddle_types]
+        said = lambda key: f"torch type {key[0]} with paddle type {key[1]}"
+    else:
+        table, keys, said = REGISTRY, list(family.torch_types), lambda key: f"torch type {key}"
+    for key in keys:
+        if key in table:
+            raise ValueError(f"{said(key)} is registered twice ({table[key].name} and {family.name})")
+        table[key] = family
     for paddle_type in family.paddle_types:
         BY_PADDLE_TYPE.setdefault(paddle_type, family)
     return family
