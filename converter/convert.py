@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import sys
@@ -337,8 +338,9 @@ def plan_in_memory(torch_model, paddle_model, mapping=None):
     state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
     left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
     source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
-    kept = _buffers_left_unfilled(source, ruleset, paddle_model)
-    unloadable = _targets_not_persistable(source, ruleset, paddle_model)
+    loose = functools.cache(lambda: _loose_plan(source, ruleset))  # asked for only where the model has buffers
+    kept = _buffers_left_unfilled(loose, paddle_model)
+    unloadable = _targets_not_persistable(loose, paddle_model)
     skipped = {part.source for entry in unloadable for part in entry.parts}
     plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
                       {k: v for k, v in targets.items() if k not in kept})
@@ -386,17 +388,24 @@ def _paddle_buffers(paddle_model) -> dict[str, object]:
     return {k: v for k, v in paddle_model.state_dict().items() if id(v) in buffers and id(v) not in params}
 
 
-def _buffers_left_unfilled(source, ruleset: RuleSet, paddle_model) -> list[str]:
+def _loose_plan(source, ruleset: RuleSet) -> MappingPlan | None:
+    """The plan of torch's keys under the rules, against no target model; None when the rules do not
+    fit torch's keys (the plan against the paddle model's keys then says what is wrong)."""
+    try:
+        return build_plan(source.infos, ruleset, None)
+    except UserError:
+        return None
+
+
+def _buffers_left_unfilled(loose, paddle_model) -> list[str]:
     """The paddle model's buffers that the rules fill from no torch tensor (all of them when the
-    rules do not yet fit torch's keys: the plan against the other targets says what is wrong)."""
+    rules do not yet fit torch's keys). `loose()` gives _loose_plan's plan."""
     buffers = _paddle_buffers(paddle_model)
     if not buffers:
         return []
-    try:
-        loose = build_plan(source.infos, ruleset, None)
-    except UserError:
+    if loose() is None:
         return sorted(buffers)
-    filled = {name for entry in loose.entries for name in (entry.name, *entry.aliases)}
+    filled = {name for entry in loose().entries for name in (entry.name, *entry.aliases)}
     return [k for k in buffers if k not in filled]
 
 
@@ -406,18 +415,15 @@ def paddle_unsaved_buffers(paddle_model) -> dict[str, object]:
     return {k: v for k, v in paddle_model.named_buffers() if k not in saved}
 
 
-def _targets_not_persistable(source, ruleset: RuleSet, paddle_model) -> list:
+def _targets_not_persistable(loose, paddle_model) -> list:
     """Plan entries whose target the paddle model holds as a buffer that is not persistable: the
     rules are right, but no checkpoint reaches such a buffer (HF BART's final_logits_bias registered
-    with persistable=False in a port). Their torch tensors are left out of the plan."""
+    with persistable=False in a port). Their torch tensors are left out of the plan. `loose()` gives
+    _loose_plan's plan."""
     unsaved = paddle_unsaved_buffers(paddle_model)
-    if not unsaved:
+    if not unsaved or loose() is None:
         return []
-    try:
-        loose = build_plan(source.infos, ruleset, None)
-    except UserError:
-        return []
-    return [e for e in loose.entries if e.name in unsaved]
+    return [e for e in loose().entries if e.name in unsaved]
 
 
 def unloadable_difference(entry, paddle_model, read) -> str:
