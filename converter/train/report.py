@@ -129,7 +129,7 @@ def _shown_rows(report: TrainReport) -> list:
     if len(report.rows) <= SHOWN_CHECKS:
         return list(report.rows)
     keep = {id(r) for r in report.rows if r.bad}
-    keep |= {id(report.worst(phase)) for phase in PHASES if report.worst(phase) is not None}
+    keep |= {id(row) for row in map(report.worst, PHASES) if row is not None}
     if report.first_bad is not None:
         keep.add(id(report.first_bad))
     return [r for r in report.rows if id(r) in keep]
