@@ -42,17 +42,26 @@ def _as_numpy(tensor):
     return tensor.numpy()
 
 
-def untransposed(ctx, where, torch_module, paddle_layer) -> list:
-    """A square paddle weight that is torch's as is (paddle's Linear wants [in, out]), found from
-    the two layers themselves, whatever the mapping says."""
+def square_weight_held_as(torch_module, paddle_layer, layout) -> list | None:
+    """The shape of the paddle layer's weight when it holds torch's square weight `w` as `layout(w)`
+    (a layout the port does not want), found from the two layers themselves, whatever the mapping
+    says; None otherwise, and for a symmetric weight, which both layouts hold alike."""
     import numpy as np
     if getattr(torch_module, "weight", None) is None or getattr(paddle_layer, "weight", None) is None:
-        return []
+        return None
     w, pw = torch_module.weight.detach().cpu().numpy(), _as_numpy(paddle_layer.weight)
-    if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, w) \
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, layout(w)) \
             or np.array_equal(w, w.T):
+        return None
+    return list(pw.shape)
+
+
+def untransposed(ctx, where, torch_module, paddle_layer) -> list:
+    """A square paddle weight that is torch's as is (paddle's Linear wants [in, out])."""
+    shape = square_weight_held_as(torch_module, paddle_layer, lambda w: w)
+    if shape is None:
         return []
-    return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {list(pw.shape)} is square and holds "
+    return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {shape} is square and holds "
                       f"torch's '{where}.weight' untransposed",
                       "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule file needs a "
                       "transpose rule for it)", kind="transpose")]

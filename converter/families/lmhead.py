@@ -7,7 +7,7 @@ Linear ported as an LMHead only."""
 
 from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
-from .linear import _as_numpy, _linear_products
+from .linear import _linear_products, square_weight_held_as
 
 
 def _lm_head(pair: PortedLayer) -> None:
@@ -17,14 +17,10 @@ def _lm_head(pair: PortedLayer) -> None:
 
 def transposed(ctx, where, torch_module, paddle_layer) -> list:
     """A square LMHead weight that holds torch's transposed, as a paddle Linear's would."""
-    import numpy as np
-    if getattr(torch_module, "weight", None) is None or getattr(paddle_layer, "weight", None) is None:
+    shape = square_weight_held_as(torch_module, paddle_layer, lambda w: w.T)
+    if shape is None:
         return []
-    w, pw = torch_module.weight.detach().cpu().numpy(), _as_numpy(paddle_layer.weight)
-    if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, w.T) \
-            or np.array_equal(w, w.T):
-        return []
-    return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {list(pw.shape)} holds torch's "
+    return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {shape} holds torch's "
                       f"'{where}.weight' transposed",
                       "PaddleFormers' LMHead stores [vocab, hidden] as torch's Linear does and multiplies by its "
                       "transpose: copy the weight as it is (no transpose rule for it)", kind="transpose")]
