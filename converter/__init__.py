@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 
 # name -> the module (under converter) that defines it
 _EXPORTS = {
-    "PortSpec": "api", "VerifyOptions": "api", "verify_port": "api", "translated_optimizer": "api",
+    "PortSpec": "api", "VerifyOptions": "api", "verify_port": "api", "verify_directories": "api",
+    "translated_optimizer": "api",
     "convert_weights": "api", "convert_directory": "api", "converts_a_directory": "api",
     "DirectoryConversion": "api", "OptionError": "api",
     "PortReport": "report", "Verdict": "results",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .convert import ConversionResult
 
 __all__ = ["PortSpec", "VerifyOptions", "PortReport", "DirectoryConversion", "OptionError", "convert_weights",
-           "convert_directory", "converts_a_directory", "verify_port", "translated_optimizer"]
+           "convert_directory", "converts_a_directory", "verify_port", "verify_directories", "translated_optimizer"]
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("as-is", "strict")
@@ -131,6 +131,21 @@ def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: s
     with PortSession(spec, session_options, weights=weights, converted=converted, mapping=mapping) as session:
         trained = train_on(session, training, options.steps)  # first: it gives the models back as it found them
         return PortReport(run_on(session, session_options, options.bisect), trained)
+
+
+def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | None = None,
+                       mapping: str | None = None, log: Callable[[str], None] | None = None) -> PortReport:
+    """verify_port with no spec: the torch model is transformers' class that `hf_dir`'s config.json
+    names in `architectures`, loaded from `hf_dir`; the paddle model PaddleFormers' class of the same
+    architecture (else PaddleNLP's), built from `paddle_dir` (what convert_directory wrote) with its
+    weights as they are. Each of them is checked bit for bit against torch's under the rule set the
+    directory conversion used (or `mapping`), and the forward check runs on token ids drawn from the
+    config's vocabulary (a padded second row where both models take an attention_mask). log receives
+    one line naming the two classes and the rules. Bad input raises UserError."""
+    from .hfpair import directory_spec
+    from .spec import LOADED
+    spec = directory_spec(hf_dir, paddle_dir, mapping, log or _quiet)
+    return verify_port(spec, options, mapping=LOADED)
 
 
 def translated_optimizer(spec: PortSpec) -> str:

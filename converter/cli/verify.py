@@ -18,6 +18,7 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @click.command(cls=OneLineCommand, context_settings=CONTEXT)
+@click.argument("directories", nargs=-1, metavar="[HF_DIR PADDLE_DIR]")
 @click.option("--spec", "spec_path", metavar="FILE", help="Port spec (default: the bundled BERT-like example).")
 @click.option("--weights", metavar="CKPT", help="Torch checkpoint to load into torch_model() first.")
 @click.option("--converted", metavar="FILE", help="Paddle weights (.pdparams/.safetensors) to load as is.")
@@ -37,10 +38,17 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--steps", default=api.DEFAULT_STEPS, show_default=True, help="Training steps for --train.")
 @click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
 @one_line_errors
-def verify_port(spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect, strategy,
-                json_path, html_path, rows, force, train, steps, emit_optimizer):
+def verify_port(directories, spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect,
+                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer):
     """Run the torch model and its paddle port, compare every layer against its expected-error
-    budget, and (with --bisect) name the first layer over budget with a diagnosis."""
+    budget, and (with --bisect) name the first layer over budget with a diagnosis.
+
+    With HF_DIR PADDLE_DIR instead of a spec: transformers' model from HF_DIR against PaddleFormers'
+    (or PaddleNLP's) from PADDLE_DIR, as convert-weights HF_DIR PADDLE_DIR wrote it."""
+    if directories:
+        _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
+                            json_path, html_path, _options(device, precision_mode, emulate, strategy, bisect, train,
+                                                           steps))
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
     if converted and not os.path.exists(converted):
@@ -59,6 +67,11 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     if emit_optimizer:
         api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
     report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
+    _report(report, rows, emit_optimizer, json_path, html_path, force)
+
+
+def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
+    """Print the report, write its files, exit by its verdict."""
     click.echo(render_text(report, max_rows=rows))
     optimizer_code = report.train.optimizer_code if emit_optimizer else None
     write_outputs({emit_optimizer: optimizer_code, json_path: render_json(report) if json_path else None,
@@ -66,6 +79,23 @@ def verify_port(spec_path, weights, converted, mapping, device, precision_mode, 
     if optimizer_code is not None:
         click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
     sys.exit(report.exit_code)
+
+
+def _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
+                        json_path, html_path, options) -> None:
+    """HF_DIR PADDLE_DIR: both directories, and none of the options that only a spec takes."""
+    if len(directories) != 2:
+        raise UserError(f"verify-port takes two directories, HF_DIR PADDLE_DIR; got {len(directories)} "
+                        f"({', '.join(map(repr, directories))}); give both, or a spec with --spec")
+    taken = [name for name, value in (("--spec", spec_path), ("--weights", weights), ("--converted", converted),
+                                       ("--emit-optimizer", emit_optimizer)) if value]
+    if taken:
+        raise UserError(f"HF_DIR PADDLE_DIR build both models from their directories; {', '.join(taken)} "
+                        f"{'is an option' if len(taken) == 1 else 'are options'} of a spec: give the directories "
+                        "or a spec, not both")
+    check_outputs({"--json": json_path, "--html": html_path}, [*directories, mapping], force)
+    report = api.verify_directories(*directories, options, mapping=mapping, log=say)
+    _report(report, rows, None, json_path, html_path, force)
 
 
 def _options(device, precision, emulate, strategy, bisect, train, steps) -> api.VerifyOptions:

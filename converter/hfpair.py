@@ -1,0 +1,304 @@
+"""`verify-port HF_DIR PADDLE_DIR`: a port spec made from two model directories.
+
+The torch model is transformers' class that HF_DIR's config.json names in `architectures`, loaded
+from HF_DIR; the paddle model is the class of the same architecture in PaddleFormers (else
+PaddleNLP), built from PADDLE_DIR's config.json and loaded with PADDLE_DIR's paddle weights as they
+were written (no conversion on paddle's side). The paddle model keeps those weights (mapping
+"loaded"): each is checked bit for bit against torch's under the rule set the directory conversion
+used (config.json's model_type for the library), and the layers are paired through it. The inputs
+are token ids drawn from the config's vocabulary, a padded second row where both models take an
+attention_mask.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import UserError, quoted
+from .hfconfig import family_of
+from .hfdir import CONFIG, INDEX, WEIGHTS, is_model_directory, read_config
+from .spec import PortSpec
+
+BATCH, LENGTH, PADDED = 2, 16, 5  # token inputs: 2 rows of 16, the second row's last 5 padded
+SEED = 0
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+LIBRARIES = (("paddleformers", "PaddleFormers"), ("paddlenlp", "PaddleNLP"))  # tried in this order
+SHOWN = 5  # keys named when a directory's weights do not fit the model
+DOCS = "docs/verify-port.md#model-directories"
+
+
+@dataclass(frozen=True)
+class PaddleClass:
+    """The paddle model class for an architecture: the library's module name, its name for users,
+    the class, and why it is not the class of the architecture's own name (or None)."""
+
+    library: str
+    library_name: str
+    cls: type
+    note: str | None = None
+
+    def describe(self) -> str:
+        version = importlib.metadata.version(self.library)
+        return f"{self.library_name} {version}'s {self.cls.__name__}" + (f" ({self.note})" if self.note else "")
+
+
+def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None,
+                   log: Callable[[str], None] = lambda line: None) -> PortSpec:
+    """The spec that builds both models from their directories (mapping "loaded" is the caller's
+    to pass: verify_port(spec, mapping=LOADED)). `mapping`: a rule-set name or file; default the
+    one convert-weights HF_DIR OUT_DIR uses for config.json's model_type and the paddle library.
+    Bad input raises UserError before any model is built."""
+    hf_config = _model_directory(hf_dir, "HF_DIR", "the directory save_pretrained wrote")
+    paddle_config = _model_directory(paddle_dir, "PADDLE_DIR", "the directory convert-weights HF_DIR OUT_DIR wrote")
+    architecture = _architecture(hf_config, hf_dir)
+    _hf_weights(hf_dir)
+    paddle_weights = _paddle_weight_keys(paddle_dir)
+    torch_class = _torch_class(architecture)
+    paddle_class = _paddle_class(_paddle_architecture(paddle_config, architecture))
+    ruleset = _ruleset(hf_config, hf_dir, paddle_class.library, mapping)
+    log(f"torch: transformers {importlib.metadata.version('transformers')}'s {torch_class.__name__} from "
+        f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
+        f"{quoted(ruleset.name) if ruleset is not None else 'inferred from the two models'}")
+    inputs = token_inputs(hf_config)
+
+    def torch_model():
+        model = torch_class.from_pretrained(hf_dir)
+        model.config.use_cache = False  # both sides return the logits alone
+        return model.eval()
+
+    def paddle_model():
+        model = _load_paddle(paddle_class, paddle_dir)
+        _check_loaded_keys(model, paddle_weights, paddle_dir, paddle_class.library)
+        return model
+
+    def model_inputs():
+        return _with_attention_mask(inputs, torch_class, paddle_class.cls)
+
+    return PortSpec(torch_model, paddle_model, model_inputs, ruleset,
+                    label=f"{os.path.basename(os.path.normpath(hf_dir))} -> {os.path.basename(os.path.normpath(paddle_dir))}")
+
+
+# the directories ---------------------------------------------------------------------------------
+def _model_directory(path: str, what: str, hint: str) -> dict:
+    if not os.path.isdir(path):
+        raise UserError(f"{what} {quoted(path)} is not a directory; give {hint}")
+    if not is_model_directory(path):
+        raise UserError(f"{what} {quoted(path)} is not a model directory (it has no {CONFIG}); give {hint}")
+    return read_config(path)
+
+
+def _architecture(config: dict, hf_dir: str) -> str:
+    names = config.get("architectures")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise UserError(f"{quoted(os.path.join(hf_dir, CONFIG))} names no model class in 'architectures'; add the "
+                        "class it was saved from (e.g. \"architectures\": [\"LlamaForCausalLM\"])")
+    return names[0]
+
+
+def _paddle_architecture(config: dict, hf_architecture: str) -> str:
+    """PADDLE_DIR's class: its config.json's (convert-weights writes the library's class name
+    there), else HF's."""
+    names = config.get("architectures")
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0]
+    return hf_architecture
+
+
+def _hf_weights(hf_dir: str) -> None:
+    if not any(glob.glob(os.path.join(glob.escape(hf_dir), name)) for name in HF_WEIGHTS + ("*.safetensors",)):
+        raise UserError(f"HF_DIR {quoted(hf_dir)} holds no weights ({', '.join(HF_WEIGHTS[::2])} or shards with "
+                        "their index); give the directory save_pretrained wrote")
+
+
+def _paddle_weight_keys(paddle_dir: str) -> set[str]:
+    """The tensor names of PADDLE_DIR's paddle weights (model_state.pdparams, or its shards' index)."""
+    import json
+    index, single = os.path.join(paddle_dir, INDEX), os.path.join(paddle_dir, WEIGHTS)
+    if os.path.isfile(index):
+        from .io.inputs import CONFIG_CAP, read_small_file
+        try:
+            body = json.loads(read_small_file(index, "index file", CONFIG_CAP).decode("utf-8"))
+            return set(body["weight_map"])
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{quoted(index)} is not a weights index (a JSON object with a 'weight_map'); "
+                            "convert the directory again") from None
+    if os.path.isfile(single):
+        from .io import open_source
+        with open_source(single) as source:
+            return set(source.infos)
+    raise UserError(f"PADDLE_DIR {quoted(paddle_dir)} holds no paddle weights ({WEIGHTS} or its shards with "
+                    f"{INDEX}); write them with: convert-weights HF_DIR {paddle_dir}")
+
+
+# the classes --------------------------------------------------------------------------------------
+def _torch_class(architecture: str) -> type:
+    from .lazy import import_torch
+    import_torch()  # first: PaddleFormers imported before torch hides torch from transformers
+    _hide_torchcodec_without_metadata()
+    if importlib.util.find_spec("transformers") is None:
+        raise UserError("verify-port HF_DIR PADDLE_DIR builds the torch model with transformers, which is not "
+                        "installed; install it (pip install transformers) or write a port spec (see "
+                        f"{DOCS})")
+    import transformers
+    try:
+        return getattr(transformers, architecture)
+    except (AttributeError, ImportError, RuntimeError):
+        raise UserError(f"transformers {transformers.__version__} has no {quoted(architecture)} (config.json's "
+                        f"'architectures'); install a version that has it, or write a port spec (see {DOCS})") from None
+
+
+def _hide_torchcodec_without_metadata() -> None:
+    """paddlecodec (a PaddleFormers dependency) installs a `torchcodec` package without its
+    distribution metadata, and transformers fails to import any torch model when it finds one
+    (it asks for the version); transformers works without torchcodec, as PaddleFormers makes it."""
+    if "torchcodec" in sys.modules or importlib.util.find_spec("torchcodec") is None:
+        return
+    try:
+        importlib.metadata.version("torchcodec")
+    except importlib.metadata.PackageNotFoundError:
+        sys.modules["torchcodec"] = None
+
+
+def _paddle_class(architecture: str) -> PaddleClass:
+    from .lazy import import_paddle
+    import_paddle()
+    installed = [(lib, name) for lib, name in LIBRARIES if importlib.util.find_spec(lib) is not None]
+    if not installed:
+        raise UserError("verify-port HF_DIR PADDLE_DIR builds the paddle model with PaddleFormers or PaddleNLP, "
+                        "neither of which is installed; install paddleformers (pip install paddleformers) or "
+                        f"paddlenlp, or write a port spec (see {DOCS})")
+    for library, library_name in installed:
+        found = _class_in(library, library_name, architecture)
+        if found is not None:
+            return found
+    names = " nor ".join(f"{name} {importlib.metadata.version(lib)}" for lib, name in installed)
+    raise UserError(f"{'neither ' if len(installed) > 1 else ''}{names} has {quoted(architecture)}; write a port "
+                    f"spec for this model (see {DOCS})")
+
+
+def _class_in(library: str, library_name: str, architecture: str) -> PaddleClass | None:
+    module = importlib.import_module(f"{library}.transformers")
+    try:
+        return PaddleClass(library, library_name, getattr(module, architecture))
+    except AttributeError:
+        return None
+    except ImportError as exc:
+        if library != "paddleformers" or "paddlefleet" not in str(exc):
+            raise UserError(f"{library_name}'s {quoted(architecture)} cannot be imported ({exc}); fix the "
+                            f"{library_name} install, or write a port spec (see {DOCS})") from None
+    return _plain_paddle_class(module, architecture)
+
+
+def _plain_paddle_class(module: types.ModuleType, architecture: str) -> PaddleClass | None:
+    """PaddleFormers 1.2's qwen2, qwen3 and MoE modeling files import paddlefleet's GPT provider at the
+    top, and their `XForCausalLM` is built by paddlefleet; their plain-paddle class is
+    `XForCausalLMDeprecated`, which does not use the provider. Without paddlefleet, that class, with
+    an empty provider standing in so that the file imports."""
+    name = "paddleformers.transformers.gpt_provider"
+    if name not in sys.modules:
+        stand_in = types.ModuleType(name)
+        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
+        sys.modules[name] = stand_in
+    try:
+        cls = getattr(module, architecture + "Deprecated")
+    except (AttributeError, ImportError):
+        raise UserError(f"PaddleFormers' {quoted(architecture)} needs paddlefleet, which is not installed, and "
+                        f"PaddleFormers has no plain-paddle {architecture}Deprecated; install paddlefleet, or write "
+                        f"a port spec (see {DOCS})") from None
+    return PaddleClass("paddleformers", "PaddleFormers", cls,
+                       f"its {architecture} is built by paddlefleet, which is not installed")
+
+
+def _ruleset(hf_config: dict, hf_dir: str, target: str, mapping: str | None):
+    """The rules given, else the shipped set convert-weights uses for config.json's model_type and
+    the target library, with the config's fields that a merge by groups names; None (inferred from
+    the two models) where the library's table has no such family."""
+    from .rules.ruleset import resolve_mapping
+    if mapping:
+        return resolve_mapping(mapping).with_params(hf_config)
+    try:
+        family = family_of(hf_config, quoted(os.path.join(hf_dir, CONFIG)), target)
+    except UserError:
+        return None
+    return resolve_mapping(family.mapping).with_params(hf_config)
+
+
+# the models ---------------------------------------------------------------------------------------
+def _load_paddle(paddle_class: PaddleClass, paddle_dir: str):
+    """The paddle class from PADDLE_DIR: its config.json, its paddle weights as they are."""
+    from .lazy import import_paddle
+    paddle = import_paddle()
+    if paddle_class.library == "paddleformers":  # its default converts an HF checkpoint itself
+        model = paddle_class.cls.from_pretrained(paddle_dir, load_checkpoint_format=None, convert_from_hf=False)
+    else:
+        model = paddle_class.cls.from_pretrained(paddle_dir)
+    config = getattr(model, "config", None)
+    if config is not None:
+        config.use_cache = False  # both sides return the logits alone
+        if not paddle.is_compiled_with_cuda():
+            config.fuse_rms_norm = False  # paddle has no CPU kernel for the fused RMSNorm PaddleFormers uses
+    model.eval()
+    return model
+
+
+def _check_loaded_keys(model, weights: set[str], paddle_dir: str, library: str) -> None:
+    """Every parameter of the model is in PADDLE_DIR's weights and every tensor there is the
+    model's: PaddleFormers loads a directory whose names do not fit without an error, and random
+    weights stay."""
+    expected = set(model.state_dict())
+    parameters = {name for name, _ in model.named_parameters()}
+    missing = sorted(parameters - weights)
+    unexpected = sorted(weights - expected)
+    if missing or unexpected:
+        said = []
+        if missing:
+            said.append(f"the model's {', '.join(map(quoted, missing[:SHOWN]))}"
+                        f"{f' and {len(missing) - SHOWN} more' if len(missing) > SHOWN else ''} are not there")
+        if unexpected:
+            said.append(f"{', '.join(map(quoted, unexpected[:SHOWN]))}"
+                        f"{f' and {len(unexpected) - SHOWN} more' if len(unexpected) > SHOWN else ''} are not the "
+                        "model's")
+        raise UserError(f"PADDLE_DIR {quoted(paddle_dir)}'s weights do not fit {type(model).__name__}: "
+                        f"{'; '.join(said)}; convert HF_DIR for this library (convert-weights HF_DIR OUT_DIR "
+                        f"--target {library})")
+
+
+# the inputs ---------------------------------------------------------------------------------------
+def token_inputs(config: dict) -> dict[str, Any]:
+    """Token ids drawn (seeded) from the config's vocabulary, BATCH x LENGTH; the second row's last
+    PADDED positions are padding (the config's pad_token_id where it has one) with attention_mask 0."""
+    import numpy as np
+    vocab = config.get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise UserError(f"config.json's 'vocab_size' is {vocab!r}, not a positive integer; the token inputs are "
+                        f"drawn from it: correct config.json, or write a port spec (see {DOCS})")
+    ids = np.random.default_rng(SEED).integers(0, vocab, (BATCH, LENGTH)).astype(np.int64)
+    mask = np.ones((BATCH, LENGTH), dtype=np.int64)
+    mask[1, LENGTH - PADDED:] = 0
+    pad = config.get("pad_token_id")
+    if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < vocab:
+        ids[1, LENGTH - PADDED:] = pad
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _takes(cls: type, name: str) -> bool:
+    try:
+        return name in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _with_attention_mask(inputs: dict, torch_class: type, paddle_class: type) -> dict:
+    """The inputs with the attention_mask where both models take one; else the ids alone, unpadded."""
+    if _takes(torch_class, "attention_mask") and _takes(paddle_class, "attention_mask"):
+        return dict(inputs)
+    return {"input_ids": inputs["input_ids"]}
