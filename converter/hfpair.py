@@ -180,40 +180,44 @@ def _paddle_class(architecture: str) -> PaddleClass:
         found = _class_in(library, library_name, architecture)
         if found is not None:
             return found
-    names = " nor ".join(f"{name} {importlib.metadata.version(lib)}" for lib, name in installed)
-    raise UserError(f"{'neither ' if len(installed) > 1 else ''}{names} has {quoted(architecture)}; write a port "
-                    f"spec for this model (see {DOCS})")
+    names = [f"{name} {importlib.metadata.version(lib)}" for lib, name in installed]
+    which = f"neither {' nor '.join(names)} has" if len(names) > 1 else f"{names[0]} has no"
+    raise UserError(f"{which} {quoted(architecture)}; write a port spec for this model (see {DOCS})")
 
 
 def _class_in(library: str, library_name: str, architecture: str) -> PaddleClass | None:
     module = importlib.import_module(f"{library}.transformers")
+    if library == "paddleformers" and importlib.util.find_spec("paddlefleet") is None:
+        plain = _plain_paddle_class(module, architecture)
+        if plain is not None:
+            return plain
     try:
         return PaddleClass(library, library_name, getattr(module, architecture))
     except AttributeError:
         return None
     except ImportError as exc:
-        if library != "paddleformers" or "paddlefleet" not in str(exc):
-            raise UserError(f"{library_name}'s {quoted(architecture)} cannot be imported ({exc}); fix the "
-                            f"{library_name} install, or write a port spec (see {DOCS})") from None
-    return _plain_paddle_class(module, architecture)
+        raise UserError(f"{library_name}'s {quoted(architecture)} cannot be imported ({exc}); install what it "
+                        f"names, or write a port spec (see {DOCS})") from None
 
 
 def _plain_paddle_class(module: types.ModuleType, architecture: str) -> PaddleClass | None:
-    """PaddleFormers 1.2's qwen2, qwen3 and MoE modeling files import paddlefleet's GPT provider at the
-    top, and their `XForCausalLM` is built by paddlefleet; their plain-paddle class is
-    `XForCausalLMDeprecated`, which does not use the provider. Without paddlefleet, that class, with
-    an empty provider standing in so that the file imports."""
+    """PaddleFormers 1.2's `XForCausalLM` of qwen2, qwen3 and their MoE kin is built by paddlefleet;
+    their plain-paddle class is `XForCausalLMDeprecated` (None where there is none). Their modeling
+    files import paddlefleet's GPT provider at the top, which the plain-paddle classes do not use: an
+    empty provider stands in so that the file imports."""
     name = "paddleformers.transformers.gpt_provider"
-    if name not in sys.modules:
+    try:
+        cls = getattr(module, architecture + "Deprecated")
+    except AttributeError:
+        return None
+    except ImportError as exc:
+        if "paddlefleet" not in str(exc) or name in sys.modules:
+            raise UserError(f"PaddleFormers' {quoted(architecture)} cannot be imported ({exc}); install what it "
+                            f"names, or write a port spec (see {DOCS})") from None
         stand_in = types.ModuleType(name)
         stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
         sys.modules[name] = stand_in
-    try:
-        cls = getattr(module, architecture + "Deprecated")
-    except (AttributeError, ImportError):
-        raise UserError(f"PaddleFormers' {quoted(architecture)} needs paddlefleet, which is not installed, and "
-                        f"PaddleFormers has no plain-paddle {architecture}Deprecated; install paddlefleet, or write "
-                        f"a port spec (see {DOCS})") from None
+        return _plain_paddle_class(module, architecture)
     return PaddleClass("paddleformers", "PaddleFormers", cls,
                        f"its {architecture} is built by paddlefleet, which is not installed")
 
