@@ -7,7 +7,8 @@ one setting changed to each value paddle may have: the other reduction, each lab
 ignore_index (or the default), the label smoothing that fits (or none), the class weights read from
 paddle's gradient, the targets taken the other way (probabilities against class indices), the
 classes on another axis, the labels shifted by one position against the logits (a causal LM's
-next-token loss) or not. The change whose loss and gradient land on paddle's names the cause."""
+next-token loss) or not. The change whose loss and gradient land on paddle's names the cause.
+The logits are the output the losses read, where the model returns others beside it (a cache)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ class Side:
 
     loss: float
     grad: np.ndarray
+
+
+def read_output(*grads: list) -> int | None:
+    """The index of the one output the losses read: the only one with a non-zero gradient in
+    either side's gradients (`grads`, one list per side, one array per output), as a causal LM's
+    logits beside its key/value cache; None where no output or several are read."""
+    read = {i for side in grads for i, g in enumerate(side) if np.any(np.asarray(g) != 0)}
+    return read.pop() if len(read) == 1 else None
 
 
 def _targets(logits: np.ndarray, target: np.ndarray, s: Setting):

@@ -102,13 +102,15 @@ def _loss(session, tspec, report, fb, runs):
 
 
 def _cross_entropy_whatifs(p):
-    """Torch's cross-entropy re-run with one setting changed, on the same logits and targets."""
-    from .ce_whatif import Side, explain, what_if
-    if len(p.outputs) != 1 or not isinstance(p.target, np.ndarray) or p.outputs[0].ndim < 2:
+    """Torch's cross-entropy re-run with one setting changed, on the same logits and targets: the
+    output the loss reads (a causal LM's logits beside its key/value cache)."""
+    from .ce_whatif import Side, explain, read_output, what_if
+    i = read_output(p.grads_torch64, p.grads_paddle)
+    if i is None or not isinstance(p.target, np.ndarray) or p.outputs[i].ndim < 2:
         return []
-    logits = p.outputs[0].astype(np.float64)
-    found = what_if(logits, p.target, Side(p.loss_torch64, p.grads_torch64[0]),
-                    Side(p.loss_paddle, p.grads_paddle[0].astype(np.float64)))
+    logits = p.outputs[i].astype(np.float64)
+    found = what_if(logits, p.target, Side(p.loss_torch64, p.grads_torch64[i]),
+                    Side(p.loss_paddle, p.grads_paddle[i].astype(np.float64)))
     if found is None:
         return []
     what, base, changed, gradient = found
