@@ -26,7 +26,7 @@ from typing import Any, Callable
 from .errors import UserError, quoted
 from .hfconfig import family_of
 from .hfdir import CONFIG, INDEX, WEIGHTS, is_model_directory, read_config
-from .spec import PortSpec
+from .spec import LOADED, PortSpec
 
 BATCH, LENGTH, PADDED = 2, 16, 5  # token inputs: 2 rows of 16, the second row's last 5 padded
 SEED = 0
@@ -227,7 +227,7 @@ def _ruleset(hf_config: dict, hf_dir: str, target: str, mapping: str | None):
     the target library, with the config's fields that a merge by groups names; None (inferred from
     the two models) where the library's table has no such family."""
     from .rules.ruleset import resolve_mapping
-    if mapping:
+    if mapping and mapping != LOADED:  # "loaded" is what this mode is: the rules are still the directory's
         return resolve_mapping(mapping).with_params(hf_config)
     try:
         family = family_of(hf_config, quoted(os.path.join(hf_dir, CONFIG)), target)
