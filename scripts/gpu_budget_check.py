@@ -111,7 +111,7 @@ def _rms(a) -> float:
 def _train(device: str, dtype, steps: int, tf32: bool = False, emulate: str | None = None) -> list[float]:
     import torch
 
-    from converter.train.emulate import Emulation, remove
+    from converter.compare.precision import emulate_torch_training, remove
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048),
                                 torch.nn.GELU(), torch.nn.Linear(2048, 10))
@@ -119,7 +119,7 @@ def _train(device: str, dtype, steps: int, tf32: bool = False, emulate: str | No
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(256, 1024, generator=g), torch.randint(0, 10, (256,), generator=g)) for _ in range(steps)]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    handles = Emulation({}).apply_torch(model, emulate)  # as --train emulates a format: straight through
+    handles = emulate_torch_training(model, emulate)  # as --train emulates a format: straight through
     _flags(tf32)
     losses = []
     for x, y in batches:

@@ -184,11 +184,12 @@ _ATEN_ROUNDED = {"mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "dot": (0, 1), "vdot
                  "_scaled_dot_product_flash_attention_for_cpu": (0, 1, 2),
                  "_scaled_dot_product_flash_attention": (0, 1, 2),
                  "_scaled_dot_product_efficient_attention": (0, 1, 2),
-                 "_scaled_dot_product_cudnn_attention": (0, 1, 2)}
+                 "_scaled_dot_product_cudnn_attention": (0, 1, 2), "_trilinear": (0, 1, 2)}
 _PADDLE_ROUNDED = {"matmul": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (0, 1), "linear": (0, 1),
                    "linear_v2": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "einsum": (0,), "multi_dot": (0,),
                    "conv2d": (0, 1), "conv3d": (0, 1), "depthwise_conv2d": (0, 1), "conv2d_transpose": (0, 1),
-                   "conv3d_transpose": (0, 1), "depthwise_conv2d_transpose": (0, 1), "conv2d_transpose_bias": (0, 1)}
+                   "conv3d_transpose": (0, 1), "depthwise_conv2d_transpose": (0, 1), "conv2d_transpose_bias": (0, 1),
+                   "bilinear": (0, 1, 2)}
 _PADDLE_TENSOR_ROUNDED = ("__matmul__", "__rmatmul__")
 
 
@@ -241,28 +242,130 @@ def torch_rounding(fmt: str, dtypes=("float32",), draw: int = 0):
 def emulate_torch(model, fmt: str) -> list:
     """Every forward of `model` or of any of its modules (replays of one module on its own
     included) runs under torch_rounding(fmt) for its float32 products; returns the hook
-    handles, to undo it. The mode is thread-local, so it is entered by the outermost module
-    call on each thread and left when that call ends, also by an exception."""
+    handles, to undo it."""
+    return _on_outermost_call(model, lambda: [torch_rounding(fmt)])
+
+
+def _on_outermost_call(model, modes) -> list:
+    """Hooks under which every forward of `model` or of one of its modules runs inside the contexts
+    `modes()` makes; returns the hook handles. The modes are thread-local, so they are entered by the
+    outermost module call on each thread and left when that call ends, also by an exception."""
+    import contextlib
     import threading
     state = threading.local()
 
     def enter(module, args):
         depth = getattr(state, "depth", 0)
         if depth == 0:
-            state.mode = torch_rounding(fmt)
-            state.mode.__enter__()
+            state.stack = contextlib.ExitStack()
+            for mode in modes():
+                state.stack.enter_context(mode)
         state.depth = depth + 1
 
     def leave(module, args, out):
         state.depth -= 1
         if state.depth == 0:
-            state.mode.__exit__(None, None, None)
+            state.stack.close()
 
     handles = []
     for module in model.modules():
         handles.append(module.register_forward_pre_hook(enter))
         handles.append(module.register_forward_hook(leave, always_call=True))
     return handles
+
+
+# The products as torch's function level shows them (what autograd records), with the positions
+# and names of the arguments rounded; None: every tensor argument (einsum's operands, a list's).
+def _torch_function_products() -> dict:
+    import torch
+    F = torch.nn.functional
+    two, added, qkv = ((0, "input"), (1, "weight"), (1, "other"), (1, "mat2"), (1, "vec"), (1, "tensor")), \
+        ((1, "mat1"), (2, "mat2"), (1, "batch1"), (2, "batch2"), (1, "mat"), (2, "vec")), \
+        ((0, "query"), (1, "key"), (2, "value"))
+    out = {f: two for f in (torch.mm, torch.bmm, torch.mv, torch.dot, torch.vdot, torch.matmul, torch.inner,
+                            F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+                            F.conv_transpose3d, torch.Tensor.mm, torch.Tensor.bmm, torch.Tensor.mv, torch.Tensor.dot,
+                            torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__)}
+    out.update({f: added for f in (torch.addmm, torch.baddbmm, torch.addbmm, torch.addmv, torch.Tensor.addmm,
+                                   torch.Tensor.baddbmm, torch.Tensor.addbmm, torch.Tensor.addmv)})
+    out.update({F.scaled_dot_product_attention: qkv, F.bilinear: two + ((1, "input2"), (2, "weight"))})
+    out.update({f: None for f in (torch.einsum, torch.tensordot, torch.linalg.multi_dot, torch.chain_matmul)})
+    return out
+
+
+def torch_straight_through(fmt: str):
+    """A context under which the float32 inputs of every product torch's function level shows
+    (linear, matmul and @, bmm, einsum, convolutions, fused attention: what autograd records) are
+    rounded to `fmt` with the gradient passed straight through: the product's backward is the
+    unrounded product's backward on the rounded inputs, d(round(a) b)/da := round(b) (as the
+    forward used it), and the rounding itself passes gradients unchanged. A product inside a
+    function that is one call at this level (nn.MultiheadAttention's functional form, an RNN's
+    kernel) is not seen here: emulate_torch_training enters torch_rounding beside this mode, which
+    rounds those too, at the ATen level, where autograd does not see it."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    products = _torch_function_products()
+
+    def straight(t):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            return t
+        rounded = round_torch(t.detach(), fmt)
+        return t + (rounded - t.detach()) if t.requires_grad else rounded
+
+    def listed(t):
+        return type(t)(straight(v) for v in t) if isinstance(t, (list, tuple)) else straight(t)
+
+    class StraightThrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in products:
+                where = products[func]
+                if where is None:
+                    args, kwargs = tuple(listed(a) for a in args), {k: listed(v) for k, v in kwargs.items()}
+                else:
+                    args = tuple(straight(a) if any(i == p for p, _ in where) else a for i, a in enumerate(args))
+                    kwargs = {k: straight(v) if any(k == n for _, n in where) else v for k, v in kwargs.items()}
+            return func(*args, **kwargs)
+
+    return StraightThrough()
+
+
+def emulate_torch_training(model, fmt: str | None) -> list:
+    """The emulation of a format in training: every forward of `model` rounds the float32 inputs of
+    its products to `fmt` as the forward check does (torch_rounding), with straight-through
+    gradients wherever torch's function level shows the product (torch_straight_through); the
+    stored parameters stay as they are, as on a GPU in TF32. Returns hook handles (none for fp32
+    or None)."""
+    if fmt in (None, "fp32"):
+        return []
+    return _on_outermost_call(model, lambda: [torch_straight_through(fmt), torch_rounding(fmt)])
+
+
+class _Undo:
+    """A handle whose remove() calls `undo` once."""
+
+    def __init__(self, undo):
+        self.undo = undo
+
+    def remove(self) -> None:
+        undo, self.undo = self.undo, None
+        if undo is not None:
+            undo()
+
+
+def emulate_paddle_training(fmt: str | None) -> list:
+    """The emulation of a format in paddle's training runs: emulate_paddle (straight through already:
+    each rounded input is the unrounded one plus a detached difference, so d(round(a) b)/da :=
+    round(b)); a handle list for remove() (none for fp32 or None)."""
+    if fmt in (None, "fp32"):
+        return []
+    return [_Undo(emulate_paddle(fmt))]
+
+
+def remove(handles: list) -> None:
+    """Undo what emulate_torch_training and emulate_paddle_training (or any hook handles) did, last first."""
+    for handle in reversed(handles):
+        handle.remove()
 
 
 def _round_paddle_value(value, fmt: str):

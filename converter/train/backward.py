@@ -28,14 +28,13 @@ import numpy as np
 from ..frameworks import paddle_side, torch_side
 from ..compare.capture import Recorder, record
 from ..compare.forced import _paddle_keeps_float64
-from ..compare.precision import U32
+from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
 from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
 from ..compare.session import _float64_by_default
 from ..paths import depth, is_under, prefixes, relative
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
 from .judge import judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
-from .emulate import remove
 
 
 NARROW_UNIT = {"float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # unit roundoff
@@ -390,7 +389,7 @@ def local_rows(session, tspec, batch) -> list:
     pairs = layer_pairs(session)
     model = session.torch_copy()
     calls, handles = _record(model, list(pairs))
-    handles += session.emulation.apply_torch(model, session.formats["torch"])
+    handles += emulate_torch_training(model, session.formats["torch"])
     try:
         out = call_model(model, to_torch(inputs, torch.float32, session.device))
         torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
@@ -401,11 +400,11 @@ def local_rows(session, tspec, batch) -> list:
     t64 = session.torch_copy(torch.float64)
     tfmt = session.torch_copy()
     fmt = session.formats["paddle"]
-    fmt_handles = session.emulation.apply_torch(tfmt, fmt) if fmt != "fp32" else []
+    fmt_handles = emulate_torch_training(tfmt, fmt)
     pmodel = session.paddle_copy()
     p_calls = _record_paddle(pmodel, [pairs[path] for path in calls], inputs)
-    p_handles = session.emulation.apply_paddle(pmodel, fmt)
-    t_handles = session.emulation.apply_torch(t32, session.formats["torch"])
+    p_handles = emulate_paddle_training(fmt)
+    t_handles = emulate_torch_training(t32, session.formats["torch"])
     players = dict(pmodel.named_sublayers(include_self=True))
     players64 = _Float64Layers(session) if fmt == "fp32" else None
     rows = []

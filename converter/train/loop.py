@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..compare.session import model_errors
 from ..frameworks import paddle_side
 from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
-from .emulate import remove
+from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
@@ -171,7 +171,7 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
     device = session.torch_device(dtype)
     opt, sched = tspec.torch_optimizer(model)
     record = RunRecord()
-    handles = session.emulation.apply_torch(model, fmt) + _bn_recorder(model, record)
+    handles = emulate_torch_training(model, fmt) + _bn_recorder(model, record)
     names = {id(p): n for n, p in model.named_parameters()}
     forward, hint = _forward_of("torch_model()", dtype)
     try:
@@ -228,7 +228,7 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
     model = session.paddle_copy()
     opt, sched = paddle_optimizer(session, tspec, model)
     record = RunRecord()
-    handles = session.emulation.apply_paddle(model, fmt)
+    handles = emulate_paddle_training(fmt)
     try:
         for k, (inputs, target) in enumerate(batches):
             record.lrs.append(float(opt.get_lr()))

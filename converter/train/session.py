@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..compare.session import PortSession
-from .emulate import Emulation
 
 
 @dataclass
@@ -128,7 +127,6 @@ class TrainSession:
         self.dropout = DropoutState()
         _zero_dropout(self.torch_model.named_modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
         _zero_dropout(self.paddle_model.named_sublayers(include_self=True), PADDLE_DROPOUT_ATTRS, self.dropout.paddle)
-        self.emulation = Emulation(self.formats)
         # paddle parameter -> paddle's own fp32 error in the whole model's gradient on the first batch,
         # as the per-layer backward measures it (backward.py), for the end-to-end gradients' budget
         self.paddle_own = {}
