@@ -144,7 +144,7 @@ class PortSession:
         self.restore()
 
     def _set_up(self, spec, options: Options, weights: str | None, converted: str | None, mapping: str | None):
-        from ..frameworks import paddle_side, torch_side
+        from ..frameworks import paddle_side
         self.undo.push(restore.record_torch_flags())
         self.undo.push(restore.record_paddle_flags())
         self.device = pick_device(options.device)
@@ -165,7 +165,9 @@ class PortSession:
         self.torch_model.eval()
         self.paddle_model.eval()
         from .replay import float64_kernels
-        self.torch64 = float64_kernels(torch_side.float64_copy(self.torch_model))
+        from .widen import Float64Reference
+        self.reference64 = Float64Reference(self.torch_model)  # widened block by block as it runs
+        self.torch64 = float64_kernels(self.reference64.model)
         if self.device == "cuda":
             self.torch_model.cuda()
         if options.precision == "strict":
