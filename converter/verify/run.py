@@ -6,6 +6,7 @@ from .analyze import culprit_evidence
 from .strategies import BinarySearch, StrategyResult, choose
 from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
+from .memory import check as check_memory
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict
@@ -42,7 +43,7 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
     # the forced passes hold about as much again as the capture
     limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
     strategy = choose(options.strategy, limit)
-    notes = []
+    notes = check_memory(session, options.strategy, limit)  # a run that cannot fit stops here
     try:
         found = strategy.run(session)
     except CaptureTooLarge:

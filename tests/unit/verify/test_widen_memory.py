@@ -1,0 +1,83 @@
+"""The forward check's memory, estimated before it runs (verify/memory.py): both models, the
+float64 reference's whole-run part and largest blocks, the activations; a run that cannot fit
+stops with one line, one that fits narrowly says so in the report."""
+
+import pytest
+import torch
+
+from converter.compare.session import Options, PortSession
+from converter.errors import UserError
+from converter.examples import bert_port
+from converter.spec import load_spec
+from converter.verify import memory
+from converter.verify.run import run_on
+
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def session():
+    with PortSession(load_spec(bert_port.__file__), Options(device="cpu")) as s:
+        yield s
+
+
+def test_the_estimate_counts_both_models_and_the_reference_held_at_most(session):
+    est = memory.estimate(session, "binary", 1 << 20)
+    torch_bytes = sum(t.numel() * t.element_size() for t in session.torch_model.state_dict(keep_vars=True).values()
+                      if t.is_floating_point())
+    assert est.models >= 2 * torch_bytes  # the paddle model holds the same weights, in float32 too
+    assert est.activations == 2 << 20
+    double = 2 * sum(p.numel() * p.element_size() for p in session.torch_model.parameters())
+    assert (est.reference, est.blocks) == session.reference64.most_bytes()
+    assert 0 < est.reference + est.blocks < double  # two of its layers widened, not the whole model
+
+
+def test_full_captures_activations_grow_with_the_inputs(session):
+    small = memory.estimate(session, "full", 0).activations
+    inputs = session.inputs
+    session.inputs = {k: v.repeat(2, axis=0) for k, v in inputs.items()} if isinstance(inputs, dict) \
+        else tuple(v.repeat(2, axis=0) for v in inputs)
+    try:
+        large = memory.estimate(session, "full", 0).activations
+    finally:
+        session.inputs = inputs
+    assert small > 0 and 1.9 * small < large < 2.1 * small
+
+
+def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
+    est = memory.estimate(session, "full", 0)
+    monkeypatch.setattr(memory, "available_memory", lambda: (est.more - 1, "the cgroup's limit (test)"))
+    with pytest.raises(UserError) as caught:
+        run_on(session, Options(device="cpu", strategy="full"), capture_limit=0)
+    said = str(caught.value)
+    assert "\n" not in said and "--strategy binary" in said and f"{est.peak / GiB:.1f} GiB" in said
+    assert "the cgroup's limit (test)" in said
+
+
+def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session, monkeypatch):
+    limit = 1 << 20
+    est = memory.estimate(session, "binary", limit)
+    monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
+    notes = memory.check(session, "binary", limit)
+    assert len(notes) == 1 and notes[0].startswith("memory: the run needs about")
+    monkeypatch.setattr(memory, "available_memory", lambda: (10 * est.more, "available memory"))
+    assert memory.check(session, "binary", limit) == []
+
+
+def test_the_available_memory_is_the_systems_or_less():
+    available, source = memory.available_memory()
+    with open("/proc/meminfo") as f:
+        system = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    assert 0 < available <= system * 1.05 + (64 << 20)  # the system's figure moves between the two reads
+    assert source == "available memory" or source.startswith("the cgroup's limit")
+
+
+def test_the_reference_model_of_the_session_runs_as_a_double_copy(session):
+    import copy
+    from converter.tree import flatten
+    plain = copy.deepcopy(session.torch_model).double()
+    inputs = {k: torch.from_numpy(v) for k, v in session.inputs.items()}
+    with torch.no_grad():
+        got, want = flatten(session.torch64(**inputs), torch.is_tensor), flatten(plain(**inputs), torch.is_tensor)
+    assert len(got) == len(want) > 0 and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(a.dtype == torch.float64 for a in got)
