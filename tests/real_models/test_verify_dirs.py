@@ -1,0 +1,85 @@
+"""`convert-weights HF_DIR OUT_DIR && verify-port HF_DIR OUT_DIR` on tiny random HF transformers 4
+BERT directories (a BertModel and a BertForSequenceClassification, saved with save_pretrained)
+against PaddleNLP 2.8.1: the clean pairs pass with every loaded weight equal to torch's and
+neither directory changed; a weight changed in OUT_DIR's file is named at its tensor and layer.
+Runs only where transformers and PaddleNLP are installed (scripts/side_env.sh); elsewhere it is
+skipped."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from helpers.cli import run_convert, run_verify
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("paddlenlp")
+
+SIZES = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=2, vocab_size=100,
+             max_position_embeddings=64)
+CLASSES = {"BertModel": {}, "BertForSequenceClassification": {"num_labels": 3}}
+
+
+def _contents(directory) -> dict:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    import torch
+    made = {}
+    for name, extra in CLASSES.items():
+        root = tmp_path_factory.mktemp(name)
+        torch.manual_seed(0)
+        getattr(transformers, name)(transformers.BertConfig(**SIZES, **extra)).eval().save_pretrained(root / "hf")
+        r = run_convert(root / "hf", root / "out", "--quiet")
+        assert r.code == 0, r
+        made[name] = root / "hf", root / "out"
+    return made
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_a_converted_bert_directory_passes_against_its_hf_directory(name, pairs):
+    hf_dir, out_dir = pairs[name]
+    before = _contents(hf_dir), _contents(out_dir)
+    report_path = out_dir.parent / "report.json"
+    r = run_verify(hf_dir, out_dir, "--device", "cpu", "--json", report_path)
+    assert r.code == 0, r
+    assert f"PaddleNLP 2.8.1's {name}" in r.stderr and "rules 'bert'" in r.stderr, r.stderr
+    assert (_contents(hf_dir), _contents(out_dir)) == before
+    report = json.loads(report_path.read_text())
+    weights = report["loaded_weights"]
+    assert report["verdict"] == "pass" and weights["mapping"] == "bert" and weights["checked"] >= 39
+    assert not weights["differ"]
+    prefix = "" if name == "BertModel" else "bert."  # HF's BertModel has no prefix of its own
+    layers = {row["torch"] for row in report["layers"]}
+    assert f"{prefix}encoder.layer.1.intermediate.dense" in layers and f"{prefix}pooler.dense" in layers, layers
+
+
+def test_one_changed_weight_in_a_bert_directory_is_named(pairs, tmp_path):
+    from converter.io.base import TensorInfo
+    from converter.io.pdparams import load_pdparams, write_pdparams
+    hf_dir, out_dir = pairs["BertForSequenceClassification"]
+    key = "bert.encoder.layers.1.linear1.weight"
+    weights = load_pdparams(str(out_dir / "model_state.pdparams"))
+    w = weights[key].copy()
+    w[0, 7] += 0.25
+    weights[key] = w
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "config.json").write_bytes((out_dir / "config.json").read_bytes())
+    with open(planted / "model_state.pdparams", "wb") as f:
+        write_pdparams(f, [TensorInfo(k, str(v.dtype), v.shape) for k, v in weights.items()],
+                       lambda info: weights[info.name])
+    r = run_verify(hf_dir, planted, "--device", "cpu", "--json", tmp_path / "planted.json")
+    assert r.code == 1, r
+    report = json.loads((tmp_path / "planted.json").read_text())
+    [differ] = report["loaded_weights"]["differ"]
+    assert differ["paddle"] == key and differ["torch"] == "bert.encoder.layer.1.intermediate.dense.weight", differ
+    assert differ["index"] == [0, 7] and differ["differ"] == 1
+    assert report["first_bad_layer"]["torch"] == "bert.encoder.layer.1.intermediate.dense", report["first_bad_layer"]
