@@ -21,6 +21,9 @@ LANDS = 1e-4  # relative: far above fp32's noise on a loss and its gradient, far
 IGNORED_TRIED = 32  # labels tried as ignore_index: a vocabulary's worth would take a float64 loss each
 TORCH_IGNORED_TRIED = 4  # labels tried as torch's own ignore_index (each tried in every base setting)
 DEFAULT_IGNORE = -100
+# paddle 3.3's cross_entropy with label_smoothing turns class indices into smoothed probabilities,
+# on which ignore_index applies to no position, and its mean then divides by every element of them
+ELEMENTS = "mean over every class of every position"
 SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that still counts as one weight
 
 
@@ -87,8 +90,10 @@ def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | 
         t = t[:, :, s.shift:] if s.soft else t[:, s.shift:]
     weight = None if s.weight is None else torch.tensor(np.nan_to_num(s.weight, nan=1.0), dtype=torch.float64)
     try:
-        loss = F.cross_entropy(moved, t, weight=weight, reduction=s.reduction,
+        loss = F.cross_entropy(moved, t, weight=weight, reduction="sum" if s.reduction == ELEMENTS else s.reduction,
                                ignore_index=s.ignore_index, label_smoothing=s.label_smoothing)
+        if s.reduction == ELEMENTS:
+            loss = loss / moved.numel()
         (grad,) = torch.autograd.grad(loss, [x])
     except (RuntimeError, IndexError, ValueError):
         return None
@@ -211,6 +216,8 @@ def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: 
     smoothing = _fitted_smoothing(logits, target, base.changed(label_smoothing=0.0), paddle_side)
     if smoothing is not None and not np.isclose(smoothing, base.label_smoothing, rtol=LANDS):
         yield "label_smoothing", base.changed(label_smoothing=smoothing)
+    if base.label_smoothing and base.ignore_index >= 0 and not base.soft and base.reduction == "mean":
+        yield "smoothed labels ignored", base.changed(ignore_index=DEFAULT_IGNORE, reduction=ELEMENTS)
     if logits.ndim >= 3:
         yield "shift", base.changed(shift=0 if base.shift else 1)
     weight = class_weights(logits, target, paddle_side.grad, base.changed(weight=None))
@@ -300,6 +307,14 @@ def _explain(what: str, base: Setting, changed: Setting, shape: tuple) -> tuple[
         ours = f"label smoothing {changed.label_smoothing:.3g}" if changed.label_smoothing else "no label smoothing"
         return (f"paddle's loss is the cross-entropy with {ours}; torch's has {theirs}",
                 "use the same label smoothing on both sides (paddle: F.label_smooth or label_smoothing)")
+    if what == "smoothed labels ignored":
+        return (f"label smoothing with ignore_index: paddle's cross_entropy with label_smoothing="
+                f"{base.label_smoothing:.3g} and ignore_index={base.ignore_index} ignores no position and divides "
+                "its sum by every class of every position (paddle 3.3 smooths the labels into probabilities, on which "
+                f"ignore_index does not apply); torch's with ignore_index={DEFAULT_IGNORE} and its sum divided by the "
+                f"{int(np.prod(shape))} logits is paddle's loss",
+                "drop the ignored positions before paddle's loss (keep = labels != ignore_index; "
+                "cross_entropy(logits[keep], labels[keep], label_smoothing=...)), or smooth by hand")
     if what == "shift":
         shifted, plain = ("paddle", "torch") if changed.shift else ("torch", "paddle")
         return (f"label shift: {shifted}'s loss scores the logits of each position against the next position's "

@@ -14,7 +14,7 @@ from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, 
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
-from ..compare.session import PortSession
+from ..compare.session import PortSession, _float64_by_default
 from .spec import TrainSpec
 
 
@@ -143,7 +143,8 @@ def _train_check(port, tspec, steps) -> TrainReport:
         check = OptimizerCheck(session, tspec, steps)
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
-        t64 = torch_run(session, tspec, batches, _float64())
+        with _float64_by_default():  # what the forward makes in the default dtype (HF's masks) is float64 too
+            t64 = torch_run(session, tspec, batches, _float64())
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
         p = paddle_run(session, tspec, batches, fmt_p)
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)

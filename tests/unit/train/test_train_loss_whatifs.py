@@ -108,7 +108,9 @@ def test_torch_s_own_setting_is_found(t_kw, expected):
 
 def test_the_same_setting_on_both_sides_finds_no_difference():
     logits, labels = _data(2)
-    kw = dict(ignore_index=PAD, label_smoothing=0.1)
+    # label smoothing without an ignore_index: with one, paddle 3.3's smoothing ignores no position
+    # (its loss differs from torch's; named in test_train_loss_whatifs_cache.py)
+    kw = dict(label_smoothing=0.1)
     assert what_if(logits.astype(np.float64), labels, _torch(logits, labels, **kw), _paddle(logits, labels, **kw)) is None
 
 

@@ -60,3 +60,29 @@ def test_an_ignore_index_bug_is_named_beside_a_cache():
 def test_the_same_loss_beside_a_cache_passes():
     report = train_check(_lm_with_cache(0), steps=2, device="cpu")
     assert report.first_bad is None and report.exit_code == 0, report.first_bad
+
+
+def test_paddle_s_label_smoothing_beside_an_ignore_index_is_named():
+    """paddle 3.3's cross_entropy with label_smoothing and ignore_index=0 ignores no position and
+    averages over every class of every position: named as that, with the workaround."""
+    from converter.train.ce_whatif import Side, explain, what_if
+    rng = np.random.default_rng(0)
+    logits, labels = rng.standard_normal((2, 7, 16)), rng.integers(1, 16, (2, 7))
+    labels[:, -2:] = 0
+    x = torch.tensor(logits, requires_grad=True)
+    loss = TF.cross_entropy(x.reshape(-1, 16), torch.from_numpy(labels).reshape(-1), ignore_index=0,
+                            label_smoothing=0.1)
+    (g,) = torch.autograd.grad(loss, [x])
+    xp = paddle.to_tensor(logits.astype(np.float32), stop_gradient=False)
+    lp = PF.cross_entropy(xp.reshape([-1, 16]), paddle.to_tensor(labels).reshape([-1]), ignore_index=0,
+                          label_smoothing=0.1)
+    (gp,) = paddle.grad([lp], [xp])
+    found = what_if(logits, labels, Side(float(loss.detach()), g.numpy()), Side(float(lp), gp.numpy().astype(np.float64)))
+    assert found is not None and found[0] == "smoothed labels ignored" and found[3], found
+    cause, hint = explain(found[0], found[1], found[2], logits.shape, found[3])
+    assert "label_smoothing=0.1 and ignore_index=0 ignores no position" in cause, cause
+    assert "divided by the 224 logits" in cause and "keep = labels != ignore_index" in hint
+    keep = paddle.to_tensor(labels.reshape(-1) != 0)  # the workaround the hint gives lands on torch's loss
+    fixed = PF.cross_entropy(xp.reshape([-1, 16])[keep], paddle.to_tensor(labels).reshape([-1])[keep],
+                             label_smoothing=0.1)
+    assert abs(float(fixed) - float(loss.detach())) <= 1e-5 * float(loss.detach())
