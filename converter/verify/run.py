@@ -48,7 +48,7 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
         found = strategy.run(session)
     except CaptureTooLarge:
         notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
-        strategy = BinarySearch()
+        strategy = BinarySearch(limit)
         found = strategy.run(session)
     notes.extend(found.notes)
     results, bad, outputs = found.results, found.first_bad, found.outputs

@@ -84,19 +84,19 @@ def test_tiny_bug_moves_the_output_by_less_than_1e6_yet_is_found(tmp_path):
 @pytest.mark.slow
 
 
-def test_binary_search_says_what_it_does_not_look_for_when_it_passes(tmp_path):
-    """The tiny key bias moves the final output by less than 1e-6, inside the end-to-end budget:
-    full capture names it by the layer's own budget; the binary search, which judges unit
-    boundaries end to end, passes and says so in a note, with the strategy that finds it."""
+def test_binary_search_names_a_bug_whose_effect_is_within_the_end_to_end_budget(tmp_path):
+    """The tiny key bias moves the final output by less than 1e-6, inside the end-to-end budget, so
+    no unit's boundary is over it: the binary search then judges every layer against its own budget
+    and names the layer full capture names, saying so in a note."""
     bug = next(b for b in ALL_BUGS if b.name == "key-bias-fp16-tiny")
     spec = _spec_for(bug)
     converted = _converted(tmp_path, spec, bug)
     report = verify(spec, Options(device="cpu", strategy="binary"), converted=converted, bisect=True)
-    assert report.verdict == "pass" and report.outputs.within_budget
-    assert any("not looked for inside the units" in n and "--strategy full" in n for n in report.notes), report.notes
+    assert report.outputs.within_budget
+    assert report.verdict == "fail" and report.first_bad.torch == bug.culprit, report.first_bad
+    assert any(n.startswith("binary search: no unit's boundary is over") for n in report.notes), report.notes
     found = verify(spec, Options(device="cpu", strategy="full"), converted=converted, bisect=True)
     assert found.first_bad.torch == bug.culprit
-    assert not any("not looked for" in n for n in found.notes)
 
 
 def _residual_mlp_spec():
