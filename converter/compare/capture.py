@@ -32,6 +32,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     outputs: list = field(default_factory=list)
     shapes: list = field(default_factory=list)
+    count: int = 1  # how many times the module was called in the forward (the first call is recorded)
 
 
 class CaptureTooLarge(Exception):
@@ -64,12 +65,19 @@ class Recorder:
     no memory the forward did not already use. An in-place operation after a call (torchvision's
     `out += identity`, `ReLU(inplace=True)`) would change what was recorded: each kept tensor's
     version counter is noted, and `stale()` names the calls whose tensors changed since; the
-    paths in `copies` are recorded as copies instead."""
+    paths in `copies` are recorded as copies instead.
 
-    def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset()):
+    With attached=True (torch, for a backward through the recorded forward) every call's inputs
+    are kept as copies detached from the graph and its outputs that require a gradient as the
+    tensors themselves, attached to the graph, their gradients retained (`output.grad` after the
+    backward); the outputs that require no gradient are not kept."""
+
+    def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset(),
+                 attached: bool = False):
         self.paths = paths
         self.keep_inputs = keep
         self.keep_outputs = keep
+        self.attached = attached
         self.allowance = allowance or Allowance()
         self.copies = copies
         self.is_tensor = None  # the framework's, set by record(): which inputs are tensors
@@ -84,12 +92,17 @@ class Recorder:
 
     def _pre(self, path, type_name, args, kwargs):
         if path in self.calls:  # a module called again (shared): the first call is compared
+            self.calls[path].count += 1
             return
         if self.keep_inputs and self.is_tensor is not None:
             tensors = call_tensors(args, kwargs, self.is_tensor)
-            if path in self.copies:
+            if self.attached or path in self.copies:
+                copies = {}  # a tensor passed twice stays one copy
+                for t in tensors:
+                    if id(t) not in copies:
+                        copies[id(t)] = t.detach().clone()
                 args, kwargs = replace_call_tensors(args, kwargs, self.is_tensor,
-                                                    {k: t.detach().clone() for k, t in enumerate(tensors)})
+                                                    {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
         self.calls[path] = Call(path, type_name, self.counter,
@@ -105,7 +118,11 @@ class Recorder:
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
         if self.keep_outputs:
-            if path in self.copies:
+            if self.attached:
+                call.outputs = [t for t in tensors if t.requires_grad]
+                for t in call.outputs:
+                    t.retain_grad()
+            elif path in self.copies:
                 call.outputs = [t.detach().clone() for t in tensors]
             else:
                 call.outputs = [t.detach() for t in tensors]

@@ -21,12 +21,11 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
-from ..compare.capture import Recorder, record
+from ..compare.capture import Call, Recorder, record
 from ..compare.forced import _paddle_keeps_float64
 from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
 from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
@@ -45,16 +44,6 @@ OWN_FROM = 0.5  # the paddle layer's forward on torch's inputs, relative to the 
 FORWARD_DIFFERS = " (its forward differs too)"
 ZERO = "paddle's gradient is zero; "
 LOCAL = "local backward of "
-
-
-@dataclass
-class LayerCall:
-    path: str
-    order: int  # completion order in the forward
-    args: tuple
-    kwargs: dict
-    outputs: list = field(default_factory=list)
-    calls: int = 1
 
 
 def _state_under(names, paths: set) -> dict:
@@ -116,24 +105,6 @@ def layer_pairs(session) -> dict:
     return pairs
 
 
-def _record(model, paths) -> tuple[dict, list]:
-    calls, handles, counter = {}, [], [0]
-    modules = dict(model.named_modules())
-    for path in paths:
-        def hook(mod, args, kwargs, out, _path=path):
-            counter[0] += 1
-            if _path in calls:
-                calls[_path].calls += 1
-                return
-            outs = [o for o in flatten(out) if o.requires_grad]
-            for o in outs:
-                o.retain_grad()
-            memo = {}  # a tensor passed twice stays one tensor
-            calls[_path] = LayerCall(_path, counter[0], _detached(args, memo), _detached(kwargs, memo), outs)
-        handles.append(modules[path].register_forward_hook(hook, with_kwargs=True))
-    return calls, handles
-
-
 def _record_paddle(model, paths, inputs) -> dict:
     """How paddle's own forward calls each layer at `paths` (the first call), on a batch."""
     import paddle
@@ -146,20 +117,11 @@ def _record_paddle(model, paths, inputs) -> dict:
     return recorder.calls
 
 
-def _detached(value, memo: dict):
-    """`value` with each torch tensor a detached copy; a tensor passed twice stays one copy."""
-    def copy(t):
-        if id(t) not in memo:
-            memo[id(t)] = t.detach().clone()
-        return memo[id(t)]
-    return map_leaves(value, copy, is_torch_tensor)
-
-
 class Inputs:
     """A recorded torch call's floating inputs, those holding the same values taken as one input
     (in order of first use): its gradient is the sum over every place it was passed."""
 
-    def __init__(self, call: LayerCall):
+    def __init__(self, call: Call):
         import torch
         self.groups: list[list] = []
         for t in flatten((call.args, call.kwargs)):
@@ -175,7 +137,7 @@ class Inputs:
         return next((i for i, g in enumerate(self.groups) if any(tensor is u for u in g)), None)
 
 
-def _torch_local(module, call: LayerCall, inputs: Inputs, grads: list, dtype, moved: float = 0.0):
+def _torch_local(module, call: Call, inputs: Inputs, grads: list, dtype, moved: float = 0.0):
     """(input gradients, one per input of `inputs`; {param name: gradient}; the ops that gave a
     narrower float from float64, in a float64 run) of torch's module on the recorded call; `moved`:
     each input moved first by that relative amount, with a fixed random sign per element."""
@@ -249,7 +211,7 @@ def _narrowing(dtype):
     return Narrowing() if dtype == torch.float64 else Nothing()
 
 
-def _paddle_call(call: LayerCall, p_call):
+def _paddle_call(call: Call, p_call):
     """(args, kwargs, {paddle tensor id: torch tensor}) for the paddle layer: its own recorded call
     with each tensor replaced by the torch input holding the same values; torch's call converted
     where paddle's forward did not call the layer."""
@@ -388,13 +350,15 @@ def local_rows(session, tspec, batch) -> list:
     inputs, target = batch
     pairs = layer_pairs(session)
     model = session.torch_copy()
-    calls, handles = _record(model, list(pairs))
-    handles += emulate_torch_training(model, session.formats["torch"])
+    recorder = record(torch_side, model, Recorder(set(pairs), attached=True))
+    handles = emulate_torch_training(model, session.formats["torch"])
     try:
         out = call_model(model, to_torch(inputs, torch.float32, session.device))
         torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
     finally:
         remove(handles)
+        recorder.remove()
+    calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
     grads = {path: [o.grad for o in c.outputs] for path, c in calls.items()}
     t32 = session.torch_copy()
     t64 = session.torch_copy(torch.float64)
@@ -409,14 +373,14 @@ def local_rows(session, tspec, batch) -> list:
     players64 = _Float64Layers(session) if fmt == "fp32" else None
     rows = []
     try:
-        for call in sorted(calls.values(), key=lambda c: -c.order):
+        for call in sorted(calls.values(), key=lambda c: -c.end):
             if not any(g is not None for g in grads[call.path]):
                 continue
             ppath = pairs[call.path]
-            if call.calls > 1:  # one recorded call's output gradient is not the sum over the calls
+            if call.count > 1:  # one recorded call's output gradient is not the sum over the calls
                 from .result import Row
                 rows.append(Row("backward", 0, call.path or "<model>", ppath or "<model>", None, note=(
-                    f"called {call.calls} times in one forward: left out of the per-layer backward (its parameters' "
+                    f"called {call.count} times in one forward: left out of the per-layer backward (its parameters' "
                     "end-to-end gradients are compared)")))
                 continue
             rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
