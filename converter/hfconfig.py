@@ -55,6 +55,9 @@ class Family:
     implied: dict[str, tuple] = field(default_factory=dict)  # HF field -> the values PaddleNLP always behaves as
     ignored: frozenset = frozenset()  # fields HF's own modeling does not read either
     tied_head: str | None = None  # a source key to leave out when tie_word_embeddings is true
+    ties: bool = True  # HF's default for tie_word_embeddings (a config.json that does not say)
+    target_ties: bool | None = None  # the target library's default, where it differs from HF's
+    head_copy_of: str | None = None  # a tied head is written as a copy of this key (the target does not tie it)
     checked: frozenset = frozenset()  # fields judged together with others (see _family_rules)
     target: str = "paddlenlp"  # the library: paddlenlp (PaddleNLP 2.8.1) or paddleformers (PaddleFormers 1.2)
 
@@ -155,20 +158,25 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def _paddleformers(model_type: str, *causal_lm: str) -> Family:
+def _paddleformers(model_type: str, prefix: str, ties: bool = False, target_ties: bool | None = None,
+                   ties_itself: bool = True) -> Family:
     """A PaddleFormers 1.2 family: HF's class names are PaddleFormers' (the ones that run without
-    paddlefleet are listed in docs/model-directories.md)."""
-    prefix = causal_lm[0]
+    paddlefleet are listed in docs/model-directories.md). Where its class ties a tied head itself
+    (its LMHead holds the embedding's parameter), a tied config's `lm_head.weight` is left out;
+    where it does not (`ties_itself` False), the head is written as a copy of the embeddings."""
     return Family(model_type, f"paddleformers-{model_type}", _heads(prefix, "Model", "ForCausalLM"),
-                  target="paddleformers")
+                  tied_head="lm_head.weight", ties=ties, target_ties=target_ties, target="paddleformers",
+                  head_copy_of=None if ties_itself else "model.embed_tokens.weight")
 
 
 PADDLEFORMERS_FAMILIES: dict[str, Family] = {
-    "llama": _paddleformers("llama", "Llama"),
+    "llama": _paddleformers("llama", "Llama", target_ties=True),  # PaddleFormers' LlamaConfig has no default of its own
     "qwen2": _paddleformers("qwen2", "Qwen2"),
     "qwen3": _paddleformers("qwen3", "Qwen3"),
     "phi3": _paddleformers("phi3", "Phi3"),
-    "ernie4_5": _paddleformers("ernie4_5", "Ernie4_5"),
+    "ernie4_5": _paddleformers("ernie4_5", "Ernie4_5", ties=True),
+    "qwen2_moe": _paddleformers("qwen2_moe", "Qwen2Moe", ties_itself=False),
+    "qwen3_moe": _paddleformers("qwen3_moe", "Qwen3Moe", ties_itself=False),
 }
 TARGET_FAMILIES = {"paddleformers": PADDLEFORMERS_FAMILIES, "paddlenlp": FAMILIES}
 TARGET_NAMES = {"paddleformers": "PaddleFormers 1.2", "paddlenlp": "PaddleNLP 2.8.1"}
@@ -221,7 +229,8 @@ KINDS: dict[str, Kind] = {
     "rope_parameters": OBJECT.or_null(),
     "layer_types": STRINGS,
     **dict.fromkeys(["attention_bias", "mlp_bias", "use_bias"], BOOL),
-    **dict.fromkeys(["n_inner", "sliding_window", "num_key_value_heads", "cross_attention_hidden_size"], SIZE.or_null()),
+    **dict.fromkeys(["n_inner", "num_key_value_heads", "cross_attention_hidden_size"], SIZE.or_null()),
+    "sliding_window": COUNT.or_null(),  # HF's Qwen2-MoE writes 0 (no window)
     **dict.fromkeys(["type_vocab_size", "conv_kernel_size", "chunk_size_feed_forward", "max_length", "min_length",
                      "num_beams", "num_beam_groups", "num_return_sequences", "no_repeat_ngram_size",
                      "encoder_no_repeat_ngram_size", "top_k"], COUNT),
@@ -393,6 +402,11 @@ def _paddleformers_config(hf: dict, family: Family, force: bool, where: str) -> 
     is copied; rotary parameters that differ per layer type are an error unless `force`."""
     out = {name: value for name, value in hf.items() if name not in BOOKKEEPING}
     notes = [f"left out '{name}' (not read by the model)" for name in hf if name in BOOKKEEPING]
+    if "tie_word_embeddings" not in hf and family.target_ties is not None and family.target_ties != family.ties:
+        out["tie_word_embeddings"] = family.ties
+        notes.append(f"'tie_word_embeddings' is not given: HF {'ties' if family.ties else 'unties'} the LM head by "
+                     f"default, PaddleFormers 1.2's {family.model_type} config would {'tie' if family.target_ties else 'untie'}"
+                     f" it; wrote tie_word_embeddings: {'true' if family.ties else 'false'}")
     problems = []
     rope = hf.get("rope_parameters")
     per_type = {k: v for k, v in (rope or {}).items() if isinstance(v, dict)}

@@ -11,6 +11,7 @@ beside OUT_DIR, each file checked as convert-weights checks one, and given OUT_D
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -29,6 +30,9 @@ from .rules.ruleset import resolve_mapping
 WEIGHTS = "model_state.pdparams"
 INDEX = "model_state.pdparams.index.json"
 CONFIG = "config.json"
+# PaddleFormers' default from_pretrained writes this into any directory it is given (and then fails
+# on ours, which holds paddle weights, not HF's safetensors): --force may replace a directory holding it.
+PADDLEFORMERS_METADATA = "flex-ckpt.auto_generated.metadata"
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -103,19 +107,22 @@ def _check_nesting(where: str, name: str, value) -> None:
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
 
 
-class _Without(Source):
-    """A view of a source without some keys (a tied head the config says is a copy)."""
+class _View(Source):
+    """A view of a source with some keys left out (a tied head the config says is a copy), and some
+    read from another key (a tied head written as a copy of the word embeddings)."""
 
-    def __init__(self, inner: Source, left_out: set[str]):
+    def __init__(self, inner: Source, left_out: set[str] = frozenset(), copies: dict[str, str] | None = None):
         super().__init__(inner.path)
         self.inner, self.files, self.notes = inner, inner.files, list(inner.notes)
-        self.infos = {k: v for k, v in inner.infos.items() if k not in left_out}
+        self.copies = copies or {}
+        self.infos = {k: v for k, v in inner.infos.items() if k not in left_out and k not in self.copies}
+        self.infos |= {k: dataclasses.replace(inner.infos[of], name=k) for k, of in self.copies.items()}
 
     def read(self, name):
-        return self.inner.read(name)
+        return self.inner.read(self.copies.get(name, name))
 
     def release(self, name):
-        self.inner.release(name)
+        self.inner.release(self.copies.get(name, name))
 
 
 def shards(plan: MappingPlan, limit: int | None) -> list[MappingPlan]:
@@ -159,7 +166,7 @@ def not_written_here(directory: str) -> str | None:
         return f"output {quoted(directory)} cannot be listed ({exc.strerror}); give a new path"
     for name in names:
         full = os.path.join(directory, name)
-        ours = name in (WEIGHTS, INDEX, CONFIG) or _WRITTEN.fullmatch(name)
+        ours = name in (WEIGHTS, INDEX, CONFIG, PADDLEFORMERS_METADATA) or _WRITTEN.fullmatch(name)
         if not ours or os.path.islink(full) or not os.path.isfile(full):
             return (f"output {quoted(directory)} holds {quoted(name)}, which convert-weights does not write; "
                     "--force replaces only a directory this tool wrote: give a new path")
@@ -187,10 +194,11 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
     limit = parse_size(max_shard_size) if max_shard_size else None
     with open_source(src) as opened:
         check_outputs({"--json": json_path}, inputs + opened.files, force, directories={"OUT_DIR": dst})
-        source = _leave_out_tied_head(opened, translated, log)
+        source = _tied_head(opened, translated, log)
         if mapping and mapping != "auto":
             ruleset = resolve_mapping(mapping)
         else:
+            check_untied_head(source, translated)
             ruleset = resolve_mapping(translated.family.mapping)
             log(f"mapping: '{ruleset.name}' for {TARGET_NAMES[translated.family.target]} (config.json's model_type is "
                 f"'{translated.family.model_type}')")
@@ -219,9 +227,35 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
     return done
 
 
-def _leave_out_tied_head(source: Source, translated: Translated, log) -> Source:
-    head = translated.family.tied_head
-    if head and head in source.infos and translated.config.get("tie_word_embeddings", True):
-        log(f"note: left out '{head}': config.json ties it to the word embeddings, and PaddleNLP's model has none")
-        return _Without(source, {head})
+def _tied_head(source: Source, translated: Translated, log) -> Source:
+    """A tied config's head is the word embeddings. Where the target's class ties it itself, a copy
+    in the weights (if any) is left out, as HF's model ignores it; where it does not, the head is
+    written as a copy of the embeddings."""
+    family = translated.family
+    head, embeddings = family.tied_head, family.head_copy_of
+    if not head or not _tied(translated):
+        return source
+    if embeddings and embeddings in source.infos:
+        log(f"note: wrote '{head}' as a copy of '{embeddings}': config.json ties them, and "
+            f"{TARGET_NAMES[family.target]}'s {family.model_type} class does not tie them itself")
+        return _View(source, copies={head: embeddings})
+    if head in source.infos and not embeddings:
+        log(f"note: left out '{head}': config.json ties it to the word embeddings, which the model uses instead")
+        return _View(source, left_out={head})
     return source
+
+
+def _tied(translated: Translated) -> bool:
+    return translated.config.get("tie_word_embeddings", translated.family.ties)
+
+
+def check_untied_head(source: Source, translated: Translated) -> None:
+    """An untied causal LM whose weights hold no head would start it from random values in the
+    target library: refused (checked when the family's own rule set converts it)."""
+    family, config = translated.family, translated.config
+    causal_lm = any(str(a).endswith("ForCausalLM") for a in config.get("architectures") or [])
+    if family.tied_head and causal_lm and not _tied(translated) and family.tied_head not in source.infos:
+        raise UserError(f"config.json unties the LM head (tie_word_embeddings: false) but the weights hold no "
+                        f"'{family.tied_head}': {TARGET_NAMES[family.target]} would start it from random values; set "
+                        "tie_word_embeddings to true in config.json if the head is the word embeddings, or add the "
+                        "head's weights")

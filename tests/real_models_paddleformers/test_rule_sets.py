@@ -35,17 +35,27 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", {}, "Qwen3ForCausalLMDeprecated"),
     "phi3": ("Phi3Config", {"pad_token_id": 0}, "Phi3ForCausalLM"),
     "ernie4_5": ("Ernie4_5Config", {}, "Ernie4_5ForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                     "shared_expert_intermediate_size": 48}, "Qwen2MoeForCausalLMDeprecated"),
+    "qwen3_moe": ("Qwen3MoeConfig", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+                  "Qwen3MoeForCausalLMDeprecated"),
 }
+MOE = {"qwen2_moe", "qwen3_moe"}
 NOISE_FACTOR = 4  # |PaddleFormers - HF fp32| may be this many times HF's own fp32 error (|HF fp32 - HF fp64|)
 
 
 def _paddleformers_class(family: str, name: str):
-    """The class from PaddleFormers' modeling file; the files of qwen2 and qwen3 import paddlefleet's
-    GPT provider at the top, which their plain-paddle classes do not use: a stand-in lets them import."""
+    """The class from PaddleFormers' modeling file; the files of qwen2, qwen3 and their MoE kin import
+    paddlefleet's GPT provider at the top, which their plain-paddle classes do not use, and the MoE
+    token dispatcher asks paddlefleet_ops whether DeepEP exists: stand-ins let them import."""
     if "paddleformers.transformers.gpt_provider" not in sys.modules:
         stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
         stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
         sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
+    if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
+        ops = types.ModuleType("paddlefleet_ops")
+        ops.is_deep_ep_available = lambda: False
+        sys.modules["paddlefleet_ops"] = ops
     return getattr(importlib.import_module(f"paddleformers.transformers.{family}.modeling"), name)
 
 
@@ -53,7 +63,8 @@ def _hf_model(family: str, directory):
     config_class, extra, _ = FAMILIES[family]
     torch.manual_seed(0)
     config = getattr(transformers, config_class)(**SIZES, **extra)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    eager = {"experts_implementation": "eager"} if family in MOE else {}  # grouped_mm has no float64 kernel
+    model = transformers.AutoModelForCausalLM.from_config(config, **eager).eval()
     model.save_pretrained(directory)
     return model
 
