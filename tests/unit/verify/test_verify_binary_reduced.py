@@ -97,3 +97,17 @@ def test_a_clean_pair_passes_binary_under_bf16():
     assert report.verdict == "pass", report.notes
     assert any(n.startswith("binary search: no unit's boundary is over") for n in report.notes), report.notes
     assert len(report.layers) > 3 * 4 and all(r.within_budget is not False for r in report.layers)
+
+
+def test_layers_are_judged_one_unit_at_a_time_when_the_memory_limit_holds_one():
+    """With a limit that holds no two units, the units are captured one at a time, in order, and
+    the search stops at the first capture holding a layer over budget."""
+    from converter.compare.session import PortSession
+    from converter.verify.strategies import BinarySearch
+    spec = spec_from_functions(_torch_model, lambda: PaddleNet(tanh_in=2), _inputs)
+    with PortSession(spec, Options(device="cpu", strategy="binary", emulate={"paddle": "bf16"})) as session:
+        found = BinarySearch(limit_bytes=1).run(session)
+    assert found.first_bad is not None and found.first_bad.torch == "blocks.2.act", found.first_bad
+    assert any("4 units in 3 capture(s)" in n for n in found.notes), found.notes
+    assert {r.torch for r in found.results} >= {"blocks.0.up", "blocks.1.down", "blocks.2.act"}
+    assert not any(r.torch.startswith("blocks.3") for r in found.results)
