@@ -140,11 +140,14 @@ def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | No
     architecture (else PaddleNLP's), built from `paddle_dir` (what convert_directory wrote) with its
     weights as they are. Each of them is checked bit for bit against torch's under the rule set the
     directory conversion used (or `mapping`), and the forward check runs on token ids drawn from the
-    config's vocabulary (a padded second row where both models take an attention_mask). log receives
-    one line naming the two classes and the rules. Bad input raises UserError."""
+    config's vocabulary (a padded second row where both models take an attention_mask). With
+    `options.train`, the training checks run first with AdamW and a causal LM's next-token loss or a
+    sequence classifier's cross entropy (another architecture: the default loss). log receives one
+    line naming the two classes and the rules (and one naming the loss). Bad input raises UserError."""
     from .hfpair import directory_spec
     from .spec import LOADED
-    spec = directory_spec(hf_dir, paddle_dir, mapping, log or _quiet)
+    options = options if options is not None else VerifyOptions()
+    spec = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet)
     return verify_port(spec, options, mapping=LOADED)
 
 

@@ -33,6 +33,8 @@ SEED = 0
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 LIBRARIES = (("paddleformers", "PaddleFormers"), ("paddlenlp", "PaddleNLP"))  # tried in this order
 SHOWN = 5  # keys named when a directory's weights do not fit the model
+LEARNING_RATE = 1e-3  # verify-port --train's AdamW
+IGNORED = -100  # a label no loss counts (the padded positions'), as HF's and paddle's cross entropy take it
 DOCS = "docs/verify-port.md#model-directories"
 
 
@@ -51,12 +53,13 @@ class PaddleClass:
         return f"{self.library_name} {version}'s {self.cls.__name__}" + (f" ({self.note})" if self.note else "")
 
 
-def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None,
+def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, train: bool = False,
                    log: Callable[[str], None] = lambda line: None) -> PortSpec:
     """The spec that builds both models from their directories (mapping "loaded" is the caller's
     to pass: verify_port(spec, mapping=LOADED)). `mapping`: a rule-set name or file; default the
     one convert-weights HF_DIR OUT_DIR uses for config.json's model_type and the paddle library.
-    Bad input raises UserError before any model is built."""
+    Its training parts (verify-port --train): the architecture's loss (training_loss) and AdamW;
+    `train` only says them in the log. Bad input raises UserError before any model is built."""
     hf_config = _model_directory(hf_dir, "HF_DIR", "the directory save_pretrained wrote")
     paddle_config = _model_directory(paddle_dir, "PADDLE_DIR", "the directory convert-weights HF_DIR OUT_DIR wrote")
     architecture = _architecture(hf_config, hf_dir)
@@ -83,8 +86,16 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None,
     def model_inputs():
         return _with_attention_mask(inputs, torch_class, paddle_class.cls)
 
-    return PortSpec(torch_model, paddle_model, model_inputs, ruleset,
-                    label=f"{os.path.basename(os.path.normpath(hf_dir))} -> {os.path.basename(os.path.normpath(paddle_dir))}")
+    loss = training_loss(architecture, hf_config)
+    if train:
+        log(f"training checks: {loss.what if loss else 'the default loss (a fixed random projection of the outputs)'}, "
+            f"AdamW(lr={LEARNING_RATE})")
+    label = f"{os.path.basename(os.path.normpath(hf_dir))} -> {os.path.basename(os.path.normpath(paddle_dir))}"
+    if loss is None:
+        return PortSpec(torch_model, paddle_model, model_inputs, ruleset, torch_optimizer=_adamw, label=label)
+    return PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw,
+                    batches=lambda: [(model_inputs(), loss.target(model_inputs()))], torch_loss=loss.torch,
+                    paddle_loss=loss.paddle)
 
 
 # the directories ---------------------------------------------------------------------------------
@@ -306,3 +317,87 @@ def _with_attention_mask(inputs: dict, torch_class: type, paddle_class: type) ->
     if _takes(torch_class, "attention_mask") and _takes(paddle_class, "attention_mask"):
         return dict(inputs)
     return {"input_ids": inputs["input_ids"]}
+
+
+# training (verify-port --train) --------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingLoss:
+    """The loss --train checks for an architecture: `target(inputs)` the labels, `torch` and `paddle`
+    the loss on (output, labels) in each framework, the same formula."""
+
+    what: str
+    target: Callable[[dict], Any]
+    torch: Callable
+    paddle: Callable
+
+
+def training_loss(architecture: str, config: dict) -> TrainingLoss | None:
+    """A causal LM's next-token cross entropy (labels: the input ids, padded positions not counted)
+    or a sequence classifier's cross entropy (labels drawn from its classes); None for another
+    architecture (--train's default loss)."""
+    if architecture.endswith(("ForCausalLM", "LMHeadModel")):
+        return TrainingLoss("causal-LM cross entropy (labels: the input ids)", _causal_labels,
+                            _torch_causal_loss, _paddle_causal_loss)
+    if architecture.endswith("ForSequenceClassification"):
+        classes = _classes(config)
+        return TrainingLoss(f"sequence-classification cross entropy ({classes} classes)",
+                            lambda inputs: _class_labels(classes), _torch_class_loss, _paddle_class_loss)
+    return None
+
+
+def _classes(config: dict) -> int:
+    labels = config.get("id2label")
+    count = config.get("num_labels", len(labels) if isinstance(labels, dict) and labels else 2)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 2
+
+
+def _causal_labels(inputs: dict):
+    import numpy as np
+    labels = inputs["input_ids"].copy()
+    if "attention_mask" in inputs:
+        labels[inputs["attention_mask"] == 0] = IGNORED
+    return labels.astype(np.int64)
+
+
+def _class_labels(classes: int):
+    import numpy as np
+    return np.random.default_rng(SEED + 1).integers(0, classes, (BATCH,)).astype(np.int64)
+
+
+def _logits(output):
+    """The logits of a model's output: a ModelOutput's field, a tuple's first element, or the tensor."""
+    if hasattr(output, "logits"):
+        return output.logits
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def _torch_causal_loss(output, labels):
+    import torch
+    logits = _logits(output)[:, :-1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                             ignore_index=IGNORED)
+
+
+def _paddle_causal_loss(output, labels):
+    """Summed and divided by the labels counted: paddle 3.3's cross_entropy with ignore_index and
+    reduction "mean" divides by every label, ignored ones included (torch's and HF's by those counted)."""
+    import paddle
+    logits, labels = _logits(output)[:, :-1], labels[:, 1:].reshape([-1])
+    losses = paddle.nn.functional.cross_entropy(logits.reshape([-1, logits.shape[-1]]), labels, ignore_index=IGNORED,
+                                                reduction="none")
+    return losses.sum() / (labels != IGNORED).astype(losses.dtype).sum()
+
+
+def _torch_class_loss(output, labels):
+    import torch
+    return torch.nn.functional.cross_entropy(_logits(output), labels)
+
+
+def _paddle_class_loss(output, labels):
+    import paddle
+    return paddle.nn.functional.cross_entropy(_logits(output), labels)
+
+
+def _adamw(model):
+    import torch
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)

@@ -173,3 +173,45 @@ def test_a_vocabulary_size_to_draw_from_is_required(vocab):
     config = {} if vocab is None else {"vocab_size": vocab}
     with pytest.raises(UserError, match="'vocab_size' is .*, not a positive integer"):
         token_inputs(config)
+
+
+def test_the_causal_lm_losses_agree_and_leave_the_padded_positions_out():
+    """--train's next-token loss, torch's and paddle's, on the same logits: equal, and the mean over
+    the labels counted (paddle's own cross_entropy "mean" would divide by every label)."""
+    import paddle
+    import torch
+
+    from converter.hfpair import IGNORED, _causal_labels, _paddle_causal_loss, _torch_causal_loss, token_inputs
+    inputs = token_inputs({"vocab_size": 11})
+    labels = _causal_labels(inputs)
+    assert (labels[inputs["attention_mask"] == 0] == IGNORED).all() and (labels[0] == inputs["input_ids"][0]).all()
+    logits = np.random.default_rng(3).normal(size=labels.shape + (11,)).astype(np.float32)
+    lt = _torch_causal_loss((torch.from_numpy(logits),), torch.from_numpy(labels)).item()
+    lp = _paddle_causal_loss((paddle.to_tensor(logits),), paddle.to_tensor(labels)).item()
+    shifted, targets = logits[:, :-1].reshape(-1, 11).astype(np.float64), labels[:, 1:].reshape(-1)
+    counted = targets != IGNORED
+    log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    expected = -log_softmax[counted, targets[counted]].mean()
+    assert abs(lt - expected) < 1e-5 and abs(lp - expected) < 1e-5, (lt, lp, expected)
+
+
+def test_the_classification_losses_agree():
+    import paddle
+    import torch
+
+    from converter.hfpair import BATCH, _class_labels, _paddle_class_loss, _torch_class_loss, training_loss
+    loss = training_loss("BertForSequenceClassification", {"id2label": {"0": "a", "1": "b", "2": "c"}})
+    assert "3 classes" in loss.what
+    labels = loss.target({})
+    assert labels.shape == (BATCH,) and labels.max() < 3 and np.array_equal(labels, _class_labels(3))
+    logits = np.random.default_rng(4).normal(size=(BATCH, 3)).astype(np.float32)
+    lt = _torch_class_loss(torch.from_numpy(logits), torch.from_numpy(labels)).item()
+    lp = _paddle_class_loss(paddle.to_tensor(logits), paddle.to_tensor(labels)).item()
+    assert abs(lt - lp) < 1e-6
+
+
+def test_architectures_without_a_known_loss_get_the_default_one():
+    from converter.hfpair import training_loss
+    assert training_loss("BertModel", {}) is None
+    assert "causal-LM" in training_loss("LlamaForCausalLM", {}).what
+    assert "causal-LM" in training_loss("GPT2LMHeadModel", {}).what

@@ -83,3 +83,20 @@ def test_one_changed_weight_in_a_bert_directory_is_named(pairs, tmp_path):
     assert differ["paddle"] == key and differ["torch"] == "bert.encoder.layer.1.intermediate.dense.weight", differ
     assert differ["index"] == [0, 7] and differ["differ"] == 1
     assert report["first_bad_layer"]["torch"] == "bert.encoder.layer.1.intermediate.dense", report["first_bad_layer"]
+
+
+def test_train_on_a_classifier_directory_names_the_padding_row_paddlenlp_trains(pairs, tmp_path):
+    """HF's BERT embeds with padding_idx=pad_token_id (the [PAD] row gets no gradient); PaddleNLP
+    2.8.1's has no padding_idx and trains that row. The padded row of the inputs holds pad_token_id,
+    so the loss agrees and the backward is named at the word embeddings (measured: torch's gradient
+    of row 0 is 0, paddle's 4.5e-4 under a sum of the logits)."""
+    hf_dir, out_dir = pairs["BertForSequenceClassification"]
+    r = run_verify(hf_dir, out_dir, "--device", "cpu", "--train", "--steps", "3", "--json", tmp_path / "train.json")
+    assert r.code == 1, r
+    assert "training checks: sequence-classification cross entropy (3 classes)" in r.stderr, r.stderr
+    train = json.loads((tmp_path / "train.json").read_text())["train"]
+    verdicts = {p["phase"]: p["verdict"] for p in train["phases"]}
+    assert verdicts["loss"] == "pass" and verdicts["backward"] == "fail" and len(train["steps"]) == 3, verdicts
+    first = train["first_bad"]
+    assert first["phase"] == "backward" and first["torch"] == "bert.embeddings.word_embeddings.weight", first
+    assert any("dropout set to 0" in note for note in train["notes"]), train["notes"]

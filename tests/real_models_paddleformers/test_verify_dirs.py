@@ -140,3 +140,15 @@ def test_an_architecture_paddleformers_lacks_is_one_line(pair, tmp_path):
     assert r.code == 2 and r.stdout == "", r
     assert "PaddleFormers 1.2.0 has no 'GPT2LMHeadModel'; write a port spec" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_train_checks_a_causal_lm_directory_with_adamw(pair):
+    hf_dir, out_dir = pair("llama")
+    report_path = out_dir.parent / "train.json"
+    r = run_verify(hf_dir, out_dir, "--device", "cpu", "--train", "--steps", "3", "--json", report_path)
+    assert r.code == 0, r
+    assert "training checks: causal-LM cross entropy" in r.stderr and "paddle.optimizer.AdamW(" in r.stdout, r
+    train = json.loads(report_path.read_text())["train"]
+    assert train["verdict"] == "pass" and [p["verdict"] for p in train["phases"]].count("pass") >= 5, train["phases"]
+    losses = [s["loss_torch"] for s in train["steps"]]
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2], losses  # AdamW trains on the batch
