@@ -74,7 +74,8 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
     inputs = token_inputs(hf_config)
 
     def torch_model():
-        model = torch_class.from_pretrained(hf_dir)
+        model, info = torch_class.from_pretrained(hf_dir, output_loading_info=True)
+        _check_hf_loading(info, hf_dir, torch_class.__name__)
         model.config.use_cache = False  # both sides return the logits alone
         return model.eval()
 
@@ -259,7 +260,7 @@ def _load_paddle(paddle_class: PaddleClass, paddle_dir: str):
     config = getattr(model, "config", None)
     if config is not None:
         config.use_cache = False  # both sides return the logits alone
-        if not paddle.is_compiled_with_cuda():
+        if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
             config.fuse_rms_norm = False  # paddle has no CPU kernel for the fused RMSNorm PaddleFormers uses
     model.eval()
     return model
@@ -285,6 +286,18 @@ def _check_loaded_keys(model, weights: set[str], paddle_dir: str, library: str) 
         raise UserError(f"PADDLE_DIR {quoted(paddle_dir)}'s weights do not fit {type(model).__name__}: "
                         f"{'; '.join(said)}; convert HF_DIR for this library (convert-weights HF_DIR OUT_DIR "
                         f"--target {library})")
+
+
+def _check_hf_loading(info: dict, hf_dir: str, name: str) -> None:
+    """transformers initialises what HF_DIR's weights lack (or hold in another shape) at random and
+    goes on: that is bad input here, not a difference of the port."""
+    missing = sorted(info.get("missing_keys") or [])
+    mismatched = sorted(str(m[0]) if isinstance(m, (tuple, list)) else str(m) for m in info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        said = [f"{', '.join(map(quoted, keys[:SHOWN]))}{f' and {len(keys) - SHOWN} more' if len(keys) > SHOWN else ''} "
+                f"{what}" for keys, what in ((missing, "are not there"), (mismatched, "have another shape")) if keys]
+        raise UserError(f"HF_DIR {quoted(hf_dir)}'s weights do not fit {name}: the model's {'; '.join(said)}; give "
+                        "the directory this model was saved to")
 
 
 # the inputs ---------------------------------------------------------------------------------------

@@ -152,3 +152,19 @@ def test_train_checks_a_causal_lm_directory_with_adamw(pair):
     assert train["verdict"] == "pass" and [p["verdict"] for p in train["phases"]].count("pass") >= 5, train["phases"]
     losses = [s["loss_torch"] for s in train["steps"]]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2], losses  # AdamW trains on the batch
+
+
+def test_an_hf_directory_whose_weights_its_class_does_not_take_is_one_line(pair, tmp_path):
+    """transformers would initialise the missing tensor at random and go on."""
+    from safetensors.torch import load_file, save_file
+    hf_dir, out_dir = pair("llama")
+    lacking = tmp_path / "hf-lacking"
+    lacking.mkdir()
+    (lacking / "config.json").write_bytes((hf_dir / "config.json").read_bytes())
+    state = load_file(str(hf_dir / "model.safetensors"))
+    del state["model.norm.weight"]
+    save_file(state, str(lacking / "model.safetensors"), metadata={"format": "pt"})
+    r = run_verify(lacking, out_dir, "--device", "cpu")
+    assert r.code == 2 and r.stdout == "", r
+    line = r.stderr.strip().splitlines()[-1]
+    assert "HF_DIR" in line and "'model.norm.weight' are not there" in line and "Traceback" not in r.stderr, r.stderr
