@@ -2,13 +2,14 @@
 recorded inputs and torch's recorded output gradient (teacher forcing), against torch's own local
 product, with a budget from the same product in float64 (and in the format a side uses).
 
-A torch module and a paddle layer pair when their state (parameters and buffers, everything under
-them) is one set of tensors through the mapping: a Linear with its Linear, and a torch
-MultiheadAttention, whose fused in_proj_weight feeds paddle's q_proj, k_proj and v_proj, with
-paddle's MultiHeadAttention. Layers without weights pair by the same path, and the models
-themselves. The paddle layer is called as paddle's own forward called it, each tensor replaced by
-the torch input holding the same values (as the forward check forces a layer); inputs that hold the
-same values are one input on both sides, so (x, x, x) against (x,) compares the total gradient.
+Modules and layers pair as the forward check pairs them (compare/align.py): the same path, the
+conversion plan (a torch MultiheadAttention, whose fused in_proj_weight feeds paddle's q_proj, k_proj
+and v_proj, with paddle's MultiHeadAttention), layers without weights of one kind in execution order
+under one paired parent, and the models themselves; a torch module whose paddle layer fuses several
+(q|k|v, gate|up) is compared within its parent. The paddle layer is called as paddle's own forward
+called it, each tensor replaced by the torch input holding the same values (as the forward check
+forces a layer); inputs that hold the same values are one input on both sides, so (x, x, x) against
+(x,) compares the total gradient.
 Each paddle parameter's gradient is compared with torch's through the conversion's own rules: the
 slice of in_proj_weight the split gives q_proj.weight, transposed as its transpose rule says.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import defaultdict
 
 import numpy as np
 
@@ -29,8 +29,8 @@ from ..compare.capture import Call, Recorder, record
 from ..compare.forced import _paddle_keeps_float64
 from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
 from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
-from ..compare.session import _float64_by_default
-from ..paths import depth, is_under, prefixes, relative
+from ..compare.session import _float64_by_default, _forward_errors
+from ..paths import is_under, relative
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
 from .judge import judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
@@ -46,61 +46,30 @@ ZERO = "paddle's gradient is zero; "
 LOCAL = "local backward of "
 
 
-def _state_under(names, paths: set) -> dict:
-    """path -> the names (dotted state-dict names) under it, for each path in `paths` holding any."""
-    out = defaultdict(set)
-    for name in names:
-        for prefix in prefixes(name)[:-1]:  # the modules above the tensor
-            if prefix in paths:
-                out[prefix].add(name)
-    return {path: frozenset(held) for path, held in out.items()}
-
-
-def _matched(torch_paths: list, paddle_paths: list) -> dict:
-    """Modules and layers holding one set of tensors: the only one of each, else the same paths,
-    else (as many on each side: wrappers nested around one set) outermost with outermost."""
-    if len(torch_paths) == 1 and len(paddle_paths) == 1:
-        return {torch_paths[0]: paddle_paths[0]}
-    out = {t: t for t in torch_paths if t in paddle_paths}
-    rest_t = sorted((t for t in torch_paths if t not in out), key=depth)
-    rest_p = sorted((p for p in paddle_paths if p not in out.values()), key=depth)
-    if len(rest_t) == len(rest_p):
-        out.update(zip(rest_t, rest_p))
-    return out
-
-
-def _pairs_by_state(session, torch_paths: set, paddle_paths: set) -> dict:
-    """torch module path -> paddle layer path, for those whose state is one set of tensors through
-    the mapping: every paddle tensor under the layer is computed from torch tensors under the
-    module, and every torch tensor under the module feeds only paddle tensors under the layer."""
-    sources = {pair.paddle: frozenset(pair.torch) for pair in session.pairs}
-    users = defaultdict(set)  # torch tensor -> the paddle tensors computed from it
-    for name, torch_names in sources.items():
-        for t in torch_names:
-            users[t].add(name)
-    by_state = defaultdict(lambda: ([], []))
-    for path, held in _state_under(users, torch_paths).items():
-        by_state[held][0].append(path)
-    for path, held in _state_under(sources, paddle_paths).items():
-        state = frozenset().union(*(sources[n] for n in held))
-        if all(users[t] <= held for t in state):
-            by_state[state][1].append(path)
-    pairs = {}
-    for torch_list, paddle_list in by_state.values():
-        pairs.update(_matched(torch_list, paddle_list))
-    return pairs
+def aligned(session) -> list:
+    """The forward check's pairing of the training models (compare/align.py: the same path, the
+    conversion plan, fused layers, the same kind of layer in execution order), on copies of the
+    models run once on the spec's inputs; computed once per session."""
+    if session.layer_pairs is None:
+        from ..compare.align import align
+        calls = []
+        for side, model, which in ((torch_side, session.torch_copy(), "torch_model()"),
+                                   (paddle_side, session.paddle_copy(), "paddle_model()")):
+            recorder = record(side, model, Recorder())
+            try:
+                with _forward_errors(f"{which} in training mode", session.spec.path):
+                    side.forward(model, session.port.inputs, session.device)
+            finally:
+                recorder.remove()
+            calls.append(recorder.calls)
+        session.layer_pairs = align(calls[0], calls[1], session.port.plan)
+    return session.layer_pairs
 
 
 def layer_pairs(session) -> dict:
-    """torch module path -> paddle layer path."""
-    torch_paths = dict(session.torch_model.named_modules())
-    paddle_paths = {p for p, _ in session.paddle_model.named_sublayers(include_self=True)}
-    pairs = _pairs_by_state(session, set(torch_paths), paddle_paths)
-    taken = set(pairs.values())
-    for path, module in torch_paths.items():
-        if path and path not in pairs and path in paddle_paths and path not in taken \
-                and not any(True for _ in module.parameters()):
-            pairs[path] = path
+    """torch module path -> paddle layer path, as the forward check pairs them (see aligned); a
+    torch module whose paddle layer fuses several (q|k|v) is left to its parent."""
+    pairs = {pair.torch: pair.paddle for pair in aligned(session) if pair.part is None}
     pairs.setdefault("", "")
     return pairs
 

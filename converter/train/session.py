@@ -130,6 +130,7 @@ class TrainSession:
         # paddle parameter -> paddle's own fp32 error in the whole model's gradient on the first batch,
         # as the per-layer backward measures it (backward.py), for the end-to-end gradients' budget
         self.paddle_own = {}
+        self.layer_pairs = None  # the forward check's pairing of the two models (backward.aligned), once made
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()
