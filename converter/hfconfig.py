@@ -177,6 +177,8 @@ PADDLEFORMERS_FAMILIES: dict[str, Family] = {
     "ernie4_5": _paddleformers("ernie4_5", "Ernie4_5", ties=True),
     "qwen2_moe": _paddleformers("qwen2_moe", "Qwen2Moe", ties_itself=False),
     "qwen3_moe": _paddleformers("qwen3_moe", "Qwen3Moe", ties_itself=False),
+    "gemma3_text": _paddleformers("gemma3_text", "Gemma3", ties=True),
+    "deepseek_v3": _paddleformers("deepseek_v3", "DeepseekV3", ties_itself=False),
 }
 TARGET_FAMILIES = {"paddleformers": PADDLEFORMERS_FAMILIES, "paddlenlp": FAMILIES}
 TARGET_NAMES = {"paddleformers": "PaddleFormers 1.2", "paddlenlp": "PaddleNLP 2.8.1"}
@@ -414,6 +416,16 @@ def _paddleformers_config(hf: dict, family: Family, force: bool, where: str) -> 
     if len(set(map(repr, per_type.values()))) > 1:
         problems.append(f"'rope_parameters' differ per layer type ({shown(thetas)}); PaddleFormers 1.2 builds one "
                         "rotary table and applies it to every layer")
+    elif per_type and _real(theta := next(iter(thetas.values()))):
+        # PaddleFormers 1.2 takes the base of per-layer-type rope_parameters from rope_theta (Gemma 3: default 1e6)
+        if "rope_theta" not in hf:
+            out["rope_theta"] = theta
+            notes.append(f"wrote rope_theta: {shown(theta)}, the rotary base of every layer type in "
+                         "'rope_parameters': PaddleFormers 1.2 reads the base from rope_theta, not from "
+                         "per-layer-type rope_parameters")
+        elif hf["rope_theta"] != theta:
+            problems.append(f"'rope_theta' {shown(hf['rope_theta'])} differs from the rotary base of every layer type "
+                            f"in 'rope_parameters' ({shown(theta)}): HF uses the latter, PaddleFormers 1.2 the former")
     if problems and not force:
         raise UserError(f"{where}: {len(problems)} field(s) of this {family.model_type} config cannot be said in "
                         "PaddleFormers 1.2's config; pass --force to copy them unchanged (PaddleFormers will not act "

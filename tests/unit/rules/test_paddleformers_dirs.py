@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from converter.errors import UserError
 from converter.hfconfig import translate_config
 from converter.io.pdparams import load_pdparams
 from helpers.cli import run_convert
@@ -199,3 +200,22 @@ def test_a_tied_moe_head_is_written_as_the_embeddings_copy(tmp, head):
     out = load_pdparams(str(tmp / "out" / "model_state.pdparams"))
     embeddings = state["model.embed_tokens.weight"].numpy()
     assert np.array_equal(out["lm_head.weight"], embeddings) and np.array_equal(out["model.embed_tokens.weight"], embeddings)
+
+
+def test_per_layer_type_rotary_parameters_that_agree_get_their_base_written_as_rope_theta():
+    """PaddleFormers 1.2's Gemma 3 reads its rotary base from rope_theta (default 1e6), not from HF 5's
+    per-layer-type rope_parameters: the common base is written, and said."""
+    rope = {t: {"rope_type": "default", "rope_theta": 10000.0} for t in ("full_attention", "sliding_attention")}
+    translated = translate_config({"model_type": "gemma3_text", "num_key_value_heads": 1, "rope_parameters": rope},
+                                  target="paddleformers")
+    assert translated.config["rope_theta"] == 10000.0 and translated.config["rope_parameters"] == rope
+    assert [n for n in translated.notes if n.startswith("wrote rope_theta: 10000.0")]
+    given = translate_config({"model_type": "gemma3_text", "rope_parameters": rope, "rope_theta": 10000.0},
+                             target="paddleformers")
+    assert given.config["rope_theta"] == 10000.0 and not given.notes
+    with pytest.raises(UserError) as info:  # HF uses rope_parameters' base, PaddleFormers rope_theta
+        translate_config({"model_type": "gemma3_text", "rope_parameters": rope, "rope_theta": 5.0}, target="paddleformers")
+    assert "'rope_theta' 5.0 differs from the rotary base" in info.value.details[0]
+    plain = translate_config({"model_type": "qwen3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+                             target="paddleformers")
+    assert "rope_theta" not in plain.config
