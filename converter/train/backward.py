@@ -319,13 +319,14 @@ def local_rows(session, tspec, batch) -> list:
     inputs, target = batch
     pairs = layer_pairs(session)
     model = session.torch_copy()
+    handed = _outputs_handed_on(model, pairs)  # before the recorder's hooks: it records what they return
     recorder = record(torch_side, model, Recorder(set(pairs), attached=True))
     handles = emulate_torch_training(model, session.formats["torch"])
     try:
         out = call_model(model, to_torch(inputs, torch.float32, session.device))
         torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
     finally:
-        remove(handles)
+        remove(handles + handed)
         recorder.remove()
     calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
     grads = {path: [o.grad for o in c.outputs] for path, c in calls.items()}
@@ -357,6 +358,20 @@ def local_rows(session, tspec, batch) -> list:
     finally:
         remove(fmt_handles + p_handles + t_handles)
     return rows
+
+
+def _outputs_handed_on(model, paths) -> list:
+    """Hooks making each module at `paths` return a copy of every output that takes a gradient, a
+    node of its own on the graph: the gradient retained on it is then the one the rest of the model
+    gives that output. On the tensor itself it would also hold what the module's own computation
+    passes back into it: HF's decoder attention returns the keys and values its output was computed
+    from (its cache), and their gradient from that output would count twice in its local backward."""
+    import torch
+
+    def copies(module, args, output):
+        return map_leaves(output, lambda t: t.clone() if t.requires_grad else t,
+                          lambda v: isinstance(v, torch.Tensor) and v.is_floating_point())
+    return [model.get_submodule(path).register_forward_hook(copies) for path in paths]
 
 
 class _Float64Layers:
