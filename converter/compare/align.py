@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..families import kind_of
-from .fused import Slice, fused_slices
+from ..families import kind_of, lookup
+from .fused import fused_slices
 from .matching import common_shape, same_values
 from ..paths import common_parent, is_under, parent
 
@@ -25,7 +25,9 @@ class LayerPair:
     paddle: str
     torch_type: str
     paddle_type: str
-    part: Slice | None = None  # the torch module's slice of a fused paddle layer's output (see fused.py)
+    # how the paddle layer's outputs read as the torch module's: its slice of a fused layer's output
+    # (see fused.py), or its family's reading (a gate's logits as a router's softmax and top-k)
+    part: object | None = None
 
 
 def nearest_in(path: str, paths) -> str | None:
@@ -158,5 +160,15 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p])):
                 add(t, p)
     ordered = sorted(pairs.items(), key=lambda kv: torch_calls[kv[0]].end)
-    return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type, fused[t][1] if t in fused else None)
+    return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type,
+                      fused[t][1] if t in fused else _reading(torch_calls[t], paddle_calls[p]))
             for t, p in ordered]
+
+
+def _reading(t_call, p_call):
+    """How the paddle layer's outputs read as the torch module's where their family says (a gate's
+    logits as a router's softmax and top-k weights); None where they compare as they are."""
+    if t_call.module is None or p_call.module is None:
+        return None
+    family = lookup(t_call.module, p_call.module)
+    return family.reads(t_call.module) if family is not None and family.reads is not None else None

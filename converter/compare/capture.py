@@ -32,6 +32,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     outputs: list = field(default_factory=list)
     shapes: list = field(default_factory=list)
+    module: object = None  # the module or layer called
     count: int = 1  # how many times the module was called in the forward (the first call is recorded)
 
 
@@ -81,6 +82,7 @@ class Recorder:
         self.allowance = allowance or Allowance()
         self.copies = copies
         self.is_tensor = None  # the framework's, set by record(): which inputs are tensors
+        self.modules: dict = {}  # path -> the module or layer recorded there, set by record()
         self.taken = 0
         self.calls: dict[str, Call] = {}
         self.counter = 0
@@ -105,7 +107,7 @@ class Recorder:
                                                     {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
-        self.calls[path] = Call(path, type_name, self.counter,
+        self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(path),
                                 args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
         self.counter += 1
 
@@ -162,6 +164,7 @@ def record(side, model, recorder: Recorder) -> Recorder:
         if not recorder.wants(path):
             continue
         name = type(layer).__name__
+        recorder.modules[path] = layer
         recorder.handles += side.add_hooks(
             layer, pre=lambda lay, args, kwargs, _p=path, _n=name: recorder._pre(_p, _n, args, kwargs),
             post=lambda lay, args, out, _p=path: recorder._post(_p, out, side.is_float_tensor))

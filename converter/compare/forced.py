@@ -24,6 +24,7 @@ import numpy as np
 
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, tensor_version
+from .fused import sliced
 from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
@@ -361,7 +362,10 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
         if len(ys) != len(loc.outputs) or any(y.dtype != paddle.float64 for y in ys) \
                 or any(tuple(y.shape) != a.shape for y, a in zip(ys, loc.outputs)):
             continue
-        errs = [np.subtract(a, paddle_side.to_numpy(y)).astype(np.float32) for a, y in zip(loc.outputs, ys)]
+        # as torch's module computes them (a fused layer's slice, a gate's logits read as a router's
+        # probabilities): a reading that is not linear must see both outputs, not their difference
+        errs = [np.subtract(a, b).astype(np.float32) for a, b in
+                zip(sliced(pair, list(loc.outputs)), sliced(pair, [paddle_side.to_numpy(y) for y in ys]))]
         if any(np.any(e) for e in errs):  # exactly 0: the copy computed in float32 inside, or the layer is exact
             out[pair.paddle] = errs
     return out

@@ -37,6 +37,12 @@ class Slice:
         """(start, stop) of each run of paddle's positions holding this module's elements, in torch's order."""
         return self.runs or ((self.start, self.stop),)
 
+    def of(self, outputs: list) -> list:
+        """The module's part of the fused layer's outputs."""
+        if self.output is not None:
+            return outputs[self.output:self.output + 1]
+        return [self.take(outputs[0])]
+
     def take(self, value):
         """This slice of a paddle tensor or numpy array: its runs, joined in torch's order."""
         pieces = [value[(Ellipsis, slice(a, b)) + (slice(None),) * (-1 - self.axis)] for a, b in self.spans]
@@ -61,13 +67,11 @@ class Slice:
 
 def sliced(pair, outputs: list) -> list:
     """A pair's paddle outputs as its torch module computes them: its slice where the paddle layer
-    is fused, else as they are."""
+    is fused, its family's reading where it has one (see align.LayerPair.part), else as they are."""
     part = getattr(pair, "part", None)
     if part is None or not outputs:
         return outputs
-    if part.output is not None:
-        return outputs[part.output:part.output + 1]
-    return [part.take(outputs[0])]
+    return part.of(outputs)
 
 
 def _blocks(entry) -> tuple | None:

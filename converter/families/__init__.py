@@ -109,6 +109,9 @@ class Family:
     # the entry covers its torch types only where the paddle layer is one of its paddle types (a torch
     # Linear ported as PaddleFormers' LMHead): it stands beside the torch type's own entry
     paddle_specific: bool = False
+    # how the paddle layer's outputs read as the torch module's, made from the torch module (a gate's
+    # logits read as a router's softmax and top-k weights): an object with .of(outputs) and .note
+    reads: Callable[[object], object] | None = None
 
     @property
     def pairing_kind(self) -> str:

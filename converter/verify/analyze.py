@@ -410,5 +410,5 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
         own = passes.paddle_err.get(child.paddle)
     e_other = None
     if own is not None and matmul is None:
-        e_other = unmasked(masked, laid_out(pairs.of_paddle(sliced(pair, own)), pairs.shapes).reshape(y_t.shape))[0]
+        e_other = unmasked(masked, laid_out(pairs.of_paddle(own), pairs.shapes).reshape(y_t.shape))[0]
     return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition, e_other)

@@ -28,6 +28,7 @@ class Dataflow:
         self.units = {u for u in units if u}
         self.reads: dict[str, set | None] = {}  # unit -> what its first call (the one probed) reads
         self.handles = []
+        self.modules: dict = {}  # path -> module, as record() gives every recorder
         self._call_reads: dict[tuple[str, int], set | None] = {}  # (unit, call) -> units read
         self._calls: dict[str, int] = {}
         self._running: list[tuple[str, int]] = []  # the unit call in progress (units do not nest)

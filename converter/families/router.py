@@ -1,0 +1,65 @@
+"""Mixture-of-experts routers: HF's top-k routers against a paddle port's gate Linear.
+
+HF 5's top-k router (Qwen2-MoE, Qwen3-MoE, Mixtral, OLMoE, ...) returns the softmax over the
+experts and each token's top-k weights (normalised to sum to one where the model says so),
+computed in float32. A paddle port's gate (PaddleFormers' `gate`, a Linear) returns the logits
+and leaves softmax and top-k to its block. Paddle's output is read as torch's router returns it,
+the softmax of its logits and their top-k weights, so the two are compared by what they mean:
+the form is never a difference, a wrong weight or bias still is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import Family, register
+
+# HF transformers 5's routers of this form: softmax over the experts, then top-k (norm_topk_prob
+# where the class has it; the others always normalise)
+TOPK_ROUTERS = ("Qwen2MoeTopKRouter", "Qwen3MoeTopKRouter", "Qwen3NextTopKRouter", "Qwen3_5MoeTopKRouter",
+                "Qwen3VLMoeTextTopKRouter", "MixtralTopKRouter", "MiniMaxTopKRouter", "OlmoeTopKRouter",
+                "FlexOlmoTopKRouter")
+
+
+@dataclass(frozen=True)
+class RouterReading:
+    """How a gate's logits read as a top-k router's outputs: [softmax, top-k weights]."""
+
+    top_k: int
+    normalised: bool
+
+    @classmethod
+    def of_module(cls, torch_module) -> RouterReading | None:
+        top_k = getattr(torch_module, "top_k", None)
+        if not isinstance(top_k, int) or top_k < 1:
+            return None
+        return cls(top_k, bool(getattr(torch_module, "norm_topk_prob", True)))
+
+    def of(self, outputs: list) -> list:
+        """Paddle's outputs (tensors or numpy arrays) as torch's router returns them; other than
+        one output of at least top_k experts, as they are."""
+        if len(outputs) != 1 or not outputs[0].shape or outputs[0].shape[-1] < self.top_k:
+            return outputs
+        logits = outputs[0]
+        as_paddle = not isinstance(logits, np.ndarray)
+        x = np.asarray(logits.astype("float32").numpy() if as_paddle else logits, dtype=np.float64)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        probs = e / e.sum(axis=-1, keepdims=True)
+        top = -np.sort(-probs, axis=-1)[..., : self.top_k]
+        if self.normalised:
+            top = top / top.sum(axis=-1, keepdims=True)
+        dtype = np.float32 if as_paddle else np.result_type(logits.dtype, np.float32)  # float64 stays float64
+        read = [probs.astype(dtype), top.astype(dtype)]
+        if as_paddle:
+            import paddle
+            return [paddle.to_tensor(a) for a in read]
+        return read
+
+    @property
+    def note(self) -> str:
+        weights = "normalised top-%d weights" % self.top_k if self.normalised else "top-%d weights" % self.top_k
+        return f"paddle's gate logits read as torch's router returns them: their softmax, then its {weights}"
+
+
+register(Family("hf-topk-router", TOPK_ROUTERS, ("Linear",), paddle_specific=True, reads=RouterReading.of_module))
