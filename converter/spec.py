@@ -85,10 +85,18 @@ class PortSpec:
         return spec
 
     @property
-    def mapping(self) -> str | None:
-        """The rule set the spec names (None: inferred); None too when it says "loaded"."""
+    def mapping(self):
+        """The rule set the spec names (None: inferred): a shipped set's name or a rule file's path,
+        or the rules themselves as a dict (a rule file's JSON object), read here; None too when it
+        says "loaded"."""
         value = getattr(self.module, "mapping", None)
-        return None if self.loaded else value
+        if self.loaded or value is None or isinstance(value, str):
+            return None if self.loaded else value
+        if isinstance(value, dict):
+            from .rules.ruleset import parse_ruleset
+            return parse_ruleset(value, f"spec '{self.path}': mapping")
+        raise UserError(f"spec '{self.path}': mapping is a {type(value).__name__}; give a shipped rule set's name, a "
+                        "rule file's path, the rules as a dict ({'rules': [...]}), \"loaded\", or None to infer them")
 
     @property
     def loaded(self) -> bool:

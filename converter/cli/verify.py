@@ -61,7 +61,7 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     outputs = {"--json": json_path, "--html": html_path, "--emit-optimizer": emit_optimizer}
     check_outputs(outputs, [spec_path, weights, converted, mapping], force)
     spec = api.PortSpec.from_file(spec_path)
-    if not mapping and spec.mapping:  # the spec's own rule file is an input too
+    if not mapping and isinstance(spec.mapping, str):  # the spec's own rule file is an input too
         check_outputs(outputs, [spec.mapping], force)
     options = _options(device, precision_mode, emulate, strategy, bisect, train, steps)
     if emit_optimizer:

@@ -99,3 +99,22 @@ def test_a_spec_txt_that_raises_names_its_line(tmp_path):
     assert r.code == 2, r
     assert "torch_model() failed with ValueError: boom" in r.stderr, r
     assert f"line {_line_of(path, 'boom')}" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+
+
+def test_a_spec_may_give_its_rules_as_a_dict(tmp_path):
+    """A rule file's JSON object as the spec's mapping is read as that rule file would be."""
+    path = _spec(tmp_path, "mapping = None", 'mapping = {"name": "inline", "unmatched": "keep", '
+                 '"rules": [{"kind": "transpose", "match": "(head|attn\\\\.\\\\w+_proj)\\\\.weight"}]}')
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 0, r
+    bad = _spec(tmp_path, "mapping = None", 'mapping = {"rules": [{"kind": "twist"}]}', name="bad.py")
+    r = run_verify("--spec", bad, "--device", "cpu")
+    assert r.code == 2 and "mapping" in r.stderr and "rule 1" in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_mapping_of_another_type_is_one_line(tmp_path):
+    path = _spec(tmp_path, "mapping = None", "mapping = 42")
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 2 and "mapping is a int" in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
