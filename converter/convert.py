@@ -335,6 +335,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None):
         ruleset = mapping
     else:
         ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
+    ruleset = ruleset.with_params(_model_config(torch_model) | ruleset.params)
     state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
     left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
     source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
@@ -348,6 +349,17 @@ def plan_in_memory(torch_model, paddle_model, mapping=None):
     plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
     plan.notes.extend(_unloadable_notes(unloadable, paddle_model, source))
     return plan, ruleset, source
+
+
+def _model_config(torch_model) -> dict:
+    """The fields of an HF model's config (`model.config.to_dict()`), which a rule's `groups` or
+    `count` may name (num_key_value_heads); {} for a model without one."""
+    to_dict = getattr(getattr(torch_model, "config", None), "to_dict", None)
+    try:
+        fields = to_dict() if callable(to_dict) else {}
+    except Exception:  # noqa: BLE001 - a config that cannot say its fields gives none
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 def plan_for_loaded(torch_model, paddle_model, mapping=None):
