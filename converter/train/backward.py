@@ -43,6 +43,8 @@ FORWARD_AGREES = 1e-3
 OWN_FROM = 0.5  # the paddle layer's forward on torch's inputs, relative to the output's scale
 FORWARD_DIFFERS = " (its forward differs too)"
 ZERO = "paddle's gradient is zero; "
+SCALED = "paddle's gradient is torch's times "  # then the factor and "; "
+SCALE_FIT = 1e-3  # a factor fits where paddle's gradient differs from torch's times it by this share of its norm
 LOCAL = "local backward of "
 
 
@@ -435,7 +437,7 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, 
                 continue  # an input paddle's call does not take
             rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
                               (a - b).astype(np.float32), formats=session.formats,
-                              fmt_err=None if gf is None else gf[i] - b, note=zero_note(a, c) + note,
+                              fmt_err=None if gf is None else gf[i] - b, note=gradient_note(a, c) + note,
                               e_other=own_in[i], condition=cond_in[i]))
         for pair in session.pairs:
             names = [relative(t, call.path) for t in pair.torch]
@@ -447,7 +449,7 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, 
             condition = _in_paddle(pair, names, cond_p) if cond_p else None
             rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local],
                               (want - ref).astype(np.float32), formats=session.formats, fmt_err=fmt_err,
-                              note=zero_note(want, pp[local]) + note, e_other=own_p.get(local), condition=condition))
+                              note=gradient_note(want, pp[local]) + note, e_other=own_p.get(local), condition=condition))
         return rows
 
     rows = judged([None] * len(gp), {})
@@ -504,6 +506,37 @@ def _in_paddle(pair, names: list, grads: dict) -> np.ndarray:
 def zero_note(torch_grad, paddle_grad) -> str:
     """ZERO where paddle's gradient is zero and torch's is not, else ''."""
     return ZERO if not np.any(paddle_grad) and np.any(torch_grad) else ""
+
+
+def gradient_note(torch_grad, paddle_grad) -> str:
+    """ZERO where paddle's gradient is zero and torch's is not; SCALED and the factor where paddle's
+    is torch's times a constant other than 1 (a custom backward that scales what it passes on); else ''."""
+    zero = zero_note(torch_grad, paddle_grad)
+    if zero:
+        return zero
+    factor = scale_of(torch_grad, paddle_grad)
+    return "" if factor is None else f"{SCALED}{factor:.4g}; "
+
+
+def scale_of(torch_grad, paddle_grad) -> float | None:
+    """The constant paddle's gradient is torch's times (least squares), where it fits within
+    SCALE_FIT of paddle's norm and is not 1 within that; else None."""
+    a = np.asarray(torch_grad, np.float64).ravel()
+    b = np.asarray(paddle_grad, np.float64).ravel()
+    if a.shape != b.shape or not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
+        return None
+    norm_a, norm_b = float(np.dot(a, a)), float(np.linalg.norm(b))
+    if norm_a == 0 or norm_b == 0:
+        return None
+    factor = float(np.dot(a, b)) / norm_a
+    fits = float(np.linalg.norm(b - factor * a)) <= SCALE_FIT * norm_b
+    return factor if fits and abs(factor - 1) > SCALE_FIT else None
+
+
+def scale_in(row) -> str | None:
+    """The factor a row's note says paddle's gradient is torch's times, as written there; else None."""
+    _, found, rest = row.note.partition(SCALED)
+    return rest.partition(";")[0] if found else None
 
 
 def layer_of(row) -> str:

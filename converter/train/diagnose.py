@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .backward import FORWARD_DIFFERS, ZERO, layer_of
+from .backward import FORWARD_DIFFERS, ZERO, layer_of, scale_in
 from .optimizer import subclass_note, torch_class
 from .result import TrainDiagnosis
 from .steps import loss_band
@@ -122,7 +122,14 @@ def _cross_entropy_whatifs(p):
 def _backward(session, tspec, report, fb, runs):
     layer = layer_of(fb) or fb.torch
     rows = [r for r in report.rows if r.phase == "backward" and (layer_of(r) == layer or r is fb)]
-    zero = [r for r in rows if r.bad and ZERO in r.note]
+    factor = scale_in(fb)
+    if factor is not None:  # the culprit's own gradient, scaled: whatever else the layer's rows show
+        where = f"the backward of '{fb.paddle.split(' ')[0]}'"
+        return [D(layer, f"paddle's gradient of '{fb.paddle}' is torch's times {factor}: a custom backward (PyLayer) "
+                  f"or a gradient hook in {where} that scales the gradient it passes on",
+                  f"check {where} against autograd (paddle.autograd.PyLayer.backward, register_hook): it "
+                  f"multiplies by {factor}", kind="custom backward")]
+    zero = sorted((r for r in rows if r.bad and ZERO in r.note), key=lambda r: r is not fb)  # the culprit's first
     if zero:
         return [D(layer, f"the gradient is stopped on paddle's side: paddle's gradient of '{zero[0].paddle}' is zero "
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
