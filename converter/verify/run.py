@@ -6,22 +6,11 @@ from .analyze import culprit_evidence
 from .strategies import BinarySearch, StrategyResult, choose
 from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
-from .memory import check as check_memory
+from .memory import available_memory, check as check_memory
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict
 from ..compare.session import Options, PortSession
-
-
-def available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
 
 
 def _children_within(results, bad) -> bool:
@@ -41,7 +30,7 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
 def run_on(session: PortSession, options: Options, bisect: bool = False, capture_limit: int | None = None) -> Report:
     """The Report of the forward check on a set-up session (whose restore is the caller's)."""
     # the forced passes hold about as much again as the capture
-    limit = capture_limit if capture_limit is not None else int(available_memory() * 0.2)
+    limit = capture_limit if capture_limit is not None else int(available_memory()[0] * 0.2)
     strategy = choose(options.strategy, limit)
     notes = check_memory(session, options.strategy, limit)  # a run that cannot fit stops here
     try:
