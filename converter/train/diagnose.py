@@ -173,10 +173,43 @@ def _lr(session, tspec, report, fb, runs):
     p_peak = int(np.argmax(p)) if len(p) else 0
     if t_peak != p_peak and (t_peak > 0 or p_peak > 0):
         return [D("lr", f"the warmup differs: torch's learning rate peaks at step {t_peak}, paddle's at step "
-                  f"{p_peak} (step {k}: torch {t[k]:.6g}, paddle {p[k]:.6g})",
-                  "give paddle's LinearWarmup torch's warmup length and start factor", kind="warmup")]
+                  f"{p_peak} (step {k}: torch {t[k]:.6g}, paddle {p[k]:.6g})", _WARMUP_HINT, kind="warmup")]
+    if k < max(_rises(t), _rises(p)):  # they part while a rate still rises from its start: in the warmup
+        peak = _base_lr(runs)
+        if peak is None and _rises(t) < len(t) - 1:  # torch's warmup ends within the steps
+            peak = float(t[_rises(t)])
+        return [D("lr", f"the warmup differs from step {k}: torch's learning rate rises {_ramp(t, peak)}, paddle's "
+                  f"{_ramp(p, peak)}", _WARMUP_HINT, kind="warmup")]
     return [D("lr", f"the learning rates differ from step {k}: torch {t[k]:.6g}, paddle {p[k]:.6g}",
               _HINTS["lr"], kind="lr")]
+
+
+_WARMUP_HINT = "give paddle's LinearWarmup torch's warmup length and start factor"
+
+
+def _base_lr(runs) -> float | None:
+    """The learning rate torch's scheduler starts from (its warmup's end): torch's first parameter
+    group's initial_lr, which a torch scheduler sets; None without one."""
+    groups = getattr(getattr(runs.optimizer_check, "ref_opt", None), "param_groups", None) or [{}]
+    value = groups[0].get("initial_lr")
+    return None if value is None else float(value)
+
+
+def _rises(lr) -> int:
+    """How many steps the learning rate rises from step 0 (a warmup, as far as the steps show it)."""
+    falls = np.flatnonzero(np.diff(lr) <= 1e-6 * float(np.max(np.abs(lr), initial=0)))
+    return int(falls[0]) if falls.size else len(lr) - 1
+
+
+def _ramp(lr, peak: float | None) -> str:
+    """How a learning rate starts: its first value and its first rise; for a linear rise, the step it
+    reaches `peak` at (torch's warmup's end)."""
+    rise = float(lr[1] - lr[0]) if len(lr) > 1 else 0.0
+    said = f"from {lr[0]:.6g} by {rise:.6g} a step"
+    n = _rises(lr)
+    if peak is None or rise <= 0 or not np.allclose(np.diff(lr[:n + 1]), rise, rtol=1e-4, atol=0):
+        return said
+    return f"{said} (a linear warmup reaching {peak:.6g} at step {(peak - lr[0]) / rise:.3g})"
 
 
 # optimizer -----------------------------------------------------------------------------------
