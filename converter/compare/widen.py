@@ -1,20 +1,24 @@
-"""The float64 reference of a torch model, widened one block at a time.
+"""Tensors of a module tree held one block at a time, and the float64 reference built on it.
 
-A whole float64 copy of the model holds twice its float32 weights for the whole run. The
-reference here has the model's module tree (a deep copy) whose floating parameters and buffers
-are placeholders of their shape, float64 on the CPU (a view of one NaN: dtype and device read
-right, values read too early give NaN). The model's layers are its *blocks*: the children of its
-largest module list (and of any other list at least half its size, apart from it: an encoder's
-and a decoder's layers). A hook on every module inside a block widens the whole block's tensors,
-from the float32 model's own tensors (read, never changed), when one of them is called, so that a
-call into the middle of a block finds its siblings widened too; the blocks used least recently
-are dropped once more than KEEP are widened. Tensors outside every block (embeddings, heads,
-final norms, tables a parent reads without calling their module) are widened for the whole run.
+BlockTensors is the machinery: a model's *blocks* are the children of its largest module list
+(and of any other list at least half its size, apart from it: an encoder's and a decoder's
+layers). Each tensor of the tree has a placeholder, which its places hold while it is not
+needed, and a way to make the tensor itself. A hook on every module inside a block makes the
+whole block's tensors when one of them is called, so that a call into the middle of a block finds
+its siblings there too; the blocks used least recently go back to their placeholders once more
+than KEEP are held. Tensors outside every block (embeddings, heads, final norms, tables a parent
+reads without calling their module) are made once and held for the whole run. A tensor shared
+between modules is one tensor shared the same way, counted by the blocks that hold it. Two
+threads may run the tree at once: making and dropping take a lock, and the block a thread entered
+last is never dropped while that thread lives. compare/stream.py streams both models' own weights
+from a checkpoint with it.
 
-A tensor the float32 model shares between modules is one widened tensor shared the same way,
-counted by the blocks that hold it. Two threads may run the reference at once: widening and
-dropping take a lock, and the block a thread entered last is never dropped while that thread
-lives.
+Float64Reference: the float64 reference of a torch model. A whole float64 copy of the model holds
+twice its float32 weights for the whole run. The reference here has the model's module tree (a
+deep copy) whose floating parameters and buffers are placeholders of their shape, float64 on the
+CPU (a view of one NaN: dtype and device read right, values read too early give NaN), each block
+widened from the float32 model's own tensors (read, never changed), or read from the checkpoint
+where the model's weights are streamed, when it runs.
 """
 
 from __future__ import annotations
@@ -22,88 +26,54 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..lazy import import_torch
 
-KEEP = 2  # blocks kept widened: a forced reference calls many modules of one block in a row
+KEEP = 2  # blocks kept: a forced reference calls many modules of one block in a row
 KINDS = ("_parameters", "_buffers")
 
 
 @dataclass(eq=False)
-class _Tensor:
-    """One float32 tensor of the model and the places in the reference that hold it."""
+class Held:
+    """One tensor held block by block: how to make it, what stands in for it, and its places."""
 
-    module: object  # a float32 module holding it, and where: read when widened (a later .cuda() moves it)
-    kind: str
-    name: str
+    make: Callable[[], object]
     placeholder: object
-    slots: list = field(default_factory=list)  # (reference module, kind, name)
-    wide: object = None
-    users: int = 0  # the widened blocks that hold it, and 1 if a module outside every block does
+    nbytes: int  # of the tensor made
+    slots: list = field(default_factory=list)  # (module, kind, name)
+    tensor: object = None
+    users: int = 0  # the held blocks that hold it, and 1 if a module outside every block does
 
 
-class Float64Reference:
-    """`model` (a torch module, float32 or narrower, left as it is) as a float64 reference model:
-    `.model` runs like a float64 copy of it, bit for bit."""
+class BlockTensors:
+    """The tensors of `blocks` (per block, its Held records) made when a block is entered and put
+    back to their placeholders when it is dropped (`keep` blocks held); those of `pinned` made
+    for the whole run. `close()` puts every place back to its placeholder."""
 
-    def __init__(self, model, keep: int = KEEP):
-        torch = import_torch()
+    def __init__(self, blocks: list[list[Held]], pinned: list[Held], keep: int = KEEP):
         self.keep = keep
         self._lock = threading.Lock()
-        nan = torch.full((), float("nan"), dtype=torch.float64)
-        tensors: dict[int, _Tensor] = {}  # id of a float32 tensor -> its record
-        memo = {}
-        for module in model.modules():
-            for kind in KINDS:
-                for name, t in getattr(module, kind).items():
-                    if t is None or id(t) in memo:
-                        continue
-                    if t.is_floating_point():
-                        memo[id(t)] = _like(t, nan.expand(t.shape))
-                        tensors[id(t)] = _Tensor(module, kind, name, memo[id(t)])
-                    else:  # integer and boolean tensors are copied as they are (a count, a causal mask)
-                        memo[id(t)] = _like(t, t.detach().to("cpu", copy=True))
-        self.model = copy.deepcopy(model, memo)
-        pairs = list(zip(model.modules(), self.model.modules()))
-        blocks = _blocks(model)
-        block_of = {}  # id of a float32 module -> the indices of the blocks it is in
-        for i, block in enumerate(blocks):
-            for m in block.modules():
-                block_of.setdefault(id(m), []).append(i)
-        held: list[dict[int, _Tensor]] = [{} for _ in blocks]  # per block, its tensors by id
-        pinned: dict[int, _Tensor] = {}
-        for module, module64 in pairs:
-            owners = block_of.get(id(module), ())
-            for kind in KINDS:
-                for name, t in getattr(module, kind).items():
-                    record = tensors.get(id(t)) if t is not None else None
-                    if record is None:
-                        continue
-                    record.slots.append((module64, kind, name))
-                    for i in owners:
-                        held[i][id(record)] = record
-                    if not owners:
-                        pinned[id(record)] = record
-            if owners:
-                module64.register_forward_pre_hook(self._hook(owners), prepend=True)
-        self._blocks = [list(tensors.values()) for tensors in held]
-        self._pinned = list(pinned.values())
+        self._blocks = blocks
+        self._pinned = pinned
         for record in self._pinned:
             self._acquire(record)
-        self._resident: list[int] = []  # widened blocks, the least recently entered first
+        self._resident: list[int] = []  # held blocks, the least recently entered first
         self._entered: dict[threading.Thread, int] = {}  # thread -> the block it entered last
 
-    def _hook(self, owners: list[int]):
+    def hook(self, owners: list[int]):
+        """A forward pre-hook (torch's and paddle's alike) entering the first of `owners` unless
+        this thread is inside one of them already."""
         first = owners[0]
 
-        def widen_block(module, args):
+        def enter_block(module, args):
             entered = self._entered.get(threading.current_thread())
             if entered not in owners:
                 self.enter(first)
-        return widen_block
+        return enter_block
 
     def enter(self, block: int) -> None:
-        """Block `block` widened for this thread, which holds it until it enters another."""
+        """Block `block` held for this thread, which keeps it until it enters another."""
         with self._lock:
             me = threading.current_thread()
             self._entered[me] = block
@@ -120,37 +90,158 @@ class Float64Reference:
                 for record in self._blocks[old]:
                     self._release(record)
 
-    def _acquire(self, record: _Tensor) -> None:
+    def _acquire(self, record: Held) -> None:
         if record.users == 0:
-            torch = import_torch()
-            t = getattr(record.module, record.kind)[record.name]
-            record.wide = _like(t, t.detach().to("cpu", torch.float64, copy=True))
-            for module64, kind, name in record.slots:
-                getattr(module64, kind)[name] = record.wide
+            record.tensor = record.make()
+            for module, kind, name in record.slots:
+                getattr(module, kind)[name] = record.tensor
         record.users += 1
 
-    def _release(self, record: _Tensor) -> None:
+    def _release(self, record: Held) -> None:
         record.users -= 1
         if record.users == 0:
-            for module64, kind, name in record.slots:
-                getattr(module64, kind)[name] = record.placeholder
-            record.wide = None
+            for module, kind, name in record.slots:
+                getattr(module, kind)[name] = record.placeholder
+            record.tensor = None
+
+    def close(self) -> None:
+        """Every place back to its placeholder, nothing held."""
+        with self._lock:
+            for record in [r for records in self._blocks for r in records] + self._pinned:
+                record.users = 0
+                record.tensor = None
+                for module, kind, name in record.slots:
+                    getattr(module, kind)[name] = record.placeholder
+            self._resident.clear()
+            self._entered.clear()
 
     @property
     def blocks(self) -> int:
         return len(self._blocks)
 
     def most_bytes(self) -> tuple[int, int]:
-        """(bytes widened for the whole run, bytes of the `keep` largest blocks besides): what one
-        thread running it holds at most."""
+        """(bytes held for the whole run, bytes of the `keep` largest blocks besides): what one
+        thread running the tree holds at most."""
         pinned = {id(r) for r in self._pinned}
-        wide = lambda r: 8 * r.placeholder.numel()
-        blocks = sorted((sum(wide(r) for r in records if id(r) not in pinned) for records in self._blocks), reverse=True)
-        return sum(wide(r) for r in self._pinned), sum(blocks[:self.keep])
+        blocks = sorted((sum(r.nbytes for r in records if id(r) not in pinned) for records in self._blocks),
+                        reverse=True)
+        return sum(r.nbytes for r in self._pinned), sum(blocks[:self.keep])
 
-    def widened_blocks(self) -> list[int]:
+    def held_bytes(self) -> int:
+        """Bytes of the tensors held now."""
+        with self._lock:
+            records = {id(r): r for r in [*self._pinned, *(r for rs in self._blocks for r in rs)]}
+            return sum(r.nbytes for r in records.values() if r.users)
+
+    def resident(self) -> list[int]:
         with self._lock:
             return list(self._resident)
+
+
+def block_tensors(places, count: int, hook, keep: int = KEEP) -> BlockTensors:
+    """BlockTensors over a module tree of `count` blocks. `places`: for every module whose places a
+    tensor fills, (that module, the indices of the blocks it is in, [(kind, name, Held)]), one Held
+    for a tensor the tree shares; `hook(module, pre_hook)` registers the hook on a module of a block."""
+    held: list[dict[int, Held]] = [{} for _ in range(count)]
+    pinned: dict[int, Held] = {}
+    for place, owners, records in places:
+        for kind, name, record in records:
+            record.slots.append((place, kind, name))
+            for i in owners:
+                held[i][id(record)] = record
+            if not owners:
+                pinned[id(record)] = record
+    tensors = BlockTensors([list(r.values()) for r in held], list(pinned.values()), keep)
+    for place, owners, _ in places:
+        if owners:
+            hook(place, tensors.hook(owners))
+    return tensors
+
+
+class Float64Reference:
+    """`model` (a torch module, float32 or narrower, left as it is) as a float64 reference model:
+    `.model` runs like a float64 copy of it, bit for bit. `read` (a state-dict key -> its tensor
+    from the checkpoint, on the CPU): the tensors are widened from it instead of from the model's
+    own (a model on the meta device, whose weights are streamed)."""
+
+    def __init__(self, model, keep: int = KEEP, read=None):
+        torch = import_torch()
+        self.keep = keep
+        nan = torch.full((), float("nan"), dtype=torch.float64)
+        names = tensor_names(model)
+        records: dict[int, Held] = {}  # id of a tensor of the model -> its record
+        memo = {}
+        for module in model.modules():
+            for kind in KINDS:
+                for name, t in getattr(module, kind).items():
+                    if t is None or id(t) in memo:
+                        continue
+                    if t.is_floating_point():
+                        memo[id(t)] = _like(t, nan.expand(t.shape))
+                        make = _widened(t, module, kind, name) if read is None else _read_wide(t, names[id(t)], read)
+                        records[id(t)] = Held(make, memo[id(t)], 8 * t.numel())
+                    else:  # integer and boolean tensors are copied as they are (a count, a causal mask)
+                        data = t.detach() if read is None else read(names[id(t)])
+                        memo[id(t)] = _like(t, data.to("cpu", copy=True))
+        self.model = copy.deepcopy(model, memo)
+        blocks = _blocks(model)
+        block_of = {}  # id of a module of the model -> the indices of the blocks it is in
+        for i, block in enumerate(blocks):
+            for m in block.modules():
+                block_of.setdefault(id(m), []).append(i)
+        places = [(module64, block_of.get(id(module), []),
+                   [(kind, name, records[id(t)]) for kind in KINDS for name, t in getattr(module, kind).items()
+                    if t is not None and id(t) in records])
+                  for module, module64 in zip(model.modules(), self.model.modules())]
+        self.tensors = block_tensors(places, len(blocks), _torch_hook, keep)
+
+    def enter(self, block: int) -> None:
+        """Block `block` widened for this thread, which holds it until it enters another."""
+        self.tensors.enter(block)
+
+    @property
+    def blocks(self) -> int:
+        return self.tensors.blocks
+
+    def most_bytes(self) -> tuple[int, int]:
+        """(bytes widened for the whole run, bytes of the `keep` largest blocks besides): what one
+        thread running it holds at most."""
+        return self.tensors.most_bytes()
+
+    def widened_blocks(self) -> list[int]:
+        return self.tensors.resident()
+
+
+def tensor_names(model) -> dict[int, str]:
+    """id of each tensor of a torch model -> its first state-dict key (buffers kept out of the
+    state dict included)."""
+    names = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for kind in KINDS:
+            for name, t in getattr(module, kind).items():
+                if t is not None:
+                    names.setdefault(id(t), f"{prefix}.{name}" if prefix else name)
+    return names
+
+
+def _torch_hook(module, hook) -> None:
+    module.register_forward_pre_hook(hook, prepend=True)
+
+
+def _widened(t, module, kind: str, name: str):
+    """The float32 tensor, read where the model holds it when made (a later .cuda() moves it), in float64."""
+    def make():
+        torch = import_torch()
+        now = getattr(module, kind)[name]
+        return _like(t, now.detach().to("cpu", torch.float64, copy=True))
+    return make
+
+
+def _read_wide(t, key: str, read):
+    def make():
+        torch = import_torch()
+        return _like(t, read(key).to(torch.float64))
+    return make
 
 
 def _like(t, data):
@@ -165,15 +256,22 @@ def _blocks(model) -> list:
     one taken; none in a model without a list of two modules or more."""
     torch = import_torch()
     lists = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
-    size = {id(m): sum(1 for _ in m.modules()) for m in lists}
-    lists.sort(key=lambda m: -size[id(m)])
+    return _largest_lists(lists, lambda m: sum(1 for _ in m.modules()), lambda m: list(m.modules()),
+                          lambda m: list(m.children()))
+
+
+def _largest_lists(lists, size, inside, children) -> list:
+    """The children of the largest list, and of each other list at least half as large that
+    neither holds nor is inside one taken (torch's and paddle's module lists alike)."""
+    sizes = {id(m): size(m) for m in lists}
+    lists = sorted(lists, key=lambda m: -sizes[id(m)])
     blocks, taken = [], set()
     for lst in lists:
-        if 2 * size[id(lst)] < size[id(lists[0])]:
+        if 2 * sizes[id(lst)] < sizes[id(lists[0])]:
             break
-        inside = {id(m) for m in lst.modules()}
-        if inside & taken:
+        within = {id(m) for m in inside(lst)}
+        if within & taken:
             continue
-        taken |= inside
-        blocks += list(lst.children())
+        taken |= within
+        blocks += children(lst)
     return blocks
