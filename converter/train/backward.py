@@ -5,8 +5,9 @@ product, with a budget from the same product in float64 (and in the format a sid
 Modules and layers pair as the forward check pairs them (compare/align.py): the same path, the
 conversion plan (a torch MultiheadAttention, whose fused in_proj_weight feeds paddle's q_proj, k_proj
 and v_proj, with paddle's MultiHeadAttention), layers without weights of one kind in execution order
-under one paired parent, and the models themselves; a torch module whose paddle layer fuses several
-(q|k|v, gate|up) is compared within its parent. The paddle layer is called as paddle's own forward
+under one paired parent, and the models themselves. The torch modules one paddle layer fuses
+(q|k|v, gate|up) are one unit: run together on their one input, their output gradients laid out
+as the plan lays out the fused output, their input gradients summed. The paddle layer is called as paddle's own forward
 called it, each tensor replaced by the torch input holding the same values (as the forward check
 forces a layer); inputs that hold the same values are one input on both sides, so (x, x, x) against
 (x,) compares the total gradient.
@@ -69,11 +70,22 @@ def aligned(session) -> list:
 
 
 def layer_pairs(session) -> dict:
-    """torch module path -> paddle layer path, as the forward check pairs them (see aligned); a
-    torch module whose paddle layer fuses several (q|k|v) is left to its parent."""
+    """torch module path -> paddle layer path, as the forward check pairs them (see aligned); the
+    torch modules a paddle layer fuses (q|k|v) are fused_groups'."""
     pairs = {pair.torch: pair.paddle for pair in aligned(session) if pair.part is None}
     pairs.setdefault("", "")
     return pairs
+
+
+def fused_groups(session) -> dict:
+    """paddle layer path -> [(torch module path, its Slice)] for each paddle layer that fuses several
+    torch modules (q|k|v, gate|up), the modules in the plan's order."""
+    from ..compare.fused import Slice
+    out = {}
+    for pair in aligned(session):
+        if isinstance(pair.part, Slice):
+            out.setdefault(pair.paddle, []).append((pair.torch, pair.part))
+    return out
 
 
 def _record_paddle(model, paths, inputs) -> dict:
@@ -318,11 +330,14 @@ def _paddle_grad(grad, out, i: int):
 def local_rows(session, tspec, batch) -> list:
     """Rows of phase backward, one per compared gradient, layers in backward order."""
     import torch
+    from .result import Row
     inputs, target = batch
     pairs = layer_pairs(session)
+    fused = fused_groups(session)
+    paths = set(pairs) | {t for group in fused.values() for t, _ in group}
     model = session.torch_copy()
-    handed = _outputs_handed_on(model, pairs)  # before the recorder's hooks: it records what they return
-    recorder = record(torch_side, model, Recorder(set(pairs), attached=True))
+    handed = _outputs_handed_on(model, paths)  # before the recorder's hooks: it records what they return
+    recorder = record(torch_side, model, Recorder(paths, attached=True))
     handles = emulate_torch_training(model, session.formats["torch"])
     try:
         out = call_model(model, to_torch(inputs, torch.float32, session.device))
@@ -331,35 +346,112 @@ def local_rows(session, tspec, batch) -> list:
         remove(handles + handed)
         recorder.remove()
     calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
-    grads = {path: [o.grad for o in c.outputs] for path, c in calls.items()}
+    units = [_Unit.of(call, pairs[call.path]) for path, call in calls.items() if path in pairs]
+    units += [u for ppath, group in fused.items() if (u := _Unit.fused(calls, ppath, group)) is not None]
     t32 = session.torch_copy()
     t64 = session.torch_copy(torch.float64)
     tfmt = session.torch_copy()
     fmt = session.formats["paddle"]
     fmt_handles = emulate_torch_training(tfmt, fmt)
     pmodel = session.paddle_copy()
-    p_calls = _record_paddle(pmodel, [pairs[path] for path in calls], inputs)
+    p_calls = _record_paddle(pmodel, [u.ppath for u in units], inputs)
     p_handles = emulate_paddle_training(fmt)
     t_handles = emulate_torch_training(t32, session.formats["torch"])
     players = dict(pmodel.named_sublayers(include_self=True))
     players64 = _Float64Layers(session) if fmt == "fp32" else None
     rows = []
     try:
-        for call in sorted(calls.values(), key=lambda c: -c.end):
-            if not any(g is not None for g in grads[call.path]):
+        for unit in sorted(units, key=lambda u: -u.call.end):
+            if not any(g is not None for g in unit.grads):
                 continue
-            ppath = pairs[call.path]
-            if call.count > 1:  # one recorded call's output gradient is not the sum over the calls
-                from .result import Row
-                rows.append(Row("backward", 0, call.path or "<model>", ppath or "<model>", None, note=(
-                    f"called {call.count} times in one forward: left out of the per-layer backward (its parameters' "
-                    "end-to-end gradients are compared)")))
+            if unit.call.count > 1:  # one recorded call's output gradient is not the sum over the calls
+                rows.append(Row("backward", 0, unit.label, unit.ppath or "<model>", None, note=(
+                    f"called {unit.call.count} times in one forward: left out of the per-layer backward (its "
+                    "parameters' end-to-end gradients are compared)")))
                 continue
-            rows += _layer_rows(session, call, grads[call.path], ppath, t32, t64, tfmt if fmt_handles else None,
-                                players[ppath], players64, p_calls.get(ppath))
+            rows += _layer_rows(session, unit, t32, t64, tfmt if fmt_handles else None, players[unit.ppath],
+                                players64, p_calls.get(unit.ppath))
     finally:
         remove(fmt_handles + p_handles + t_handles)
     return rows
+
+
+class _Unit:
+    """What one group of rows compares: a torch module on its recorded call (or the modules one
+    paddle layer fuses, run together on their one input) against a paddle layer. `get(model)`: the
+    module in a torch model; `local(name)`: a torch parameter's name in it (None: not in it);
+    `p_grads`: the output gradients handed to paddle's layer; `reading(outputs)`: paddle's outputs
+    as torch's."""
+
+    def __init__(self, call, grads, ppath, get, local, p_grads, reading):
+        self.call, self.grads, self.ppath = call, grads, ppath
+        self.get, self.local, self.p_grads, self.reading = get, local, p_grads, reading
+        self.label = call.path or "<model>"
+
+    @classmethod
+    def of(cls, call, ppath: str) -> _Unit:
+        grads = [o.grad for o in call.outputs]
+        return cls(call, grads, ppath, lambda m: m.get_submodule(call.path) if call.path else m,
+                   lambda name: relative(name, call.path), grads, lambda outputs: outputs)
+
+    @classmethod
+    def fused(cls, calls: dict, ppath: str, group: list) -> _Unit | None:
+        """The torch modules of `group` ((path, Slice) in the plan's order) as one unit against the
+        paddle layer fusing them: their output gradients laid out as paddle's output holds them."""
+        import torch
+        from ..compare.capture import Call
+        found = [calls.get(t) for t, _ in group]
+        if any(c is None or len(c.outputs) != 1 for c in found):
+            return None  # a module not called, or with an output of no gradient: judged within its parent
+        paths, parts = [t for t, _ in group], [part for _, part in group]
+        first = found[0]
+        call = Call("+".join(paths), "fused", min(c.start for c in found), max(c.end for c in found), first.args,
+                    first.kwargs, [c.outputs[0] for c in found], count=max(c.count for c in found))
+        grads = [c.outputs[0].grad for c in found]
+        if any(g is None for g in grads):
+            grads = [torch.zeros_like(c.outputs[0]) if g is None else g for c, g in zip(found, grads)]
+
+        def local(name):
+            i = next((i for i, t in enumerate(paths) if relative(name, t) is not None), None)
+            return None if i is None else f"parts.{i}.{relative(name, paths[i])}"
+        if parts[0].output is not None:  # one output per module, in the plan's order
+            p_grads = grads
+        else:
+            p_grads = [_laid_out(grads, parts)]
+        return cls(call, grads, ppath, lambda m: _together([m.get_submodule(t) for t in paths]), local, p_grads,
+                   lambda outputs: [part.of(outputs)[0] for part in parts])
+
+
+def _laid_out(grads: list, parts: list):
+    """Torch's gradients of the modules a paddle layer fuses, as one gradient of its output: each
+    module's elements at its slice's runs, in its own order."""
+    import torch
+    axis = parts[0].axis
+    size = sum(g.shape[axis] for g in grads)
+    shape = list(grads[0].shape)
+    shape[axis] = size
+    out = torch.zeros(shape, dtype=grads[0].dtype, device=grads[0].device)
+    for g, part in zip(grads, parts):
+        offset = 0
+        for a, b in part.spans:
+            out.narrow(axis, a, b - a).copy_(g.narrow(axis, offset, b - a))
+            offset += b - a
+    return out
+
+
+def _together(modules: list):
+    """The torch modules one paddle layer fuses as one module: called on one input, their outputs
+    in the plan's order."""
+    import torch
+
+    class Together(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(modules)
+
+        def forward(self, *args, **kwargs):
+            return [m(*args, **kwargs) for m in self.parts]
+    return Together()
 
 
 def _outputs_handed_on(model, paths) -> list:
@@ -395,38 +487,40 @@ class _Float64Layers:
         return self.layers.get(path)
 
 
-def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, p_call) -> list:
-    """The rows of one layer's local backward (`players64`: the float64 copy's layers, or None); the
+def _layer_rows(session, unit: _Unit, t32, t64, tfmt, player, players64, p_call) -> list:
+    """The rows of one unit's local backward (`players64`: the float64 copy's layers, or None); the
     whole model's measure of paddle's own error goes to session.paddle_own."""
     import torch
     from .result import Row
-    get = lambda m: m.get_submodule(call.path) if call.path else m
+    call, grads, ppath, get = unit.call, unit.grads, unit.ppath, unit.get
     inputs = Inputs(call)
     grads64 = [g.double().cpu() if g is not None else None for g in grads]
+    p_grads64 = [g.double().cpu() if g is not None else None for g in unit.p_grads]
     try:
         g32, p32, _ = _torch_local(get(t32), call, inputs, grads, torch.float32)
         g64, p64, narrowed = _torch_local(get(t64), call, inputs, grads64, torch.float64)
         gf, pf, _ = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None, 0)
         forced = _paddle_call(call, p_call)
-        gp, pp, forward = _paddle_local(player, forced, inputs, grads)
+        gp, pp, forward = _paddle_local(player, forced, inputs, unit.p_grads)
+        forward = unit.reading(forward)
     except WrongCotangent:
         raise
     except Unpaired as exc:
-        return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
+        return [Row("backward", 0, unit.label, ppath or "<model>", None,
                     note=f"left out of the per-layer backward: {exc} (its parameters' end-to-end gradients are compared)")]
     except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
-        return [Row("backward", 0, call.path or "<model>", ppath or "<model>", None,
+        return [Row("backward", 0, unit.label, ppath or "<model>", None,
                     note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")]
     cond_in, cond_p, said = [None] * len(g64), {}, ""
     if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
-        unit = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
-        moved, moved_p, _ = _torch_local(get(t64), call, inputs, grads64, torch.float64, moved=2 * unit)
+        ulp = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
+        moved, moved_p, _ = _torch_local(get(t64), call, inputs, grads64, torch.float64, moved=2 * ulp)
         cond_in = [m - b for m, b in zip(moved, g64)]
         cond_p = {n: moved_p[n] - p64[n] for n in p64}
         said = (f"torch's float64 reference narrows to {', '.join(sorted({d for _, d in narrowed}))} in "
                 f"{', '.join(op for op, _ in narrowed[:3])}: budget from its change under inputs moved by one unit "
                 "in the last place of that format; ")
-    label = call.path or "<model>"
+    label = unit.label
     agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
     note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)
 
@@ -440,7 +534,7 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, 
                               fmt_err=None if gf is None else gf[i] - b, note=gradient_note(a, c) + note,
                               e_other=own_in[i], condition=cond_in[i]))
         for pair in session.pairs:
-            names = [relative(t, call.path) for t in pair.torch]
+            names = [unit.local(t) for t in pair.torch]
             local = relative(pair.paddle, ppath)
             if local not in pp or not all(n in p32 for n in names):
                 continue
@@ -454,7 +548,7 @@ def _layer_rows(session, call, grads, ppath, t32, t64, tfmt, player, players64, 
 
     rows = judged([None] * len(gp), {})
     if any(r.ratio is None or not r.ratio <= OWN_FROM for r in rows):  # torch's error alone does not cover it
-        own_in, own_p = _paddle_own(players64 and players64.get(ppath), forced, inputs, grads64, gp, pp)
+        own_in, own_p = _paddle_own(players64 and players64.get(ppath), forced, inputs, p_grads64, gp, pp)
         if not ppath:
             session.paddle_own = dict(own_p)
         rows = judged(own_in, own_p)
