@@ -179,6 +179,8 @@ PADDLEFORMERS_FAMILIES: dict[str, Family] = {
     "qwen3_moe": _paddleformers("qwen3_moe", "Qwen3Moe", ties_itself=False),
     "gemma3_text": _paddleformers("gemma3_text", "Gemma3", ties=True),
     "deepseek_v3": _paddleformers("deepseek_v3", "DeepseekV3", ties_itself=False),
+    "glm4_moe": _paddleformers("glm4_moe", "Glm4Moe", ties_itself=False),
+    "gpt_oss": _paddleformers("gpt_oss", "GptOss", ties_itself=False),
 }
 TARGET_FAMILIES = {"paddleformers": PADDLEFORMERS_FAMILIES, "paddlenlp": FAMILIES}
 TARGET_NAMES = {"paddleformers": "PaddleFormers 1.2", "paddlenlp": "PaddleNLP 2.8.1"}
