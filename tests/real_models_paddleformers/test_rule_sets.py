@@ -52,8 +52,8 @@ FAMILIES = {
     # from `factor` (test_verify_divergences.py)
     "deepseek_v3": ("DeepseekV3Config", {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                                          "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "q_lora_rank": 32,
-                                         "max_position_embeddings": 40 * 4096, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
-                                         "v_head_dim": 16, "num_key_value_heads": 4, "head_dim": 8,
+                                         "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+                                         "v_head_dim": 16, "num_key_value_heads": 4, "head_dim": 8, "max_position_embeddings": 40 * 4096,
                                          "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
                                                              "original_max_position_embeddings": 4096, "mscale": 1.0,
                                                              "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}},
