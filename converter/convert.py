@@ -320,14 +320,15 @@ def convert_in_memory(torch_model, paddle_model, mapping=None):
     return state, plan, ruleset, source
 
 
-def plan_in_memory(torch_model, paddle_model, mapping=None):
+def plan_in_memory(torch_model, paddle_model, mapping=None, source=None):
     """(plan, rule set, torch state dict as a source) mapping the torch model's state dict onto the
     paddle model's. `mapping`: a rule set, a rule-set name or file, or None to infer the rules.
     Persistable buffers of the paddle model that no torch tensor fills (a causal mask, position
     ids, rotary tables it computes itself) are not targets: they stay as the paddle model built
     them (the paddle state-dict keys the plan does not write), with notes (plan.notes) comparing
     them with torch's buffers of the same name in the paired module, where there are such. A parameter no torch tensor fills is
-    still a problem of the plan."""
+    still a problem of the plan. `source`: the torch model's tensors read from elsewhere (its checkpoint, for a
+    model on the meta device), instead of its state dict."""
     from .frameworks.paddle_side import state_dict_infos
     from .io.torch_io import StateDictSource
     from .rules.infer import infer_ruleset
@@ -336,9 +337,11 @@ def plan_in_memory(torch_model, paddle_model, mapping=None):
     else:
         ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
     ruleset = ruleset.with_params(_model_config(torch_model) | ruleset.params)
-    state_dict, targets = torch_model.state_dict(), state_dict_infos(paddle_model)
-    left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
-    source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
+    targets = state_dict_infos(paddle_model)
+    if source is None:
+        state_dict = torch_model.state_dict()
+        left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
+        source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
     loose = functools.cache(lambda: _loose_plan(source, ruleset))  # asked for only where the model has buffers
     kept = _buffers_left_unfilled(loose, paddle_model)
     unloadable = _targets_not_persistable(loose, paddle_model)

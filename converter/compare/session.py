@@ -153,11 +153,16 @@ class PortSession:
         with spec_call_errors(spec.path, "torch_model"):
             self.torch_model = spec.torch_model()
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
-        self.undo.push(restore.record_torch_device(self.torch_model))
-        if weights:
-            self.undo.push(restore.record_torch_weights(self.torch_model))
-        if weights:
-            self._load_torch_weights(weights)
+        from .stream import on_meta_device
+        self.streams: dict = {}  # side -> its weights streamed block by block (compare/stream.py)
+        self.checkpoint = None
+        if on_meta_device(self.torch_model):
+            self._stream_torch(weights, converted)
+        else:
+            self.undo.push(restore.record_torch_device(self.torch_model))
+            if weights:
+                self.undo.push(restore.record_torch_weights(self.torch_model))
+                self._load_torch_weights(weights)
         with spec_call_errors(spec.path, "paddle_model"):
             self.paddle_model = spec.paddle_model()
         self.undo.push(restore.record_layers([layer for _, layer in paddle_side.named_layers(self.paddle_model)]))
@@ -166,7 +171,8 @@ class PortSession:
         self.paddle_model.eval()
         from .replay import float64_kernels
         from .widen import Float64Reference
-        self.reference64 = Float64Reference(self.torch_model)  # widened block by block as it runs
+        read = self.checkpoint.tensor if self.checkpoint is not None else None  # streamed: from the checkpoint
+        self.reference64 = Float64Reference(self.torch_model, read=read)  # widened block by block as it runs
         self.torch64 = float64_kernels(self.reference64.model)
         if self.device == "cuda":
             self.torch_model.cuda()
@@ -241,6 +247,9 @@ class PortSession:
         self.loaded = mapping == LOADED or (not mapping and spec.loaded)
         rules = spec.mapping if mapping == LOADED else mapping or spec.mapping
         self.weight_check = None
+        if self.streams:
+            self._stream_paddle(spec, rules)
+            return
         if self.loaded:
             self.plan, self.ruleset, self.torch_state = plan_for_loaded(self.torch_model, self.paddle_model, rules)
             state = None
@@ -265,6 +274,37 @@ class PortSession:
     @property
     def formats(self) -> dict:
         return {side: p.format for side, p in self.precision.items()}
+
+    def _stream_torch(self, weights: str | None, converted: str | None) -> None:
+        """A torch model on the meta device: its weights streamed from the checkpoint block by block."""
+        from .stream import Checkpoint, stream_torch
+        if not weights:
+            raise UserError(f"torch_model() from '{self.spec.path}' is built on the meta device (no weights): give its "
+                            "checkpoint with --weights, whose weights are then streamed block by block")
+        if converted:
+            raise UserError(f"--converted '{converted}': torch_model() is built on the meta device, and a streamed run "
+                            "converts the paddle weights from --weights block by block; leave out --converted")
+        self.checkpoint = Checkpoint(weights, self.torch_model)
+        self.undo.push(self.checkpoint.close)
+        self.streams["torch"] = stream_torch(self.torch_model, self.checkpoint)
+        self.undo.push(self.streams["torch"].close)
+
+    def _stream_paddle(self, spec, rules) -> None:
+        """The paddle model's weights computed from the checkpoint through the plan, block by block."""
+        from ..convert import plan_in_memory
+        from .stream import stream_paddle
+        if self.loaded:
+            raise UserError(f"spec '{spec.path}': mapping 'loaded' with torch_model() on the meta device: a streamed run "
+                            "gives the paddle model the checkpoint's weights; give the mapping's rules instead")
+        self.plan, self.ruleset, self.torch_state = plan_in_memory(self.torch_model, self.paddle_model, rules,
+                                                                   source=self.checkpoint)
+        check_dtypes(self.plan, self.paddle_model)
+        self.weight_source = f"streamed from '{self.checkpoint.path}'"
+        self.streams["paddle"] = stream_paddle(self.paddle_model, self.plan, self.checkpoint.read)
+        self.undo.push(self.streams["paddle"].close)
+        self.plan.notes.append(f"weights: torch_model() is on the meta device: both models' weights are streamed from "
+                               f"'{self.checkpoint.path}' block by block (the part outside the blocks and "
+                               f"{self.streams['paddle'].tensors.keep} blocks per side held at a time)")
 
     def _load_torch_weights(self, path: str) -> None:
         from ..io import open_source
@@ -314,7 +354,11 @@ class PortSession:
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
-        return self.torch_model.get_submodule(path) if path else self.torch_model
+        """The torch module at `path`; where the weights are streamed, with its block's weights made."""
+        module = self.torch_model.get_submodule(path) if path else self.torch_model
+        if "torch" in self.streams:
+            self.streams["torch"].enter_module(module)
+        return module
 
     def torch64_module(self, path: str):
         return self.torch64.get_submodule(path) if path else self.torch64
@@ -323,6 +367,8 @@ class PortSession:
         layer = self.paddle_model
         for part in filter(None, path.split(".")):
             layer = layer._sub_layers[part]
+        if "paddle" in self.streams:
+            self.streams["paddle"].enter_module(layer)
         return layer
 
 

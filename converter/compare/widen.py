@@ -70,6 +70,7 @@ class BlockTensors:
             entered = self._entered.get(threading.current_thread())
             if entered not in owners:
                 self.enter(first)
+        enter_block.block_tensors = self
         return enter_block
 
     def enter(self, block: int) -> None:
@@ -184,6 +185,9 @@ class Float64Reference:
                         data = t.detach() if read is None else read(names[id(t)])
                         memo[id(t)] = _like(t, data.to("cpu", copy=True))
         self.model = copy.deepcopy(model, memo)
+        for module64 in self.model.modules():  # hooks that stream the model's own weights are not the reference's
+            for key in [k for k, h in module64._forward_pre_hooks.items() if hasattr(h, "block_tensors")]:
+                del module64._forward_pre_hooks[key]
         blocks = _blocks(model)
         block_of = {}  # id of a module of the model -> the indices of the blocks it is in
         for i, block in enumerate(blocks):

@@ -1,6 +1,7 @@
 """How much memory the forward check will need, estimated before it runs, against what is available.
 
-The peak is both models (held already), the float64 reference's part widened for the whole run
+The peak is both models (held already; a model whose weights are streamed, its part outside the
+blocks and its two largest blocks), the float64 reference's part widened for the whole run
 (held already) and its largest blocks (widened as it runs, see compare/widen.py), and the
 activations the strategy keeps: under `auto` and `binary` at most twice the capture limit (the
 forced passes hold about as much again as the capture), which they keep to; under `full`, four
@@ -77,8 +78,17 @@ def estimate(session, strategy: str, limit: int) -> Estimate:
         activations = FULL_CAPTURE_COPIES * _forward_outputs(session)
     else:
         activations = 2 * limit
-    return Estimate(_torch_bytes(session.torch_model) + _paddle_bytes(session.paddle_model), reference, blocks,
-                    activations)
+    return Estimate(_models_bytes(session), reference, blocks, activations)
+
+
+def _models_bytes(session) -> int:
+    """Both models' weights; a side streamed block by block (compare/stream.py) counts its part outside
+    the blocks and its largest blocks."""
+    from ..compare.stream import streamed_bytes
+    streams = getattr(session, "streams", {})
+    torch_bytes = streamed_bytes(streams["torch"]) if "torch" in streams else _torch_bytes(session.torch_model)
+    paddle_bytes = streamed_bytes(streams["paddle"]) if "paddle" in streams else _paddle_bytes(session.paddle_model)
+    return torch_bytes + paddle_bytes
 
 
 def check(session, strategy: str, limit: int) -> list[str]:

@@ -1,0 +1,219 @@
+"""Layer-streamed verification (compare/stream.py): a torch model built on the meta device and a
+paddle model built under LazyGuard verified with the checkpoint's weights, each block's weights
+made when one of its modules runs and dropped after. Streamed and in-memory runs give the same
+rows bit for bit, the tensors held stay within the part outside the blocks and two blocks per
+side, and a planted bug is named at its module."""
+
+import math
+
+import numpy as np
+import paddle
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from converter.compare.session import Options, PortSession
+from converter.errors import UserError
+from converter.spec import spec_from_functions
+from converter.verify import memory
+from converter.verify.run import run_on, verify
+
+H, HEADS, FFN, VOCAB, LAYERS, SEQ = 32, 4, 48, 64, 4, 8
+
+
+class TorchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(H))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = TorchNorm(), TorchNorm()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (torch.nn.Linear(H, H, bias=False) for _ in range(4))
+        self.up_proj, self.down_proj = torch.nn.Linear(H, FFN), torch.nn.Linear(FFN, H)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        y = self.norm1(x)
+        split = lambda z: z.view(b, t, HEADS, H // HEADS).transpose(1, 2)
+        q, k, v = split(self.q_proj(y)), split(self.k_proj(y)), split(self.v_proj(y))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(H // HEADS)
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -1e9)
+        x = x + self.o_proj((torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, H))
+        return x + self.down_proj(self.act(self.up_proj(self.norm2(x))))
+
+
+class TorchTiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, H)
+        self.layers = torch.nn.ModuleList([TorchBlock() for _ in range(LAYERS)])
+        self.norm = TorchNorm()
+        self.head = torch.nn.Linear(H, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+class PaddleNorm(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.weight = self.create_parameter([H], default_initializer=paddle.nn.initializer.Constant(1.0))
+
+    def forward(self, x):
+        return self.weight * (x * paddle.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+class PaddleBlock(paddle.nn.Layer):
+    def __init__(self, act):
+        super().__init__()
+        self.norm1, self.norm2 = PaddleNorm(), PaddleNorm()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (paddle.nn.Linear(H, H, bias_attr=False) for _ in range(4))
+        self.up_proj, self.down_proj = paddle.nn.Linear(H, FFN), paddle.nn.Linear(FFN, H)
+        self.act = act
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        y = self.norm1(x)
+        split = lambda z: z.reshape([b, t, HEADS, H // HEADS]).transpose([0, 2, 1, 3])
+        q, k, v = split(self.q_proj(y)), split(self.k_proj(y)), split(self.v_proj(y))
+        scores = q @ k.transpose([0, 1, 3, 2]) / math.sqrt(H // HEADS)
+        future = paddle.triu(paddle.ones([t, t]), 1).astype("bool")
+        scores = paddle.where(future, paddle.full_like(scores, -1e9), scores)
+        ctx = paddle.nn.functional.softmax(scores, -1) @ v
+        x = x + self.o_proj(ctx.transpose([0, 2, 1, 3]).reshape([b, t, H]))
+        return x + self.down_proj(self.act(self.up_proj(self.norm2(x))))
+
+
+class PaddleTiny(paddle.nn.Layer):
+    def __init__(self, bug_at=None):
+        super().__init__()
+        self.embed = paddle.nn.Embedding(VOCAB, H)
+        self.layers = paddle.nn.LayerList([PaddleBlock(paddle.nn.GELU() if i == bug_at else paddle.nn.Silu())
+                                           for i in range(LAYERS)])
+        self.norm = PaddleNorm()
+        self.head = paddle.nn.Linear(H, VOCAB, bias_attr=False)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+def inputs():
+    return {"input_ids": np.random.default_rng(1).integers(0, VOCAB, (2, SEQ)).astype("int64")}
+
+
+def meta_torch():
+    with torch.device("meta"):
+        return TorchTiny().eval()
+
+
+def lazy_paddle(bug_at=None):
+    with paddle.LazyGuard():
+        return PaddleTiny(bug_at)
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def checkpoint(request, tmp_path_factory):
+    torch.manual_seed(0)
+    model = TorchTiny()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.empty_like(p).uniform_(0.8, 1.2) if "norm" in name else torch.randn_like(p) * 0.2)
+    path = tmp_path_factory.mktemp("stream") / f"tiny-{request.param}.safetensors"
+    save_file({k: v.to(getattr(torch, request.param)).contiguous() for k, v in model.state_dict().items()}, str(path))
+    return str(path)
+
+
+def rows(report):
+    return [repr(r) for r in report.layers]
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.parametrize("bug_at", [None, 2])
+def test_streamed_and_in_memory_runs_give_the_same_rows_bit_for_bit(checkpoint, strategy, bug_at):
+    options = Options(device="cpu", strategy=strategy)
+    in_memory = verify(spec_from_functions(TorchTiny, lambda: lazy_paddle(bug_at), inputs), options,
+                       weights=checkpoint, bisect=True)
+    streamed = verify(spec_from_functions(meta_torch, lambda: lazy_paddle(bug_at), inputs), options,
+                      weights=checkpoint, bisect=True)
+    assert rows(streamed) == rows(in_memory) and len(rows(streamed)) > 0
+    assert repr(streamed.outputs) == repr(in_memory.outputs)
+    assert streamed.verdict == in_memory.verdict
+    assert any("streamed from" in n for n in streamed.notes) and not any("streamed from" in n for n in in_memory.notes)
+    if bug_at is None:
+        assert streamed.first_bad is None
+    else:  # the planted bug (GELU for SiLU in the third block) named at its module
+        assert streamed.first_bad.torch == f"layers.{bug_at}.act"
+        assert streamed.first_bad.paddle == f"layers.{bug_at}.act"
+
+
+def _torch_bytes_held(model) -> int:
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
+               if not t.is_meta)
+
+
+def _paddle_bytes_held(model) -> int:
+    return sum(int(np.prod(p.shape)) * p.element_size() for p in model.parameters() if p._is_initialized())
+
+
+def _block_bytes(torch_block) -> int:
+    return sum(p.numel() * p.element_size() for p in torch_block.parameters())
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks_per_side(checkpoint, strategy):
+    spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
+    options = Options(device="cpu", strategy=strategy)
+    with PortSession(spec, options, weights=checkpoint) as session:
+        blocks = session.torch_model.layers
+        outside = sum(p.numel() * p.element_size() for name, p in session.torch_model.named_parameters()
+                      if not name.startswith("layers."))
+        bound = outside + 2 * _block_bytes(blocks[0])
+        seen = {"torch": [], "paddle": []}
+        torch_hooks = [m.register_forward_hook(lambda *_: seen["torch"].append(_torch_bytes_held(session.torch_model)))
+                       for m in session.torch_model.modules()]
+        paddle_hooks = [layer.register_forward_post_hook(
+            lambda *_: seen["paddle"].append(_paddle_bytes_held(session.paddle_model)))
+            for layer in session.paddle_model.sublayers(include_self=True)]
+        try:
+            report = run_on(session, options)
+        finally:
+            for h in torch_hooks + paddle_hooks:
+                h.remove()
+        assert report.first_bad is None
+        for side in ("torch", "paddle"):
+            assert len(seen[side]) > LAYERS and max(seen[side]) <= bound, side
+            assert max(seen[side]) > outside + _block_bytes(blocks[0]) // 2  # weights were there when they ran
+        # both sides' estimate counts the part outside the blocks and two blocks, not the whole model
+        whole = sum(p.numel() * p.element_size() for p in session.torch_model.parameters())
+        assert memory.estimate(session, strategy, 1 << 20).models == 2 * bound < 2 * whole
+    assert _torch_bytes_held(session.torch_model) == 0  # every tensor back on the meta device after the run
+    assert _paddle_bytes_held(session.paddle_model) == 0
+
+
+def test_a_meta_model_without_weights_is_one_line():
+    with pytest.raises(UserError) as caught:
+        verify(spec_from_functions(meta_torch, lazy_paddle, inputs), Options(device="cpu"))
+    said = str(caught.value)
+    assert "\n" not in said and "meta device" in said and "--weights" in said
+
+
+def test_a_checkpoint_that_does_not_fit_the_meta_model_is_one_line(tmp_path):
+    path = tmp_path / "other.safetensors"
+    save_file({"embed.weight": torch.zeros(VOCAB, H)}, str(path))
+    with pytest.raises(UserError) as caught:
+        verify(spec_from_functions(meta_torch, lazy_paddle, inputs), Options(device="cpu"), weights=str(path))
+    said = str(caught.value)
+    assert "\n" not in said and "does not fit torch_model()" in said and "layers.0.norm1.weight" in said
