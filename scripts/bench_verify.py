@@ -11,6 +11,7 @@
     python scripts/bench_verify.py
     python scripts/bench_verify.py caches   # what each table in compare/identity.py saves
     python scripts/bench_verify.py --scale  # Llama-shaped pairs of growing size: time and peak RSS
+    python scripts/bench_verify.py --stream [HIDDEN,LAYERS,FFN ...]  # weights streamed from a bf16 checkpoint
 """
 
 import os
@@ -217,11 +218,71 @@ def scale(sizes=SCALES):
                   f"{peak / weights:.1f} x the fp32 weights; {verdict}")
 
 
+# Llama-shaped sizes for --stream: about 103 M parameters (also verified in memory, to compare), then larger
+STREAM_SIZES = ((1024, 8, 2752), (2048, 16, 5504))
+
+
+def stream_one(mode, hidden, layers, ffn, path):
+    """Run in a fresh process: the forward check (--bisect, strategy binary) of a Llama-shaped pair whose
+    weights are the checkpoint at `path`: `stream`, the torch model on the meta device (both models'
+    weights streamed block by block); `memory`, both built whole. Two plain forwards of the same
+    models (streamed ones for `stream`), best of two; the process's peak RSS; a digest of the rows."""
+    import hashlib
+    import resource
+
+    import llama_pair as L
+
+    from converter.verify.run import run_on
+    L.resize(hidden=hidden, layers=layers, ffn=ffn, heads=hidden // 64)
+    torch_model = L.meta_torch_model if mode == "stream" else L.torch_model
+    spec = spec_from_functions(torch_model, L.paddle_model, L.inputs, label="llama")
+    options = Options(device="cpu", strategy="binary")
+    t_setup, session = _timed(lambda: PortSession(spec, options, weights=path))
+    with session:
+        session.run_torch(), session.run_paddle()  # warm up
+        plain = min(_timed(session.run_torch)[0] + _timed(session.run_paddle)[0] for _ in range(2))
+        t_verify, report = _timed(lambda: run_on(session, options, bisect=True))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    digest = hashlib.sha256(repr([report.layers, report.outputs]).encode()).hexdigest()[:12]
+    worst = max((r.ratio for r in report.layers if r.ratio is not None), default=0.0)
+    print(L.parameters(), t_setup, plain, t_verify, peak, worst, digest, report.verdict)
+
+
+def stream(sizes=STREAM_SIZES, folder=None):
+    """Each size: a bf16 checkpoint written tensor by tensor, then the forward check with both models'
+    weights streamed from it (and, at the first size, in memory too: the same rows), in fresh
+    processes: time against two plain streamed forwards, peak RSS against the checkpoint's size."""
+    import subprocess
+    import tempfile
+
+    import llama_pair as L
+    folder = folder or tempfile.mkdtemp(prefix="bench_stream_")
+    for i, (hidden, layers, ffn) in enumerate(sizes):
+        L.resize(hidden=hidden, layers=layers, ffn=ffn, heads=hidden // 64)
+        path = os.path.join(folder, f"llama-{hidden}-{layers}.safetensors")
+        t_write, size = _timed(lambda p=path: L.write_checkpoint(p))
+        print(f"checkpoint: hidden {hidden}, {layers} layers, {L.parameters() / 1e6:.0f} M parameters, bf16 "
+              f"{size / 2**30:.2f} GiB (fp32 {2 * size / 2**30:.2f} GiB), written in {t_write:.1f} s", flush=True)
+        for mode in ("stream", "memory") if i == 0 else ("stream",):
+            out = subprocess.run([sys.executable, __file__, "stream-one", mode, str(hidden), str(layers), str(ffn),
+                                  path], capture_output=True, text=True, check=True).stdout.split()
+            t_setup, plain, t_verify, peak, worst = map(float, out[-7:-2])
+            digest, verdict = out[-2], out[-1]
+            print(f"  {mode:6s}: set-up {t_setup:.1f} s; verification {t_verify:.1f} s, {t_verify / plain:.1f} x the "
+                  f"two plain forwards ({plain:.2f} s); peak RSS {peak / 2**30:.2f} GiB, {peak / size:.2f} x the "
+                  f"checkpoint; worst ratio {worst:.3g}; rows {digest}; {verdict}", flush=True)
+        os.remove(path)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["memory-one"]:
         memory_one(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
     elif sys.argv[1:2] == ["scale-one"]:
         scale_one(sys.argv[2], *map(int, sys.argv[3:6]))
+    elif sys.argv[1:2] == ["stream-one"]:
+        stream_one(sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6])
+    elif sys.argv[1:2] == ["--stream"]:
+        stream(tuple(tuple(map(int, a.split(","))) for a in sys.argv[2:]) or STREAM_SIZES)
     elif sys.argv[1:2] == ["--scale"]:
         scale()
     elif sys.argv[1:2] == ["caches"]:

@@ -1,6 +1,10 @@
 """A Llama-shaped model in torch and its paddle port, of any size, for benchmarks: embeddings,
 pre-norm blocks (RMSNorm, bias-free q/k/v/o projections, causal attention, SwiGLU feed-forward),
-a final RMSNorm and an untied head. Weights are random with realistic scales."""
+a final RMSNorm and an untied head. Weights are random with realistic scales.
+
+For layer-streamed verification: `write_checkpoint` writes a checkpoint of random weights one
+tensor at a time (bf16 by default: a size that does not fit in fp32 twice), `meta_torch_model`
+builds the torch model on the meta device, whose weights verify-port then streams from it."""
 
 import math
 
@@ -157,6 +161,37 @@ def torch_model():
             else:
                 p.normal_(0.0, 0.02)
     return model.eval()
+
+
+def meta_torch_model():
+    with torch.device("meta"):
+        return TorchLlama().eval()
+
+
+def write_checkpoint(path: str, dtype: str = "bfloat16") -> int:
+    """A safetensors checkpoint of TorchLlama's keys with random weights of realistic scales (norms
+    uniform in [0.8, 1.2], the rest normal with sd 0.02), each tensor made and written alone; its size
+    in bytes."""
+    import os
+    import zlib
+
+    from converter import dtypes
+    from converter.io.base import TensorInfo
+    from converter.io.safetensors_io import write_safetensors
+    infos = [TensorInfo(k, dtype, tuple(t.shape)) for k, t in meta_torch_model().state_dict().items()]
+
+    def produce(info):
+        rng = np.random.default_rng(zlib.crc32(info.name.encode()))
+        shape = info.shape
+        if info.name.endswith("layernorm.weight") or info.name == "norm.weight":
+            values = rng.uniform(0.8, 1.2, shape).astype(np.float32)
+        else:
+            values = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+        return dtypes.f32_to_bf16(values) if dtype == "bfloat16" else values
+
+    with open(path, "wb") as f:
+        write_safetensors(f, infos, produce)
+    return os.path.getsize(path)
 
 
 def paddle_model():
