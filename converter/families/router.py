@@ -5,7 +5,12 @@ experts and each token's top-k weights (normalised to sum to one where the model
 computed in float32. A paddle port's gate (PaddleFormers' `gate`, a Linear) returns the logits
 and leaves softmax and top-k to its block. Paddle's output is read as torch's router returns it,
 the softmax of its logits and their top-k weights, so the two are compared by what they mean:
-the form is never a difference, a wrong weight or bias still is."""
+the form is never a difference, a wrong weight or bias still is.
+
+GPT-OSS's router (HF 5 and PaddleFormers alike: top-k of the logits, then a softmax over those k)
+returns on HF's side the logits, the top-k weights and their experts, on PaddleFormers' the weights
+scattered to [tokens, experts] and the experts: the scattered weights are read back as each
+token's top-k weights, largest first, which is HF's order (the logits have no counterpart)."""
 
 from __future__ import annotations
 
@@ -63,3 +68,40 @@ class RouterReading:
 
 
 register(Family("hf-topk-router", TOPK_ROUTERS, ("Linear",), paddle_specific=True, reads=RouterReading.of_module))
+
+
+@dataclass(frozen=True)
+class ScatteredTopK:
+    """How a router's weights scattered to [tokens, experts] (zero where an expert is not chosen)
+    read as its top-k weights, largest first: [top-k weights]."""
+
+    top_k: int
+
+    @classmethod
+    def of_module(cls, torch_module) -> ScatteredTopK | None:
+        top_k = getattr(torch_module, "top_k", None)
+        return cls(top_k) if isinstance(top_k, int) and top_k >= 1 else None
+
+    def of(self, outputs: list) -> list:
+        """Paddle's outputs as torch's router's top-k weights; other than one floating output of
+        at least top_k experts, as they are."""
+        floating = [o for o in outputs if "float" in str(o.dtype)]
+        if len(floating) != 1 or not floating[0].shape or floating[0].shape[-1] < self.top_k:
+            return outputs
+        scattered = floating[0]
+        as_paddle = not isinstance(scattered, np.ndarray)
+        x = scattered.numpy() if as_paddle else scattered
+        top = -np.sort(-x, axis=-1)[..., : self.top_k]  # the chosen weights are the k largest (softmax: > 0)
+        if as_paddle:
+            import paddle
+            return [paddle.to_tensor(np.ascontiguousarray(top))]
+        return [np.ascontiguousarray(top)]
+
+    @property
+    def note(self) -> str:
+        return (f"paddle's router weights, scattered over the experts, read as torch's router returns them: each "
+                f"token's top-{self.top_k} weights, largest first (torch's logits have no counterpart)")
+
+
+register(Family("hf-scattered-topk-router", ("GptOssTopKRouter",), ("GptOssTopKRouter",), paddle_specific=True,
+                reads=ScatteredTopK.of_module))
