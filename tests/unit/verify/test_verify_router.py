@@ -133,3 +133,89 @@ def test_weights_normalised_where_torch_does_not_are_named_at_the_block():
     report = _verify(lambda: PaddleNet(normalise=True), "full")
     assert report.verdict == "fail"
     assert report.first_bad.torch == "blocks.0", report.first_bad
+
+
+class GptOssTopKRouter(torch.nn.Module):  # HF 5's GPT-OSS router: top-k of the logits, softmax over those k
+    def __init__(self):
+        super().__init__()
+        self.top_k = K
+        self.weight = torch.nn.Parameter(torch.randn(E, H) * 0.5)
+        self.bias = torch.nn.Parameter(torch.randn(E) * 0.1)
+
+    def forward(self, x):
+        logits = torch.nn.functional.linear(x.reshape(-1, H), self.weight, self.bias)
+        top, index = torch.topk(logits, self.top_k, dim=-1)
+        return logits, torch.softmax(top, dim=1), index
+
+
+class PaddleGptOssTopKRouter(paddle.nn.Layer):  # PaddleFormers' form: the top-k weights scattered over the experts
+    def __init__(self, temperature=1.0):
+        super().__init__()
+        self.top_k, self.temperature = K, temperature
+        self.weight = paddle.create_parameter([E, H], "float32")
+        self.bias = paddle.create_parameter([E], "float32")
+
+    def forward(self, x):
+        logits = paddle.nn.functional.linear(x.reshape([-1, H]), self.weight.t(), self.bias) * self.temperature
+        top, index = paddle.topk(logits, self.top_k, axis=-1)
+        scores = paddle.put_along_axis(paddle.zeros_like(logits), index, paddle.nn.functional.softmax(top, axis=1), axis=1)
+        return scores, index
+
+
+PaddleGptOssTopKRouter.__name__ = "GptOssTopKRouter"  # the router family is keyed by both class names
+
+
+class TorchScatteredMoe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = GptOssTopKRouter()
+        self.experts = torch.nn.ModuleList([torch.nn.Linear(H, H) for _ in range(E)])
+
+    def forward(self, x):
+        _, top, index = self.router(x)
+        flat = x.reshape(-1, H)
+        out = torch.zeros_like(flat)
+        for k in range(K):
+            for e in range(E):
+                out = out + torch.where(index[:, k] == e, top[:, k], torch.zeros_like(top[:, k]))[:, None] * self.experts[e](flat)
+        return x + out.reshape(x.shape)
+
+
+class PaddleScatteredMoe(paddle.nn.Layer):
+    def __init__(self, temperature=1.0):
+        super().__init__()
+        self.router = PaddleGptOssTopKRouter(temperature)
+        self.experts = paddle.nn.LayerList([paddle.nn.Linear(H, H) for _ in range(E)])
+
+    def forward(self, x):
+        scores, _ = self.router(x)
+        flat = x.reshape([-1, H])
+        out = paddle.zeros_like(flat)
+        for e in range(E):
+            out = out + scores[:, e : e + 1] * self.experts[e](flat)
+        return x + out.reshape(x.shape)
+
+
+SCATTERED_RULES = {"name": "router", "unmatched": "keep", "rules": [{"kind": "transpose", "match": r".*experts\.\d+\.weight"}]}
+
+
+def _verify_scattered(paddle_model):
+    def build_torch():
+        torch.manual_seed(0)
+        return TorchScatteredMoe().eval()
+    spec = spec_from_functions(build_torch, paddle_model, _inputs, mapping=SCATTERED_RULES)
+    return verify(spec, Options(device="cpu", strategy="full"), bisect=True)
+
+
+def test_scattered_top_k_weights_are_compared_by_meaning_and_pass():
+    report = _verify_scattered(PaddleScatteredMoe)
+    assert report.verdict == "pass", report.first_bad
+    router = next(r for r in report.layers if r.torch == "router")
+    assert router.ratio is not None and router.ratio < 0.6, router
+    assert "scattered" in router.note and "top-2" in router.note, router.note
+
+
+def test_scattered_weights_from_logits_that_are_off_are_named_at_the_router():
+    report = _verify_scattered(lambda: PaddleScatteredMoe(temperature=1.5))
+    assert report.verdict == "fail"
+    assert report.first_bad.torch == "router", report.first_bad
