@@ -90,10 +90,10 @@ class PortSpec:
         or the rules themselves as a dict (a rule file's JSON object), read here; None too when it
         says "loaded"."""
         value = getattr(self.module, "mapping", None)
-        if self.loaded or value is None or isinstance(value, str):
+        from .rules.ruleset import RuleSet, parse_ruleset
+        if self.loaded or value is None or isinstance(value, (str, RuleSet)):
             return None if self.loaded else value
         if isinstance(value, dict):
-            from .rules.ruleset import parse_ruleset
             return parse_ruleset(value, f"spec '{self.path}': mapping")
         raise UserError(f"spec '{self.path}': mapping is a {type(value).__name__}; give a shipped rule set's name, a "
                         "rule file's path, the rules as a dict ({'rules': [...]}), \"loaded\", or None to infer them")
