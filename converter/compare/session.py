@@ -208,35 +208,14 @@ class PortSession:
 
     @contextlib.contextmanager
     def training(self):
-        """The session as the training checks use it: they train copies of the models and emulate
-        --emulate's formats their own way (straight through, in the layers that round), so the
-        forward check's emulation is off inside, and on again after."""
+        """The session as the training checks use it: they train copies of the models under the
+        straight-through form of --emulate's rounding (precision.emulate_torch_training and
+        emulate_paddle_training), so the forward check's emulation is off inside, and on again after."""
         self._emulation_off()
         try:
             yield self
         finally:
             self._emulation_on()
-
-    @contextlib.contextmanager
-    def in_fp32(self):
-        """The session with every product in fp32 on both sides: --emulate's rounding off and, where a
-        side runs TF32, TF32 off; as it was after. The budgets inside follow (session.formats)."""
-        saved = {side: (p.matmul, p.emulated) for side, p in self.precision.items()}
-        undo = restore.Undo()
-        undo.push(restore.record_torch_flags())
-        undo.push(restore.record_paddle_flags())
-        undo.push(self._emulation_on)
-        self._emulation_off()
-        try:
-            if any(p.matmul != "fp32" for p in self.precision.values()):
-                prec.set_strict(self.device)
-            for p in self.precision.values():
-                p.matmul, p.emulated = "fp32", None
-            yield self
-        finally:
-            for side, (matmul, emulated) in saved.items():
-                self.precision[side].matmul, self.precision[side].emulated = matmul, emulated
-            undo.close()
 
     def _set_weights(self, spec, converted: str | None, mapping: str | None) -> None:
         """The paddle model's weights: torch's converted in memory, the file `converted`, or (mapping

@@ -177,18 +177,6 @@ def paddle_type_fits(family: Family, paddle_layer) -> bool:
     return any(t in names for t in family.paddle_types)
 
 
-def rounds_inputs(torch_module) -> bool:
-    """A torch layer whose matmul or convolution a lower-precision format rounds the inputs of."""
-    family = lookup(torch_module)
-    return family is not None and family.products is not None and getattr(torch_module, "weight", None) is not None
-
-
-def paddle_rounds_inputs(paddle_layer) -> bool:
-    """The same for a paddle layer."""
-    family = lookup_paddle(paddle_layer)
-    return family is not None and family.products is not None and getattr(paddle_layer, "weight", None) is not None
-
-
 def _load_families() -> None:
     """Import every module of this package, in name order (a torch type registered twice is an
     error whatever the order)."""
@@ -201,4 +189,4 @@ def _load_families() -> None:
 _load_families()
 
 __all__ = ["PortedLayer", "Family", "REGISTRY", "register", "lookup", "lookup_paddle", "kind_of",
-           "paddle_type_fits", "rounds_inputs", "paddle_rounds_inputs"]
+           "paddle_type_fits"]

@@ -23,14 +23,11 @@ def test_a_torch_type_is_registered_once():
         register(Family("another-linear", ("Linear",), ("Linear",)))
 
 
-def test_pairing_kind_and_rounding_come_from_the_family():
-    from converter.families import kind_of, paddle_rounds_inputs, rounds_inputs
+def test_pairing_kind_comes_from_the_family():
+    from converter.families import kind_of
     assert kind_of("ReLU6") == kind_of("Hardswish") == kind_of("Silu") == "activation"
     assert kind_of("Dropout2d") == kind_of("Dropout") == "dropout"
     assert kind_of("MyBlock") == "myblock"  # no family: its own kind
-    assert rounds_inputs(torch.nn.Bilinear(2, 3, 4)) and rounds_inputs(torch.nn.Conv2d(1, 1, 3))
-    assert not rounds_inputs(torch.nn.LayerNorm(4)) and not rounds_inputs(torch.nn.GELU())
-    assert paddle_rounds_inputs(paddle.nn.Bilinear(2, 3, 4)) and not paddle_rounds_inputs(paddle.nn.LayerNorm(4))
 
 
 class _TorchBilinear(torch.nn.Module):
