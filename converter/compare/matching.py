@@ -294,6 +294,9 @@ class OutputPairs:
     torch: tuple = ()
     paddle: tuple = ()
     shapes: tuple = ()
+    # per pair, the order of paddle's axes that lays its output out as torch's (HF's q_norm runs
+    # on [batch, heads, tokens, dim], PaddleFormers' on [batch, tokens, heads, dim]); None: as it is
+    axes: tuple = ()
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -302,12 +305,40 @@ class OutputPairs:
         return [items[i] for i in self.torch]
 
     def of_paddle(self, items: list) -> list:
-        return [items[j] for j in self.paddle]
+        """Paddle's items paired with torch's, each laid out as torch's where its axes come in
+        another order (an item already in torch's shape, as a forced run's is, is taken as it is)."""
+        axes = self.axes or (None,) * len(self.paddle)
+        return [_in_order(items[j], order, shape) for j, order, shape in zip(self.paddle, axes, self.shapes)]
 
     def fits(self, paddle_items: list) -> bool:
         """Whether another set of paddle outputs (a forced run's) can stand where these were."""
-        return all(j < len(paddle_items) and common_shape(tuple(paddle_items[j].shape), s) == s
-                   for j, s in zip(self.paddle, self.shapes))
+        axes = self.axes or (None,) * len(self.paddle)
+        return all(j < len(paddle_items) and common_shape(tuple(_in_order(paddle_items[j], order, s).shape), s) == s
+                   for j, order, s in zip(self.paddle, axes, self.shapes))
+
+
+MAX_AXES_PERMUTED = 5  # outputs of up to this many axes are tried in every order of their axes
+
+
+def _axes_order(t: np.ndarray, p: np.ndarray) -> tuple | None:
+    """The order of p's axes (other than as it is) that lays p out as t, chosen by value among the
+    orders that give t's shape, where those values are then the same ones (see same_values); None
+    when no order does."""
+    import itertools
+    if t.ndim != p.ndim or t.ndim > MAX_AXES_PERMUTED or sorted(t.shape) != sorted(p.shape) or t.shape == p.shape:
+        return None
+    fits = [order for order in itertools.permutations(range(p.ndim))
+            if tuple(p.shape[k] for k in order) == t.shape]
+    gaps = {order: same_values(np.transpose(p, order), t) for order in fits}
+    found = {order: d for order, d in gaps.items() if d is not None}
+    return min(found, key=found.get) if found else None
+
+
+def _in_order(item, order: tuple | None, shape: tuple):
+    """`item` (numpy or paddle) with its axes in `order` where that lays it out as `shape`."""
+    if order is None or tuple(item.shape) == tuple(shape) or tuple(item.shape[k] for k in order) != tuple(shape):
+        return item
+    return np.transpose(item, order) if isinstance(item, np.ndarray) else item.transpose(list(order))
 
 
 def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -> OutputPairs:
@@ -318,6 +349,10 @@ def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -
     returns the last hidden state, and again among all of them)."""
     if len(t_shapes) == 1 and len(p_shapes) == 1 and common_shape(t_shapes[0], p_shapes[0]) is not None:
         return OutputPairs((0,), (0,), (common_shape(t_shapes[0], p_shapes[0]),))
+    if len(t_shapes) == 1 and len(p_shapes) == 1 and t_values is not None and p_values is not None:
+        order = _axes_order(t_values()[0], p_values()[0])
+        if order is not None:
+            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (order,))
     if t_values is None or p_values is None:
         shapes = [common_shape(a, b) for a, b in zip(t_shapes, p_shapes)]
         n = next((k for k, s in enumerate(shapes) if s is None), len(shapes))

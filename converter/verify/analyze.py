@@ -52,8 +52,13 @@ def _pairing_note(t_out: list, p_out: list, pairs: OutputPairs) -> str:
     if pairs.torch != pairs.paddle or len(t_out) != len(p_out):
         notes.append(f"outputs paired by value: torch {list(pairs.torch)} with paddle {list(pairs.paddle)} "
                      f"(torch gives {len(t_out)}, paddle {len(p_out)})")
-    differ = [(list(t_out[i].shape), list(p_out[j].shape)) for i, j in zip(pairs.torch, pairs.paddle)
-              if tuple(t_out[i].shape) != tuple(p_out[j].shape)]
+    axes = pairs.axes or (None,) * len(pairs.paddle)
+    for j, order in zip(pairs.paddle, axes):
+        if order is not None:
+            notes.append(f"paddle's output {list(p_out[j].shape)} compared with its axes in the order {list(order)}, "
+                         "torch's layout of the same values")
+    differ = [(list(t_out[i].shape), list(p_out[j].shape)) for i, j, order in zip(pairs.torch, pairs.paddle, axes)
+              if tuple(t_out[i].shape) != tuple(p_out[j].shape) and order is None]
     merged = [(a, b) for a, b in differ if merged_shape(tuple(a), tuple(b)) is not None]
     broadcast = [d for d in differ if d not in merged]
     if broadcast:
