@@ -135,3 +135,18 @@ def test_a_rotary_table_that_differs_is_not_diagnosed_as_rounding(family):
     report = _verify(family)
     assert report.first_bad.torch == "model.rotary_emb", report.first_bad
     assert not any("TF32" in d.cause or d.kind == "own rounding" for d in report.diagnosis), report.diagnosis
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_gemma3_with_one_rotary_base_passes_its_norms_compared_in_torch_order(strategy, monkeypatch):
+    """With the same base for both layer types PaddleFormers' Gemma 3 is HF's: the pair passes, its
+    q/k norms (on [batch, tokens, heads, dim] where HF's are on [batch, heads, tokens, dim])
+    compared with their axes in torch's order."""
+    same = {"rope_type": "default", "rope_theta": 1e6}
+    monkeypatch.setitem(CASES["gemma3_text"][3], "rope_parameters", {"full_attention": same, "sliding_attention": same})
+    report = _verify("gemma3_text", strategy)
+    assert report.verdict == "pass", (report.first_bad, report.notes[:3])
+    if strategy == "full":
+        norms = [r for r in report.layers if r.torch.endswith(("q_norm", "k_norm"))]
+        assert norms and all(r.ratio is not None and r.ratio < 1 and "axes in the order" in r.note for r in norms), norms
+
