@@ -20,8 +20,9 @@ setup(
         "gpu": ["paddlepaddle-gpu"],
         # hypothesis: the property-based hostile-input tests; atheris: the coverage-guided
         # fuzz targets in scripts/ (tests run each target's entry point on its seed corpus);
-        # ruff: the lint CI runs before the tests (settings in pyproject.toml)
-        "test": ["pytest", "hypothesis", "atheris", "ruff"],
+        # ruff: the lint CI runs before the tests (settings in pyproject.toml); pytest-xdist:
+        # the fast subset on both cores (-n 2)
+        "test": ["pytest", "hypothesis", "atheris", "ruff", "pytest-xdist"],
     },
     entry_points={
         "console_scripts": [

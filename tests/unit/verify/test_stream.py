@@ -124,7 +124,7 @@ def lazy_paddle(bug_at=None):
         return PaddleTiny(bug_at)
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(scope="module", params=["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def checkpoint(request, tmp_path_factory):
     torch.manual_seed(0)
     model = TorchTiny()
@@ -140,8 +140,11 @@ def rows(report):
     return [repr(r) for r in report.layers]
 
 
-@pytest.mark.parametrize("strategy", ["full", "binary"])
-@pytest.mark.parametrize("bug_at", [None, 2])
+SLOW = pytest.mark.slow  # the fast subset keeps one case of each test: fp32, clean, full
+
+
+@pytest.mark.parametrize("strategy", ["full", pytest.param("binary", marks=SLOW)])
+@pytest.mark.parametrize("bug_at", [None, pytest.param(2, marks=SLOW)])
 def test_streamed_and_in_memory_runs_give_the_same_rows_bit_for_bit(checkpoint, strategy, bug_at):
     options = Options(device="cpu", strategy=strategy)
     in_memory = verify(spec_from_functions(TorchTiny, lambda: lazy_paddle(bug_at), inputs), options,
@@ -172,7 +175,7 @@ def _block_bytes(torch_block) -> int:
     return sum(p.numel() * p.element_size() for p in torch_block.parameters())
 
 
-@pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.parametrize("strategy", ["full", pytest.param("binary", marks=SLOW)])
 def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks_per_side(checkpoint, strategy):
     spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
     options = Options(device="cpu", strategy=strategy)
