@@ -27,6 +27,32 @@ TOPK_ROUTERS = ("Qwen2MoeTopKRouter", "Qwen3MoeTopKRouter", "Qwen3NextTopKRouter
                 "FlexOlmoTopKRouter")
 
 
+def _top_k(torch_module) -> int | None:
+    """The router's k (its `top_k`), or None where it has none."""
+    top_k = getattr(torch_module, "top_k", None)
+    return top_k if isinstance(top_k, int) and top_k >= 1 else None
+
+
+def _largest(x: np.ndarray, k: int) -> np.ndarray:
+    """The k largest values along the last axis, largest first (torch.topk's values)."""
+    return np.ascontiguousarray(-np.sort(-x, axis=-1)[..., :k])
+
+
+def _as_numpy(value) -> tuple[np.ndarray, bool]:
+    """(value as numpy, whether it was a paddle tensor): readings take either and give back the same."""
+    if isinstance(value, np.ndarray):
+        return value, False
+    narrow = str(value.dtype).rpartition(".")[2] in ("float16", "bfloat16")  # numpy has no bfloat16
+    return (value.astype("float32") if narrow else value).numpy(), True
+
+
+def _like(arrays: list, as_paddle: bool) -> list:
+    if not as_paddle:
+        return arrays
+    import paddle
+    return [paddle.to_tensor(a) for a in arrays]
+
+
 @dataclass(frozen=True)
 class RouterReading:
     """How a gate's logits read as a top-k router's outputs: [softmax, top-k weights]."""
@@ -36,30 +62,23 @@ class RouterReading:
 
     @classmethod
     def of_module(cls, torch_module) -> RouterReading | None:
-        top_k = getattr(torch_module, "top_k", None)
-        if not isinstance(top_k, int) or top_k < 1:
-            return None
-        return cls(top_k, bool(getattr(torch_module, "norm_topk_prob", True)))
+        top_k = _top_k(torch_module)
+        return None if top_k is None else cls(top_k, bool(getattr(torch_module, "norm_topk_prob", True)))
 
     def of(self, outputs: list) -> list:
         """Paddle's outputs (tensors or numpy arrays) as torch's router returns them; other than
         one output of at least top_k experts, as they are."""
         if len(outputs) != 1 or not outputs[0].shape or outputs[0].shape[-1] < self.top_k:
             return outputs
-        logits = outputs[0]
-        as_paddle = not isinstance(logits, np.ndarray)
-        x = np.asarray(logits.astype("float32").numpy() if as_paddle else logits, dtype=np.float64)
+        logits, as_paddle = _as_numpy(outputs[0])
+        x = logits.astype(np.float64)
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         probs = e / e.sum(axis=-1, keepdims=True)
-        top = -np.sort(-probs, axis=-1)[..., : self.top_k]
+        top = _largest(probs, self.top_k)
         if self.normalised:
             top = top / top.sum(axis=-1, keepdims=True)
         dtype = np.float32 if as_paddle else np.result_type(logits.dtype, np.float32)  # float64 stays float64
-        read = [probs.astype(dtype), top.astype(dtype)]
-        if as_paddle:
-            import paddle
-            return [paddle.to_tensor(a) for a in read]
-        return read
+        return _like([probs.astype(dtype), top.astype(dtype)], as_paddle)
 
     @property
     def note(self) -> str:
@@ -79,8 +98,8 @@ class ScatteredTopK:
 
     @classmethod
     def of_module(cls, torch_module) -> ScatteredTopK | None:
-        top_k = getattr(torch_module, "top_k", None)
-        return cls(top_k) if isinstance(top_k, int) and top_k >= 1 else None
+        top_k = _top_k(torch_module)
+        return None if top_k is None else cls(top_k)
 
     def of(self, outputs: list) -> list:
         """Paddle's outputs as torch's router's top-k weights; other than one floating output of
@@ -88,14 +107,8 @@ class ScatteredTopK:
         floating = [o for o in outputs if "float" in str(o.dtype)]
         if len(floating) != 1 or not floating[0].shape or floating[0].shape[-1] < self.top_k:
             return outputs
-        scattered = floating[0]
-        as_paddle = not isinstance(scattered, np.ndarray)
-        x = scattered.numpy() if as_paddle else scattered
-        top = -np.sort(-x, axis=-1)[..., : self.top_k]  # the chosen weights are the k largest (softmax: > 0)
-        if as_paddle:
-            import paddle
-            return [paddle.to_tensor(np.ascontiguousarray(top))]
-        return [np.ascontiguousarray(top)]
+        x, as_paddle = _as_numpy(floating[0])
+        return _like([_largest(x, self.top_k)], as_paddle)  # the chosen weights are the k largest (softmax: > 0)
 
     @property
     def note(self) -> str:
