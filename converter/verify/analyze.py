@@ -88,22 +88,22 @@ def _matmul(module, call: Call, shape) -> MatmulStats | None:
     return _fitted(matmul_stats(module, call), shape)
 
 
-def rounding_effect(session, path: str, call: Call, y64: np.ndarray, fmt: str) -> np.ndarray:
+def rounding_effect(session, path: str, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
     """The change of the float64 output, per element (its rms over ROUNDING_DRAWS draws), when
-    every product in the layer rounds its inputs to `fmt` (laid out as y64)."""
+    every product in the layer rounds its inputs to `fmt`: the rounded run's outputs laid out as
+    y64 was (paired and broadcast by `pairs`), so each element is set against its own."""
     draws = []
     for draw in range(ROUNDING_DRAWS):
-        y_f = join(run_torch64(session.torch64_module(path), call, fmt, draw)).ravel()
-        n = min(y_f.size, y64.size)  # y64 may be laid out broadcast: its first elements are torch's
-        effect = np.zeros(y64.size, np.float32)
-        np.subtract(y_f[:n], y64.ravel()[:n], out=effect[:n], casting="same_kind")
-        draws.append(effect)
+        y_f = laid_out(pairs.of_torch(run_torch64(session.torch64_module(path), call, fmt, draw)), pairs.shapes)
+        draws.append(np.subtract(y_f.reshape(y64.shape), y64, dtype=np.float32, casting="same_kind"))
     return rms_over(draws).reshape(y64.shape)
 
 
-def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, formats: dict) -> Budget:
+def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
+                 formats: dict) -> Budget:
+    """The budget of torch's output `y_t` (y64 the float64 one, both laid out by `pairs`)."""
     matmul = _matmul(session.torch_module(path), call, y64.shape)
-    rounding = {f: rounding_effect(session, path, call, y64, f) for f in set(formats.values()) if f != "fp32"} \
+    rounding = {f: rounding_effect(session, path, call, y64, pairs, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)
 
@@ -194,7 +194,7 @@ def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Ev
         return Evidence()
     y_local = laid_out(pairs.of_paddle(y_local_list), pairs.shapes)
     y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), t_call)), pairs.shapes)
-    return Evidence(y_t, y_local, y64, forced, layer_budget(session, pair.torch, t_call, y_t, y64, session.formats),
+    return Evidence(y_t, y_local, y64, forced, layer_budget(session, pair.torch, t_call, y_t, y64, pairs, session.formats),
                     pairs)
 
 
@@ -221,7 +221,7 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
         return Local(notes=(f"could not be judged: the torch module does not run on paddle's inputs "
                             f"({type(exc).__name__})",))
     y_p = laid_out(to_numpy_list(pairs.of_paddle(sliced(pair, p_call.outputs)), "paddle"), pairs.shapes)
-    return _judge_local(y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, session.formats),
+    return _judge_local(y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, pairs, session.formats),
                         "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
 
