@@ -6,7 +6,7 @@ layers). Each tensor of the tree has a placeholder, which its places hold while 
 needed, and a way to make the tensor itself. A hook on every module inside a block makes the
 whole block's tensors when one of them is called, so that a call into the middle of a block finds
 its siblings there too; the blocks used least recently go back to their placeholders once more
-than KEEP are held. Tensors outside every block (embeddings, heads, final norms, tables a parent
+than KEEP are held (or more: `hold_within` keeps as many as an allowance of bytes holds). Tensors outside every block (embeddings, heads, final norms, tables a parent
 reads without calling their module) are made once and held for the whole run. A tensor shared
 between modules is one tensor shared the same way, counted by the blocks that hold it. Two
 threads may run the tree at once: making and dropping take a lock, and the block a thread entered
@@ -119,6 +119,22 @@ class BlockTensors:
     @property
     def blocks(self) -> int:
         return len(self._blocks)
+
+    def hold_within(self, allowance: int) -> int:
+        """Keep as many blocks as `allowance` bytes hold (the largest counted first), never fewer
+        than `keep` was: a tree run again and again (the forward check's passes) makes each block
+        once instead of once per pass. Returns the blocks kept."""
+        pinned = {id(r) for r in self._pinned}
+        sizes = sorted((sum(r.nbytes for r in records if id(r) not in pinned) for records in self._blocks),
+                       reverse=True)
+        fit, total = 0, 0
+        for size in sizes:
+            if total + size > allowance:
+                break
+            fit, total = fit + 1, total + size
+        with self._lock:
+            self.keep = max(self.keep, fit)
+        return self.keep
 
     def most_bytes(self) -> tuple[int, int]:
         """(bytes held for the whole run, bytes of the `keep` largest blocks besides): what one

@@ -150,6 +150,27 @@ def test_it_holds_the_tensors_outside_the_blocks_and_two_blocks_at_most():
     assert min(seen) >= outside + layer  # the block that just ran is widened
 
 
+def test_held_within_an_allowance_it_keeps_that_many_blocks_and_widens_each_once():
+    model = _model()
+    ref = Float64Reference(model)
+    layer = sum(p.numel() for p in model.encoder.layers[0].parameters()) * 8
+    assert ref.tensors.hold_within(layer) == 2  # never fewer than it kept
+    assert ref.tensors.hold_within(3 * layer + layer // 2) == 3
+    widened = []
+    for block in ref.model.encoder.layers:
+        block.register_forward_pre_hook(lambda *_: widened.append(len(ref.widened_blocks())))
+    with torch.no_grad():
+        first = ref.model(_ids())
+        assert len(ref.widened_blocks()) == 3
+        assert ref.tensors.hold_within(LAYERS * layer) == LAYERS
+        ref.model(_ids())
+        kept = ref.widened_blocks()
+        again = ref.model(_ids())  # every block held: none is widened again
+    assert sorted(kept) == list(range(LAYERS)) and sorted(ref.widened_blocks()) == kept
+    assert torch.equal(first, again)
+    assert torch.equal(again, copy.deepcopy(model).double()(_ids()))
+
+
 def test_two_threads_running_it_at_once_get_the_double_copys_outputs():
     model = _model()
     plain = copy.deepcopy(model).double()

@@ -21,6 +21,12 @@ def session():
         yield s
 
 
+@pytest.fixture(autouse=True)
+def two_blocks_kept(session, monkeypatch):
+    """Each test starts from the reference's two blocks (memory.check keeps more where there is room)."""
+    monkeypatch.setattr(session.reference64.tensors, "keep", 2)
+
+
 def test_the_estimate_counts_both_models_and_the_reference_held_at_most(session):
     est = memory.estimate(session, "binary", 1 << 20)
     torch_bytes = sum(t.numel() * t.element_size() for t in session.torch_model.state_dict(keep_vars=True).values()
@@ -62,6 +68,18 @@ def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session,
     assert len(notes) == 1 and notes[0].startswith("memory: the run needs about")
     monkeypatch.setattr(memory, "available_memory", lambda: (10 * est.more, "available memory"))
     assert memory.check(session, "binary", limit) == []
+
+
+def test_room_to_spare_keeps_more_widened_blocks_and_none_keeps_two(session, monkeypatch):
+    limit = 1 << 20
+    tensors = session.reference64.tensors
+    est = memory.estimate(session, "binary", limit)
+    monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
+    memory.check(session, "binary", limit)
+    assert tensors.keep == 2
+    monkeypatch.setattr(memory, "available_memory", lambda: (100 * est.more, "available memory"))
+    memory.check(session, "binary", limit)
+    assert tensors.keep == tensors.blocks > 2
 
 
 def test_the_available_memory_is_the_systems_or_less():
