@@ -78,15 +78,17 @@ def speed(repeat=5):
     """Plain forwards and full-capture verification, run alternately `repeat` times, so that
     drift on a noisy machine hits both alike: best against best, and the median of the
     per-round ratios."""
+    from converter.verify.run import run_on
     B.resize(hidden=768, layers=12, heads=12, ffn=3072, seq=128, batch=2)
-    session = PortSession(clean_spec(), Options(device="cpu", strategy="full"))
+    options = Options(device="cpu", strategy="full")
+    session = PortSession(clean_spec(), options)
     session.run_torch(), session.run_paddle()  # warm up
     rounds = []
     for _ in range(repeat):
         t_torch, _ = _timed(session.run_torch)
         t_paddle, _ = _timed(session.run_paddle)
-        t_verify, found = _timed(lambda: choose("full", None).run(session))
-        results = found.results
+        t_verify, report = _timed(lambda: run_on(session, options))  # as verify-port runs it: memory check included
+        results = report.layers
         rounds.append((t_torch, t_paddle, t_verify))
     t_torch, t_paddle, t_verify = (min(r[i] for r in rounds) for i in range(3))
     ratios = sorted(r[2] / (r[0] + r[1]) for r in rounds)

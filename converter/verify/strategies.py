@@ -163,8 +163,9 @@ class FullCapture:
             with side.on_cores_left():
                 matmul_stats_all(session, passes.t_calls, matmul)  # the rest
             end_to_end_until(session, passes, references.done)
-            side.main_done()
             passes.forced_64, passes.rounded_64 = references.result()
+            results = analyze_all(session, passes)  # beside the free-running float64 pass
+            side.main_done()
             if free is not None:
                 root = next(p for p in passes.pairs if p.torch == "")
                 reference = passes.forced_64.get("")  # an elementwise last step's condition is the model's
@@ -172,7 +173,7 @@ class FullCapture:
                                            free.result(), FINAL_OUTPUTS, reference and reference.condition,
                                            passes.t_calls)
         # two paired passes: the capture, then the forced pass (paddle forced, torch forced in float64)
-        return StrategyResult(analyze_all(session, passes), None, outputs, 2, calls=(passes.t_calls, passes.p_calls),
+        return StrategyResult(results, None, outputs, 2, calls=(passes.t_calls, passes.p_calls),
                               pairs=passes.pairs)
 
 
