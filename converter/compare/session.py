@@ -150,10 +150,10 @@ class PortSession:
         self.device = pick_device(options.device)
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
-        with spec_call_errors(spec.path, "torch_model"):
-            self.torch_model = spec.torch_model()
+        from .stream import computed_buffers, on_meta_device
+        with spec_call_errors(spec.path, "torch_model"), computed_buffers() if weights else contextlib.nullcontext():
+            self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
-        from .stream import on_meta_device
         self.streams: dict = {}  # side -> its weights streamed block by block (compare/stream.py)
         self.checkpoint = None
         if on_meta_device(self.torch_model):

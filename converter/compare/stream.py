@@ -8,15 +8,25 @@ block's modules is called and dropped after (the machinery of compare/widen.py):
 the checkpoint in the dtype the model was built in (a bf16 checkpoint computed in float32),
 paddle's computed from the conversion plan's entries for the block's keys. The float64 reference
 reads its tensors from the same checkpoint.
+
+A buffer the model computes itself (a rotary table, position ids, a causal mask: kept out of the
+state dict, or in it and not in the checkpoint) is the model's own: `computed_buffers()`, around
+torch_model()'s build, makes what a factory is asked to make on the meta device on the CPU and
+moves the parameters made so to the meta device, so that such a buffer is computed by the
+model's own code while every parameter stays shapes alone (`parameters_on_meta()` builds a whole
+model so). A tensor of the model that is on the CPU and in the checkpoint (a persistent buffer)
+takes the checkpoint's values while the run holds it, as loading the checkpoint would give it.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
 from ..errors import UserError
 from ..io.base import Source, TensorInfo
-from ..lazy import import_paddle
+from ..lazy import import_paddle, import_torch
 from .widen import KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
 
 
@@ -25,9 +35,68 @@ def on_meta_device(model) -> bool:
     return any(p.is_meta for p in model.parameters())
 
 
+@contextlib.contextmanager
+def computed_buffers():
+    """While a torch model is built inside: a tensor a factory (torch.empty, zeros, arange, ...) is
+    asked to make on the meta device is made on the CPU, and a parameter registered from such a
+    tensor, or while the default device is meta (`with torch.device("meta")`), is moved to the meta
+    device. Parameters stay shapes alone as the model's code asked; buffers hold what its code
+    computes. A model built without the meta device is built as it is. One build at a time: the
+    registration of parameters is patched while it lasts."""
+    torch = import_torch()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+    factories = _device_constructors()
+    made: set[int] = set()  # data pointers of tensors made on the CPU for the meta device (a parameter that
+    # reuses the memory of one freed before is moved too: the checkpoint holds every parameter of a streamed model)
+
+    class MetaOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            device = kwargs.get("device")
+            if func not in factories or device is None or torch.device(device).type != "meta":
+                return func(*args, **kwargs)
+            kwargs["device"] = "cpu"
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.data_ptr():
+                made.add(out.data_ptr())
+            return out
+
+    def asked_for_meta(t) -> bool:
+        return (t.data_ptr() and t.data_ptr() in made) or torch.get_default_device().type == "meta"
+
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None and not param.is_meta and asked_for_meta(param):
+            moved = torch.nn.Parameter(param.detach().to("meta"), param.requires_grad)
+            moved.__dict__.update(param.__dict__)
+            module._parameters[name] = moved
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        with MetaOnCpu():
+            yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """A torch model built inside has its parameters on the meta device (shapes alone, streamed
+    from --weights when verify-port runs it) and its buffers computed on the CPU by its own code."""
+    torch = import_torch()
+    with computed_buffers(), torch.device("meta"):
+        yield
+
+
 class Checkpoint(Source):
     """The checkpoint at `path` as a source of the torch model's state dict: its keys, each read
-    in the dtype the model holds it in (`read`: a storage array; `tensor`: a torch tensor)."""
+    in the dtype the model holds it in (`read`: a storage array; `tensor`: a torch tensor). A tensor
+    of the model on the CPU that the checkpoint does not hold (a buffer the model computes) is read
+    from the model; a tensor tied to another key (one tensor under two names) from the key the
+    checkpoint holds it under."""
 
     def __init__(self, path: str, torch_model):
         from ..io import open_source
@@ -36,7 +105,14 @@ class Checkpoint(Source):
         self.inner = open_source(path)
         try:
             want = torch_model.state_dict(keep_vars=True)
-            missing = [k for k in want if k not in self.inner.infos]
+            keys_of: dict[int, list[str]] = {}
+            for k, t in want.items():
+                keys_of.setdefault(id(t), []).append(k)
+            self.stored_as = {k: next((s for s in keys_of[id(t)] if s in self.inner.infos), None)
+                              for k, t in want.items()}  # key -> the key the checkpoint holds its tensor under
+            self.own = {name: t for name, t in _named_tensors(torch_model)
+                        if not t.is_meta and self.stored_as.get(name) is None}  # computed by the model
+            missing = [k for k, t in want.items() if t.is_meta and self.stored_as[k] is None]
             unexpected = [k for k in self.inner.infos if k not in want]
             wrong = [k for k, t in want.items() if k in self.inner.infos
                      and tuple(self.inner.infos[k].shape) != tuple(t.shape)]
@@ -55,12 +131,20 @@ class Checkpoint(Source):
             self.inner.close()
             raise
 
+    def holds(self, key: str) -> bool:
+        """The checkpoint holds the tensor `key` (under its own key or one it is tied to)."""
+        return self.stored_as.get(key) is not None
+
     def tensor(self, key: str):
-        """The tensor `key` of the checkpoint as a CPU torch tensor of the model's dtype."""
+        """The tensor `key` as a CPU torch tensor of the model's dtype: the checkpoint's, or a copy
+        of the model's own where the model computes it."""
         from ..io.torch_io import numpy_to_tensor
-        stored = numpy_to_tensor(self.inner.read(key), self.inner.infos[key].dtype)
-        self.inner.release(key)
-        return stored.to(self.dtypes[key])
+        if key in self.own:
+            return self.own[key].detach().to("cpu", copy=True)
+        stored = self.stored_as[key]
+        array = numpy_to_tensor(self.inner.read(stored), self.inner.infos[stored].dtype)
+        self.inner.release(stored)
+        return array.to(self.dtypes[key])
 
     def read(self, name: str) -> np.ndarray:
         from ..io.torch_io import tensor_to_numpy
@@ -96,13 +180,15 @@ class Streamed:
 def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
     """The torch model (on the meta device) with its tensors read from `checkpoint` as they run."""
     names = tensor_names(model)
-    state = model.state_dict(keep_vars=True)
     off = [names[id(t)] for m in model.modules() for kind in KINDS for t in getattr(m, kind).values()
-           if t is not None and t.is_meta and names[id(t)] not in state]
+           if t is not None and t.is_meta and not checkpoint.holds(names[id(t)])]
     if off:
-        raise UserError(f"torch_model() is built on the meta device and its buffer {off[0]} is not in the checkpoint "
-                        "(a buffer kept out of the state dict); build that buffer on the CPU, or build the model "
-                        "with its weights")
+        raise UserError(f"torch_model()'s buffer '{off[0]}' is on the meta device and --weights '{checkpoint.path}' "
+                        "does not hold it: it can be neither read nor computed (a buffer is computed when the "
+                        "model's own code makes it inside `with torch.device(\"meta\")`, not when it is moved there "
+                        "or made from a parameter); make it on the CPU in the model's code, or save it in the "
+                        "checkpoint")
+    streamed = lambda t: t.is_meta or checkpoint.holds(names[id(t)])  # a CPU tensor held: the checkpoint's values
     records: dict[int, Held] = {}
 
     def held(t):
@@ -112,7 +198,7 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
 
     block_of = _block_index(_blocks(model), lambda b: b.modules())
     places = [(m, block_of.get(id(m), []), [(kind, name, held(t)) for kind in KINDS
-                                            for name, t in getattr(m, kind).items() if t is not None and t.is_meta])
+                                            for name, t in getattr(m, kind).items() if t is not None and streamed(t)])
               for m in model.modules()]
     handles = []
     hook = lambda m, h: handles.append(m.register_forward_pre_hook(h, prepend=True))
@@ -147,6 +233,19 @@ def stream_paddle(model, plan, read, keep: int = KEEP) -> Streamed:
     handles = []
     hook = lambda layer, h: handles.append(layer.register_forward_pre_hook(h))
     return Streamed(model, block_tensors(places, len(blocks), hook, keep), handles, block_of)
+
+
+def _named_tensors(model):
+    """(key, tensor) for every parameter and buffer of a torch model, buffers kept out of the state
+    dict included, each tensor once under its first key."""
+    names = tensor_names(model)
+    seen = {}
+    for m in model.modules():
+        for kind in KINDS:
+            for t in getattr(m, kind).values():
+                if t is not None:
+                    seen.setdefault(id(t), (names[id(t)], t))
+    return list(seen.values())
 
 
 def _block_index(blocks, inside) -> dict[int, list[int]]:
