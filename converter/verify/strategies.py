@@ -4,12 +4,13 @@
   (see forced.py) gives every pair's local error and reference.
 * BinarySearch: for models whose activations do not fit. One outline pass finds the
   sequence of top-level units (the repeated blocks and what sits around them); then each
-  probe records only one unit's boundary on both sides and tests it against the
-  end-to-end budget (fp32 noise measured against a float64 run of the torch model).
-  Errors persist from unit to unit, so the first bad unit is found in
+  probe tests one unit's boundary on both sides against the end-to-end budget (fp32 noise
+  measured against a float64 run of the torch model). Every unit's boundary is recorded in
+  one paired pass and one float64 pass where they fit in the capture limit (else each probe
+  records its own). Errors persist from unit to unit, so the first bad unit is found in
   ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
-  smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; O(1)
-  units held.
+  smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; the unit
+  boundaries and O(1) units' insides held.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ class FullCapture:
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
             references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
                                      side.widen_when_alone)
-            free = side.submit(free_references, session, "") if whole else None
+            free = side.submit(free_references, session, [""]) if whole else None
             passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
             passes.paddle_err = paddle_own_errors(session, passes)
             matmul_first.result()
@@ -170,7 +171,7 @@ class FullCapture:
                 root = next(p for p in passes.pairs if p.torch == "")
                 reference = passes.forced_64.get("")  # an elementwise last step's condition is the model's
                 outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
-                                           free.result(), FINAL_OUTPUTS, reference and reference.condition,
+                                           free.result()[""], FINAL_OUTPUTS, reference and reference.condition,
                                            passes.t_calls)
         # two paired passes: the capture, then the forced pass (paddle forced, torch forced in float64)
         return StrategyResult(results, None, outputs, 2, calls=(passes.t_calls, passes.p_calls),
@@ -228,19 +229,22 @@ def same_outputs(session, t_call, p_call) -> None:
                     "no hidden states or attentions; or wrap one model to return what the other does)")
 
 
-def free_reference(session, path: str, fmt: str | None = None, draw: int = 0) -> list[np.ndarray]:
-    """The float64 torch model's outputs at `path`, free-running (nothing forced), with matmul
-    inputs rounded to `fmt` if given (see precision.torch_rounding for `draw`)."""
-    ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt, draw), {path})
-    return to_numpy_list(ref.calls[path].outputs, "torch")
+def free_reference(session, paths, fmt: str | None = None, draw: int = 0) -> dict[str, list[np.ndarray]]:
+    """Per path in `paths`, the float64 torch model's outputs there, free-running (nothing forced),
+    in one pass, with matmul inputs rounded to `fmt` if given (see precision.torch_rounding for
+    `draw`)."""
+    ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt, draw), set(paths))
+    return {path: to_numpy_list(ref.calls[path].outputs, "torch") for path in paths}
 
 
-def free_references(session, path: str) -> dict:
-    """free_reference at `path` in float64 (key None), and per lower-precision format in use, a
-    list of ROUNDING_DRAWS draws."""
-    out = {None: free_reference(session, path)}
+def free_references(session, paths) -> dict[str, dict]:
+    """Per path, free_reference in float64 (key None), and per lower-precision format in use, a
+    list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths."""
+    out = {path: {None: outputs} for path, outputs in free_reference(session, paths).items()}
     for f in sorted(set(session.formats.values()) - {"fp32"}):
-        out[f] = [free_reference(session, path, f, draw) for draw in range(ROUNDING_DRAWS)]
+        for draw in range(ROUNDING_DRAWS):
+            for path, outputs in free_reference(session, paths, f, draw).items():
+                out[path].setdefault(f, []).append(outputs)
     return out
 
 
@@ -362,7 +366,9 @@ class BinarySearch:
         # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
         # shows in the units that read it
         self.units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
+        self.boundaries = self._boundaries(session, t_calls)
         results, bad = self._search(session, pairs)
+        self.boundaries = None  # what the probes read is no longer needed
         outputs = self.outputs
         if bad is None:
             # no unit's boundary is over the end-to-end budget, yet a difference whose effect stays
@@ -407,13 +413,31 @@ class BinarySearch:
                           f"judged against its own budget, {len(units)} units in {i + 1} capture(s)")
         return results, bad
 
-    def _probe(self, session, unit) -> tuple[bool, LayerResult]:
-        """One paired pass recording only `unit`'s output, against the end-to-end budget."""
+    def _boundaries(self, session, t_calls) -> tuple[dict, dict, dict] | None:
+        """Every unit's outputs, torch's, paddle's and the free-running float64 model's, from one
+        paired pass and one float64 pass, where they fit in `limit_bytes` (estimated from the outline
+        pass's shapes): the probes read them instead of running passes of their own. None where
+        they do not fit: each probe then records its unit alone."""
+        draws = len(set(session.formats.values()) - {"fp32"}) * ROUNDING_DRAWS
+        per_element = 4 + 4 + 8 * (1 + draws)  # torch's and paddle's float32, the float64 references
+        need = sum(per_element * int(np.prod(s)) for u in self.units for s in t_calls[u.torch].shapes)
+        if self.limit_bytes is not None and need > self.limit_bytes:
+            return None
         self.passes += 1
-        t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle})
+        t_found, p_found = _capture(session, {u.torch for u in self.units}, {u.paddle for u in self.units})
+        return t_found, p_found, free_references(session, [u.torch for u in self.units])
+
+    def _probe(self, session, unit) -> tuple[bool, LayerResult]:
+        """`unit`'s output against the end-to-end budget: from the boundaries recorded at once, or
+        one paired pass recording only it."""
+        if self.boundaries is None:
+            self.passes += 1
+            t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle})
+            free = free_references(session, [unit.torch])
+        else:
+            t_calls, p_calls, free = self.boundaries
         result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
-                                  free_references(session, unit.torch),
-                                  "end to end at this unit's output (a binary-search probe)")
+                                  free[unit.torch], "end to end at this unit's output (a binary-search probe)")
         return result.verdict is Verdict.FAIL, result
 
     def _mark(self, session, marker, probes: dict) -> int | None:
