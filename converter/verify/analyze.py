@@ -35,11 +35,20 @@ class Evidence:
     forced: tuple | None = None
     budget: Budget | None = None
     pairs: OutputPairs | None = None  # which outputs were compared, in what shapes
+    pair: LayerPair | None = None  # the layer pair, whose reading says how torch's outputs are compared
 
 
 def laid_out(arrays: list, shapes) -> np.ndarray:
     """The arrays broadcast to `shapes` and joined (see metrics.join)."""
     return join([lay_out(a, s) for a, s in zip(arrays, shapes)])
+
+
+def torch_read(pair: LayerPair, outputs: list) -> list:
+    """A pair's torch outputs (tensors or numpy arrays) as they are compared: its family's reading
+    of them where the reading takes torch's side too (a grouped router's logits routed as its block
+    routes them), else as they are."""
+    read = getattr(pair.part, "of_torch", None)
+    return outputs if read is None or not outputs else read(outputs)
 
 
 def outputs_of(t_out: list, p_out: list) -> OutputPairs:
@@ -88,22 +97,23 @@ def _matmul(module, call: Call, shape) -> MatmulStats | None:
     return _fitted(matmul_stats(module, call), shape)
 
 
-def rounding_effect(session, path: str, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
+def rounding_effect(session, pair: LayerPair, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
     """The change of the float64 output, per element (its rms over ROUNDING_DRAWS draws), when
-    every product in the layer rounds its inputs to `fmt`: the rounded run's outputs laid out as
-    y64 was (paired and broadcast by `pairs`), so each element is set against its own."""
+    every product in the layer rounds its inputs to `fmt`: the rounded run's outputs read and laid
+    out as y64 was (paired and broadcast by `pairs`), so each element is set against its own."""
     draws = []
     for draw in range(ROUNDING_DRAWS):
-        y_f = laid_out(pairs.of_torch(run_torch64(session.torch64_module(path), call, fmt, draw)), pairs.shapes)
+        y_f = torch_read(pair, run_torch64(session.torch64_module(pair.torch), call, fmt, draw))
+        y_f = laid_out(pairs.of_torch(y_f), pairs.shapes)
         draws.append(np.subtract(y_f.reshape(y64.shape), y64, dtype=np.float32, casting="same_kind"))
     return rms_over(draws).reshape(y64.shape)
 
 
-def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
+def layer_budget(session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
                  formats: dict) -> Budget:
-    """The budget of torch's output `y_t` (y64 the float64 one, both laid out by `pairs`)."""
-    matmul = _matmul(session.torch_module(path), call, y64.shape)
-    rounding = {f: rounding_effect(session, path, call, y64, pairs, f) for f in set(formats.values()) if f != "fp32"} \
+    """The budget of torch's output `y_t` (y64 the float64 one, both read and laid out by `pairs`)."""
+    matmul = _matmul(session.torch_module(pair.torch), call, y64.shape)
+    rounding = {f: rounding_effect(session, pair, call, y64, pairs, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)
 
@@ -111,7 +121,7 @@ def layer_budget(session, path: str, call: Call, y_t: np.ndarray, y64: np.ndarra
 def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
     """(the row with the end-to-end metrics, torch's matched outputs as one array or None, the
     shapes they are compared in)."""
-    t_out, p_out = t_call.outputs, sliced(pair, p_call.outputs)
+    t_out, p_out = torch_read(pair, t_call.outputs), sliced(pair, p_call.outputs)
     pairs = outputs_of(t_out, p_out)
     if not pairs:
         shape = tuple(t_out[0].shape) if t_out else ()
@@ -193,9 +203,10 @@ def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Ev
     if not pairs.fits(y_local_list):
         return Evidence()
     y_local = laid_out(pairs.of_paddle(y_local_list), pairs.shapes)
-    y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), t_call)), pairs.shapes)
-    return Evidence(y_t, y_local, y64, forced, layer_budget(session, pair.torch, t_call, y_t, y64, pairs, session.formats),
-                    pairs)
+    y64 = laid_out(pairs.of_torch(torch_read(pair, run_torch64(session.torch64_module(pair.torch), t_call))),
+                   pairs.shapes)
+    return Evidence(y_t, y_local, y64, forced, layer_budget(session, pair, t_call, y_t, y64, pairs, session.formats),
+                    pairs, pair)
 
 
 def _judge_local(y_ref: np.ndarray, y_other: np.ndarray, budget: Budget, note: str) -> Local:
@@ -215,13 +226,14 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
     try:
         call32, call64 = torch_call_on(t_call, p_call)
         module = session.torch_module(pair.torch)
-        y32 = laid_out(pairs.of_torch(run_torch_module(module, call32)), pairs.shapes)
-        y64 = laid_out(pairs.of_torch(run_torch64(session.torch64_module(pair.torch), call64)), pairs.shapes)
+        y32 = laid_out(pairs.of_torch(torch_read(pair, run_torch_module(module, call32))), pairs.shapes)
+        y64 = laid_out(pairs.of_torch(torch_read(pair, run_torch64(session.torch64_module(pair.torch), call64))),
+                       pairs.shapes)
     except Exception as exc:
         return Local(notes=(f"could not be judged: the torch module does not run on paddle's inputs "
                             f"({type(exc).__name__})",))
     y_p = laid_out(to_numpy_list(pairs.of_paddle(sliced(pair, p_call.outputs)), "paddle"), pairs.shapes)
-    return _judge_local(y32, y_p, layer_budget(session, pair.torch, call32, y32, y64, pairs, session.formats),
+    return _judge_local(y32, y_p, layer_budget(session, pair, call32, y32, y64, pairs, session.formats),
                         "judged by what it adds: torch's module run on the inputs paddle's layer received")
 
 
@@ -395,8 +407,20 @@ def _returned_child(passes: Passes, pair, pairs: OutputPairs):
     return max(same, key=lambda p: p.torch.count("."), default=None)
 
 
+def _reference_error(pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> np.ndarray:
+    """float64 less torch's float32 at the pair's outputs as they are compared. Where torch's side
+    is read (not linear: a router's routing), the reading of the float64 outputs (torch's recorded
+    ones plus the reference's error, which is float64 less float32) less torch's read outputs."""
+    if getattr(pair.part, "of_torch", None) is None:
+        return laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
+    recorded = to_numpy_list(passes.t_calls[pair.torch].outputs, "torch")
+    y64 = [np.add(t, e, dtype=np.float64) for t, e in zip(recorded, ref.output_err)]
+    y64 = laid_out(pairs.of_torch(torch_read(pair, y64)), pairs.shapes).reshape(y_t.shape)
+    return np.subtract(y64, y_t, dtype=np.float64).astype(np.float32)
+
+
 def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
-    e_ref = laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
+    e_ref = _reference_error(pair, passes, ref, y_t, pairs)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
     with np.errstate(invalid="ignore", over="ignore"):
         alone = masked_by_torch(y_t, y_t.astype(np.float64) + e_ref)  # (the references keep float64 - float32)
@@ -404,9 +428,14 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
         e_ref = np.where(alone, np.float32(0), e_ref)
     child = _returned_child(passes, pair, pairs) if passes.matmul.get(pair.torch) is None else None
     matmul = _fitted(passes.matmul.get(pair.torch) or (child and passes.matmul.get(child.torch)), y_t.shape)
-    rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]
-                for f, r in passes.rounded_64.items()
-                if pair.torch in r and len(r[pair.torch].output_err) > max(pairs.torch)} if matmul is None else {}
+    if getattr(pair.part, "of_torch", None) is not None:  # the references' rounding effects are on torch's raw outputs
+        y64 = np.add(y_t, e_ref, dtype=np.float64)
+        rounding = {f: unmasked(masked, rounding_effect(session, pair, passes.t_calls[pair.torch], y64, pairs, f))[0]
+                    for f in passes.rounded_64} if matmul is None else {}
+    else:
+        rounding = {f: unmasked(masked, laid_out(pairs.of_torch(r[pair.torch].output_err), pairs.shapes).reshape(y_t.shape))[0]
+                    for f, r in passes.rounded_64.items()
+                    if pair.torch in r and len(r[pair.torch].output_err) > max(pairs.torch)} if matmul is None else {}
     condition = None
     if matmul is None and ref.condition is not None and len(pairs) == 1 and pairs.torch == (0,):
         condition = laid_out([ref.condition], pairs.shapes).reshape(y_t.shape)

@@ -243,8 +243,7 @@ def check_precision(ctx) -> list[Diagnosis]:
         return []  # rounding is noise; a difference that tracks the output is a changed weight or scale
     if np.sqrt(np.mean(np.square(signed))) > ROUNDING_AT_MOST * np.sqrt(np.mean(np.square(ev.y_torch, dtype=np.float64))):
         return []  # a format's rounding moves an output by a few units of its mantissa, not by its own size
-    own, _ = layer_budget(ctx.session, ctx.result.torch, t_call, ev.y_torch, ev.y64, ev.pairs,
-                          dict(ctx.session.formats)).ratio(diff)
+    own, _ = layer_budget(ctx.session, ev.pair, t_call, ev.y_torch, ev.y64, ev.pairs, dict(ctx.session.formats)).ratio(diff)
     if own <= 1.0:  # on torch's inputs the layer is within its own budget: the error came in with its inputs
         return []
     for fmt, label in (("tf32", "TF32"), ("fp16", "fp16"), ("bf16", "bf16")):
@@ -253,7 +252,7 @@ def check_precision(ctx) -> list[Diagnosis]:
             if formats[side] == fmt:
                 continue
             formats[side] = fmt
-            budget = layer_budget(ctx.session, ctx.result.torch, t_call, ev.y_torch, ev.y64, ev.pairs, formats)
+            budget = layer_budget(ctx.session, ev.pair, t_call, ev.y_torch, ev.y64, ev.pairs, formats)
             ratio, tol = budget.ratio(diff)
             if ratio <= 1.0 and fmt == "tf32" and not ctx.session.precision[side].can_run_tf32:
                 where = ctx.session.precision[side].device
