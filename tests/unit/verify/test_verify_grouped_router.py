@@ -163,3 +163,13 @@ def test_a_router_bug_is_named_at_the_router(second):
     assert report.first_bad.torch == "blocks.1.gate", report.first_bad
     first = next(r for r in report.layers if r.torch == "blocks.0.gate")
     assert first.ratio is not None and first.ratio < 1, first
+
+
+def test_a_router_whose_products_paddle_rounds_to_bf16_is_within_the_bf16_budget_of_the_routing():
+    """The rounding effect of bf16 is measured on the routing too: torch's router run in float64
+    with its products' inputs rounded, then routed."""
+    spec = spec_from_functions(_torch, PaddleNet, _inputs, mapping=RULES)
+    report = verify(spec, Options(device="cpu", emulate={"paddle": "bf16"}), bisect=True)
+    gates = [r for r in report.layers if r.torch.endswith(".gate")]
+    assert len(gates) == 2 and all(g.local_max_abs > 1e-4 for g in gates), gates  # bf16's rounding shows
+    assert all(g.ratio is not None and g.ratio < 1 for g in gates), gates
