@@ -268,7 +268,7 @@ def _paddle_blocks(model) -> list:
 def _paddle_tensor(placeholder, array: np.ndarray):
     """`array` as a paddle tensor standing where `placeholder` (a lazy parameter or a buffer) stands."""
     paddle = import_paddle()
-    array = np.ascontiguousarray(array)
+    array = _contiguous(array)
     if isinstance(placeholder, paddle.base.framework.EagerParamBase):
         p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=placeholder.dtype,
                                                  name=placeholder.name)
@@ -276,6 +276,19 @@ def _paddle_tensor(placeholder, array: np.ndarray):
         p.stop_gradient = placeholder.stop_gradient
         return p
     return paddle.to_tensor(array, dtype=placeholder.dtype)
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """`array` laid out row-major; a transposed weight copied by torch, whose blocked copy is about
+    three times numpy's strided one (a 2752 x 1024 float32: 9 ms against 25 ms)."""
+    if array.flags.c_contiguous:
+        return array
+    if array.dtype in (np.float32, np.float64, np.float16) and all(s > 0 for s in array.strides):
+        import warnings
+        with warnings.catch_warnings():  # a read-only view of the checkpoint: torch only reads it here
+            warnings.simplefilter("ignore", UserWarning)
+            return import_torch().from_numpy(array).contiguous().numpy()
+    return np.ascontiguousarray(array)
 
 
 def streamed_bytes(streamed: Streamed) -> int:

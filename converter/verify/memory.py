@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..compare.widen import KEEP
 from ..errors import UserError
 
 GiB = 1 << 30
@@ -93,7 +94,8 @@ def _models_bytes(session) -> int:
 
 def check(session, strategy: str, limit: int) -> list[str]:
     """The report's note when the run fits narrowly; a UserError when it does not fit. Where it fits
-    with room to spare, the float64 reference keeps as many widened blocks as half that room holds."""
+    with room to spare, the float64 reference and the streamed models keep as many blocks as half
+    that room holds, in equal shares."""
     est = estimate(session, strategy, limit)
     available, source = available_memory()
     if est.more > available:
@@ -102,12 +104,17 @@ def check(session, strategy: str, limit: int) -> list[str]:
         raise UserError(f"verify-port needs about {est.peak / GiB:.1f} GiB ({est.parts()}): {est.more / GiB:.1f} GiB "
                         f"more than the set-up holds, and {available / GiB:.1f} GiB is available by {source}; {hint}")
     room = NARROW * available - est.more
-    if room > 0:  # half of what the run leaves free keeps more widened blocks: fewer widened again per pass
-        session.reference64.tensors.hold_within(est.blocks + int(room / 2))
+    if room > 0:  # half of what the run leaves free keeps more blocks made: fewer made again per pass
+        held = [session.reference64.tensors, *(s.tensors for s in getattr(session, "streams", {}).values())]
+        for tensors in held:
+            tensors.hold_within(tensors.most_bytes()[1] + int(room / 2 / len(held)))
+    notes = [f"memory: the {side} model's streamed weights are kept {s.tensors.keep} of {s.tensors.blocks} blocks at "
+             f"a time, as the memory available leaves room" for side, s in getattr(session, "streams", {}).items()
+             if s.tensors.keep > KEEP]
     if est.more > NARROW * available:
-        return [f"memory: the run needs about {est.more / GiB:.1f} GiB beyond the set-up's, of {available / GiB:.1f} "
-                f"GiB available by {source} (peak about {est.peak / GiB:.1f} GiB: {est.parts()})"]
-    return []
+        notes.append(f"memory: the run needs about {est.more / GiB:.1f} GiB beyond the set-up's, of "
+                     f"{available / GiB:.1f} GiB available by {source} (peak about {est.peak / GiB:.1f} GiB: {est.parts()})")
+    return notes
 
 
 def _torch_bytes(model) -> int:

@@ -176,10 +176,14 @@ def _block_bytes(torch_block) -> int:
 
 
 @pytest.mark.parametrize("strategy", ["full", pytest.param("binary", marks=SLOW)])
-def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks_per_side(checkpoint, strategy):
+def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks_per_side(checkpoint, strategy,
+                                                                                         monkeypatch):
     spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
     options = Options(device="cpu", strategy=strategy)
+    limit = 1 << 20
     with PortSession(spec, options, weights=checkpoint) as session:
+        need = memory.estimate(session, strategy, limit).more  # no room beyond it: two blocks per side
+        monkeypatch.setattr(memory, "available_memory", lambda: (int(need / 0.85), "available memory"))
         blocks = session.torch_model.layers
         outside = sum(p.numel() * p.element_size() for name, p in session.torch_model.named_parameters()
                       if not name.startswith("layers."))
@@ -191,7 +195,7 @@ def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks
             lambda *_: seen["paddle"].append(_paddle_bytes_held(session.paddle_model)))
             for layer in session.paddle_model.sublayers(include_self=True)]
         try:
-            report = run_on(session, options)
+            report = run_on(session, options, capture_limit=limit)
         finally:
             for h in torch_hooks + paddle_hooks:
                 h.remove()
@@ -204,6 +208,23 @@ def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_two_blocks
         assert memory.estimate(session, strategy, 1 << 20).models == 2 * bound < 2 * whole
     assert _torch_bytes_held(session.torch_model) == 0  # every tensor back on the meta device after the run
     assert _paddle_bytes_held(session.paddle_model) == 0
+
+
+def test_with_room_to_spare_every_block_is_kept_made_and_the_rows_are_the_same(checkpoint):
+    spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
+    options = Options(device="cpu", strategy="full")
+    made = []
+    with PortSession(spec, options, weights=checkpoint) as session:
+        tensors = session.streams["torch"].tensors
+        first = next(iter(tensors._blocks[0])).make
+        tensors._blocks[0][0].make = lambda: made.append(1) or first()
+        report = run_on(session, options)
+        kept = {side: s.tensors.keep for side, s in session.streams.items()}
+    assert kept == {"torch": LAYERS, "paddle": LAYERS}
+    assert len(made) == 2  # the first block read for the memory estimate's forward, then once for every pass
+    assert sum("streamed weights are kept" in n for n in report.notes) == 2
+    in_memory = verify(spec_from_functions(TorchTiny, lazy_paddle, inputs), options, weights=checkpoint)
+    assert rows(report) == rows(in_memory) and report.verdict == in_memory.verdict == "pass"
 
 
 def test_a_meta_model_without_weights_is_one_line():
