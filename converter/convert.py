@@ -365,31 +365,32 @@ def _model_config(torch_model) -> dict:
     return fields if isinstance(fields, dict) else {}
 
 
-def plan_for_loaded(torch_model, paddle_model, mapping=None):
+def plan_for_loaded(torch_model, paddle_model, mapping=None, source=None):
     """plan_in_memory for a paddle model that keeps the weights it was loaded with: the rules given,
     else inferred from the two models, else the shipped set that fits torch's keys and the paddle
-    model (an HF model against its PaddleNLP port); the inference's problems when none does."""
+    model (an HF model against its PaddleNLP port); the inference's problems when none does.
+    `source`: the torch model's tensors read from elsewhere, as plan_in_memory takes them."""
     if mapping:
-        plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping)
+        plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping, source=source)
         how = "given"
     else:
         try:
-            plan, ruleset, source = plan_in_memory(torch_model, paddle_model)
+            plan, ruleset, source = plan_in_memory(torch_model, paddle_model, source=source)
             how = "inferred from the two models"
         except UserError as inferred:
-            plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred)
+            plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred, source)
             how = "detected from torch's keys"
     plan.notes.insert(0, f"mapping 'loaded': the paddle model keeps the weights it was loaded with; each is checked "
                          f"bit for bit against torch's under the rule set '{ruleset.name}' ({how})")
     return plan, ruleset, source
 
 
-def _shipped_plan(torch_model, paddle_model, inferred: UserError):
+def _shipped_plan(torch_model, paddle_model, inferred: UserError, source=None):
     from .io.torch_io import StateDictSource
     from .rules.detect import detect
     try:
-        found = detect(StateDictSource(torch_model.state_dict()).infos)
-        return plan_in_memory(torch_model, paddle_model, found.chosen.ruleset)
+        found = detect(source.infos if source is not None else StateDictSource(torch_model.state_dict()).infos)
+        return plan_in_memory(torch_model, paddle_model, found.chosen.ruleset, source=source)
     except UserError:
         raise UserError(f"mapping 'loaded': {inferred.message.rstrip(':;')}; and no shipped rule set fits the two "
                         "models: give the rules that pair them (a spec's mapping, or a rule file with --mapping) "

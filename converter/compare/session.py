@@ -150,20 +150,23 @@ class PortSession:
         self.device = pick_device(options.device)
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
-        from .stream import computed_buffers, on_meta_device
-        with spec_call_errors(spec.path, "torch_model"), computed_buffers() if weights else contextlib.nullcontext():
+        from ..spec import LOADED
+        from .stream import on_meta_device, plan_build
+        # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
+        self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded))
+        with spec_call_errors(spec.path, "torch_model"), self.build.torch():
             self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
         self.streams: dict = {}  # side -> its weights streamed block by block (compare/stream.py)
         self.checkpoint = None
         if on_meta_device(self.torch_model):
-            self._stream_torch(weights, converted)
+            self._stream_torch(weights)
         else:
             self.undo.push(restore.record_torch_device(self.torch_model))
             if weights:
                 self.undo.push(restore.record_torch_weights(self.torch_model))
                 self._load_torch_weights(weights)
-        with spec_call_errors(spec.path, "paddle_model"):
+        with spec_call_errors(spec.path, "paddle_model"), self.build.paddle():
             self.paddle_model = spec.paddle_model()
         self.undo.push(restore.record_layers([layer for _, layer in paddle_side.named_layers(self.paddle_model)]))
         self._set_weights(spec, converted, mapping)
@@ -227,7 +230,7 @@ class PortSession:
         rules = spec.mapping if mapping == LOADED else mapping or spec.mapping
         self.weight_check = None
         if self.streams:
-            self._stream_paddle(spec, rules)
+            self._stream_paddle(rules, converted)
             return
         if self.loaded:
             self.plan, self.ruleset, self.torch_state = plan_for_loaded(self.torch_model, self.paddle_model, rules)
@@ -254,36 +257,28 @@ class PortSession:
     def formats(self) -> dict:
         return {side: p.format for side, p in self.precision.items()}
 
-    def _stream_torch(self, weights: str | None, converted: str | None) -> None:
+    def _stream_torch(self, weights: str | None) -> None:
         """A torch model on the meta device: its weights streamed from the checkpoint block by block."""
         from .stream import Checkpoint, stream_torch
         if not weights:
             raise UserError(f"torch_model() from '{self.spec.path}' is built on the meta device (no weights): give its "
                             "checkpoint with --weights, whose weights are then streamed block by block")
-        if converted:
-            raise UserError(f"--converted '{converted}': torch_model() is built on the meta device, and a streamed run "
-                            "converts the paddle weights from --weights block by block; leave out --converted")
         self.checkpoint = Checkpoint(weights, self.torch_model)
         self.undo.push(self.checkpoint.close)
         self.streams["torch"] = stream_torch(self.torch_model, self.checkpoint)
         self.undo.push(self.streams["torch"].close)
 
-    def _stream_paddle(self, spec, rules) -> None:
-        """The paddle model's weights computed from the checkpoint through the plan, block by block."""
-        from ..convert import plan_in_memory
-        from .stream import stream_paddle
-        if self.loaded:
-            raise UserError(f"spec '{spec.path}': mapping 'loaded' with torch_model() on the meta device: a streamed run "
-                            "gives the paddle model the checkpoint's weights; give the mapping's rules instead")
-        self.plan, self.ruleset, self.torch_state = plan_in_memory(self.torch_model, self.paddle_model, rules,
-                                                                   source=self.checkpoint)
+    def _stream_paddle(self, rules, converted: str | None) -> None:
+        """The paddle model's weights beside the streamed torch model (see stream.paddle_weights)."""
+        from .stream import paddle_weights
+        weights = paddle_weights(self.torch_model, self.paddle_model, rules, self.checkpoint, converted, self.loaded)
+        self.undo.push(weights.close)
+        self.plan, self.ruleset, self.torch_state = weights.plan, weights.ruleset, self.checkpoint
         check_dtypes(self.plan, self.paddle_model)
-        self.weight_source = f"streamed from '{self.checkpoint.path}'"
-        self.streams["paddle"] = stream_paddle(self.paddle_model, self.plan, self.checkpoint.read)
-        self.undo.push(self.streams["paddle"].close)
-        self.plan.notes.append(f"weights: torch_model() is on the meta device: both models' weights are streamed from "
-                               f"'{self.checkpoint.path}' block by block (the part outside the blocks and "
-                               f"{self.streams['paddle'].tensors.keep} blocks per side held at a time)")
+        self.weight_source, self.weight_check = weights.source, weights.weight_check
+        if weights.streamed is not None:
+            self.streams["paddle"] = weights.streamed
+        self.plan.notes.extend([weights.note] + [self.build.note] * bool(self.build.note))
 
     def _load_torch_weights(self, path: str) -> None:
         from ..io import open_source

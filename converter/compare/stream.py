@@ -21,6 +21,8 @@ takes the checkpoint's values while the run holds it, as loading the checkpoint 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -89,6 +91,62 @@ def parameters_on_meta():
     torch = import_torch()
     with computed_buffers(), torch.device("meta"):
         yield
+
+
+@dataclass
+class Build:
+    """How a run builds its models: `streamed` (torch_model() under parameters_on_meta(), and
+    paddle_model() under paddle.LazyGuard() where `paddle_lazy`), else as the spec builds them
+    (with --weights, under computed_buffers()); `note` says why a run streams."""
+
+    weights: bool
+    streamed: bool = False
+    paddle_lazy: bool = False
+    note: str | None = None
+
+    def torch(self):
+        if self.streamed:
+            return parameters_on_meta()
+        return computed_buffers() if self.weights else contextlib.nullcontext()
+
+    def paddle(self):
+        return import_paddle().LazyGuard() if self.paddle_lazy else contextlib.nullcontext()
+
+
+def plan_build(weights: str | None, converted: str | None = None, loaded: bool = False) -> Build:
+    """How to build the models of a run with `weights` (a torch checkpoint), decided from its header
+    before anything is built: as the spec builds them where the in-memory run fits (a torch model
+    built on the meta device streams all the same), streamed where it does not and the checkpoint
+    is safetensors (read one tensor at a time); a UserError where neither fits. The floating
+    tensors are taken as float32 (the dtype a model computes in unless it is built in another).
+    `converted`: paddle's weights read from that file; `loaded`: the paddle model loads its own
+    weights (streamed only when `converted` gives them)."""
+    if not weights:
+        return Build(False)
+    from ..io import open_source
+    from ..verify import memory
+    with open_source(weights) as source:
+        torch_infos, files = dict(source.infos), list(source.files)
+    paddle_infos = None
+    if converted:
+        with _paddle_file(converted) as source:
+            paddle_infos = dict(source.infos)
+    paddle_streams = converted is not None or not loaded
+    available, where = memory.available_memory()
+    planned = memory.before_build(torch_infos, available, paddle_infos=paddle_infos, paddle_streams=paddle_streams)
+    if planned.in_memory_peak <= available:
+        return Build(True)
+    need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB ({planned.in_memory.parts()}), "
+            f"and {available / memory.GiB:.1f} GiB is available by {where}")
+    if not all(f.lower().endswith((".safetensors", ".index.json")) for f in files):
+        raise UserError(f"verify-port: {need}; a run that streams the weights block by block reads --weights one tensor "
+                        f"at a time from safetensors, and '{weights}' is not: save the checkpoint as safetensors "
+                        "(safetensors.torch.save_file, or save_pretrained), or free memory")
+    if planned.streamed.peak > available:
+        raise UserError(f"verify-port: {need}; with both models' weights streamed block by block it needs about "
+                        f"{planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free memory, or "
+                        "run on a machine with more")
+    return Build(True, True, paddle_streams, f"weights: streamed block by block, as {need}")
 
 
 class Checkpoint(Source):
@@ -208,14 +266,20 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
 def stream_paddle(model, plan, read, keep: int = KEEP) -> Streamed:
     """The paddle model (built under LazyGuard) with the tensors the plan writes computed from
     `read` (the torch state's storage arrays) as its layers run."""
-    by_name = {}
+    arrays = {}
     for entry in plan.entries:
         for name in (entry.name, *entry.aliases):
-            by_name[name] = entry
+            arrays[name] = lambda entry=entry: entry.compute(read)
+    return stream_paddle_arrays(model, arrays, keep)
+
+
+def stream_paddle_arrays(model, arrays: dict, keep: int = KEEP) -> Streamed:
+    """The paddle model (built under LazyGuard) with each tensor whose state-dict key `arrays` has
+    made by it (a function returning its storage array) as its layers run."""
     records: dict[int, Held] = {}
 
-    def held(t, entry):
-        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, entry.compute(read)), t,
+    def held(t, array):
+        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array()), t,
                                               int(np.prod(t.shape)) * t.element_size()))
 
     layers = [(prefix, layer) for prefix, layer in model.named_sublayers(include_self=True)]
@@ -226,13 +290,132 @@ def stream_paddle(model, plan, read, keep: int = KEEP) -> Streamed:
         found = []
         for kind in KINDS:
             for name, t in getattr(layer, kind).items():
-                entry = by_name.get(f"{prefix}.{name}" if prefix else name)
-                if t is not None and entry is not None:
-                    found.append((kind, name, held(t, entry)))
+                array = arrays.get(f"{prefix}.{name}" if prefix else name)
+                if t is not None and array is not None:
+                    found.append((kind, name, held(t, array)))
         places.append((layer, block_of.get(id(layer), []), found))
     handles = []
     hook = lambda layer, h: handles.append(layer.register_forward_pre_hook(h))
     return Streamed(model, block_tensors(places, len(blocks), hook, keep), handles, block_of)
+
+
+@dataclass
+class PaddleWeights:
+    """The paddle model's weights in a streamed run: the plan (the torch tensors read from the
+    checkpoint), its blocks streamed (None where the model holds its own weights), the check of
+    loaded weights against torch's (mapping 'loaded', else None), where they come from, and a note."""
+
+    plan: object
+    ruleset: object
+    streamed: Streamed | None
+    weight_check: object
+    source: str
+    note: str
+    close: Callable[[], None]
+
+
+def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, converted: str | None,
+                   loaded: bool) -> PaddleWeights:
+    """The paddle model's weights beside a streamed torch model: computed from the checkpoint
+    through the plan block by block; with `converted` (a paddle weights file, or the directory
+    convert-weights wrote), read from it block by block, each checked bit for bit against torch's
+    first, one tensor at a time, under mapping 'loaded'; under mapping 'loaded' without it, the
+    weights the paddle model was loaded with, checked so."""
+    from ..convert import plan_for_loaded, plan_in_memory
+    from .weights import check_loaded
+    plan_for = plan_for_loaded if loaded else plan_in_memory
+    plan, ruleset, _ = plan_for(torch_model, paddle_model, rules, source=checkpoint)
+    keep = KEEP
+    where = f"'{checkpoint.path}'"
+    if converted is None and loaded:
+        return PaddleWeights(plan, ruleset, None, check_loaded(plan, checkpoint, paddle_model), "as loaded",
+                             f"weights: torch_model() is on the meta device: its weights are streamed from {where} "
+                             f"block by block ({keep} blocks held at a time), the paddle model keeps the weights it "
+                             "was loaded with", lambda: None)
+    if converted is None:
+        streamed = stream_paddle(paddle_model, plan, checkpoint.read, keep)
+        return PaddleWeights(plan, ruleset, streamed, None, f"streamed from {where}",
+                             f"weights: torch_model() is on the meta device: both models' weights are streamed from "
+                             f"{where} block by block (the part outside the blocks and {keep} blocks per side held at "
+                             "a time)", streamed.close)
+    source = _paddle_source(converted, paddle_model)
+    try:
+        check = _check_file(plan, checkpoint, source) if loaded else None
+        streamed = stream_paddle_arrays(paddle_model, {name: lambda name=name: source.read(name) for name in source.infos},
+                                        keep)
+    except BaseException:
+        source.close()
+        raise
+
+    def close():
+        streamed.close()
+        source.close()
+    return PaddleWeights(plan, ruleset, streamed, check, f"streamed from '{converted}'",
+                         f"weights: torch_model() is on the meta device: its weights are streamed from {where} and the "
+                         f"paddle model's from '{converted}', block by block (the part outside the blocks and {keep} "
+                         "blocks per side held at a time)", close)
+
+
+def _paddle_source(converted: str, paddle_model):
+    """The paddle weights file `converted` (or the directory convert-weights wrote) opened: every
+    parameter of the paddle model in it, every key of it in the model's state dict (a buffer it
+    lacks stays as the model computes it), each in the model's shape and dtype."""
+    from ..frameworks.paddle_side import state_dict_infos
+    source = _paddle_file(converted)
+    try:
+        want = state_dict_infos(paddle_model)
+        missing = sorted(k for k, _ in paddle_model.named_parameters() if k not in source.infos)
+        unexpected = sorted(k for k in source.infos if k not in want)
+        if missing or unexpected:
+            raise UserError(f"--converted '{converted}' does not fit the paddle model (missing: "
+                            f"{', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(unexpected[:5]) or 'none'}); "
+                            "convert it again for this model")
+        misfit = [k for k in source.infos if (tuple(want[k].shape), want[k].dtype) != (tuple(source.infos[k].shape),
+                                                                                         source.infos[k].dtype)]
+        if misfit:
+            k = misfit[0]
+            raise UserError(f"--converted '{converted}' does not fit the paddle model: {k} is "
+                            f"{source.infos[k].describe()} in the file, {want[k].describe()} in the model; convert it "
+                            "again for this model")
+    except BaseException:
+        source.close()
+        raise
+    return source
+
+
+def _paddle_file(converted: str) -> Source:
+    """The paddle weights file `converted` opened; a directory convert-weights wrote: its weights."""
+    import os
+    from ..hfdir import INDEX, WEIGHTS
+    from ..io import open_source
+    path = converted
+    if os.path.isdir(converted):
+        path = next((os.path.join(converted, n) for n in (INDEX, WEIGHTS) if os.path.isfile(os.path.join(converted, n))),
+                    converted)
+    return open_source(path)
+
+
+def _check_file(plan, checkpoint: Checkpoint, source):
+    """Every tensor the plan writes, as the paddle weights file holds it, against the torch tensor
+    the plan makes of the checkpoint, bit for bit, one tensor at a time: a WeightCheck."""
+    from .. import dtypes
+    from .weights import WeightCheck, weight_difference
+    differ, checked = [], 0
+    for entry in plan.entries:
+        expected = entry.compute(checkpoint.read)
+        if entry.dtype == "bfloat16":
+            expected = dtypes.bf16_to_f32(expected)
+        torch_keys = "+".join(part.source for part in entry.parts)
+        for name in (entry.name, *entry.aliases):
+            checked += 1
+            actual = source.read(name)
+            if source.infos[name].dtype == "bfloat16":
+                actual = dtypes.bf16_to_f32(actual)
+            found = weight_difference(name, torch_keys, actual, expected)
+            source.release(name)
+            if found is not None:
+                differ.append(found)
+    return WeightCheck(plan.ruleset, checked, differ)
 
 
 def _named_tensors(model):

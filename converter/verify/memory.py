@@ -7,10 +7,18 @@ activations the strategy keeps: under `auto` and `binary` at most twice the capt
 forced passes hold about as much again as the capture), which they keep to; under `full`, four
 times the floating outputs of one torch forward (torch's capture, paddle's, the forced paddle
 pass and the float64 references' errors), measured by such a forward without keeping them.
+
+Before the models are built (`before_build`), the same parts are estimated from the checkpoint's
+header (its keys, shapes and dtypes): the blocks are the families of keys `PREFIX.N.` that the
+model's largest module lists hold, a floating tensor is held in the dtype the model computes in,
+and the activations are what `auto` and `binary` keep at most (the strategy's share of the memory
+left); set-up in memory also holds the converted paddle weights once more while it loads them. A
+run that fits neither in memory nor streamed stops there, before anything is allocated.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..compare.widen import KEEP
@@ -19,6 +27,7 @@ from ..errors import UserError
 GiB = 1 << 30
 NARROW = 0.8  # a run needing more than this share of what is available is said so in the report
 FULL_CAPTURE_COPIES = 4
+CAPTURE_SHARE = 0.2  # the capture limit of `auto` and `binary`: this share of the memory available (verify/run.py)
 
 
 @dataclass
@@ -147,3 +156,96 @@ def _forward_outputs(session) -> int:
         for h in handles:
             h.remove()
     return total
+
+
+# before the models are built -----------------------------------------------------------------------
+_INDEXED = re.compile(r"^(.*?)\.(\d+)\.")  # 'model.layers.3.mlp.up.weight' -> ('model.layers', '3')
+
+
+@dataclass
+class Held:
+    """One model's weights by what a run holds of them: the part outside the blocks, and each block."""
+
+    outside: int
+    blocks: list[int]
+
+    @property
+    def whole(self) -> int:
+        return self.outside + sum(self.blocks)
+
+    def streamed(self, keep: int) -> int:
+        """The part outside the blocks and the `keep` largest blocks."""
+        return self.outside + sum(sorted(self.blocks, reverse=True)[:keep])
+
+
+def held_from_header(infos: dict, dtype: str | None = None, width: int | None = None) -> Held:
+    """What a model built from a checkpoint with these TensorInfos holds: floating tensors in
+    `dtype` (None: as stored), or `width` bytes an element where given (the float64 reference: 8)."""
+    from .. import dtypes
+    blocks: dict[tuple[str, str], int] = {}
+    outside = 0
+    found = key_blocks(infos)
+    for key, info in infos.items():
+        floating = info.dtype in dtypes.FLOATING
+        size = info.numel * (width or dtypes.itemsize(dtype or info.dtype)) if floating else info.nbytes
+        if width and not floating:
+            size = 0  # the reference copies integer tensors: counted with the model's
+        if key in found:
+            blocks[found[key]] = blocks.get(found[key], 0) + size
+        else:
+            outside += size
+    return Held(outside, list(blocks.values()))
+
+
+def key_blocks(keys) -> dict[str, tuple[str, str]]:
+    """key -> (list, index) for keys inside a model's blocks: the keys 'LIST.N....' whose LIST (the
+    path before the first index) holds the most keys over two indices or more, and those of each
+    other such LIST holding at least half as many (an encoder's and a decoder's layers), as
+    compare/widen.py finds the blocks of a built model."""
+    by_list: dict[str, dict[str, str]] = {}
+    for key in keys:
+        m = _INDEXED.match(key)
+        if m:
+            by_list.setdefault(m.group(1), {})[key] = m.group(2)
+    lists = sorted(((len(members), name) for name, members in by_list.items()
+                    if len(set(members.values())) > 1), reverse=True)
+    if not lists:
+        return {}
+    most = lists[0][0]
+    return {key: (name, index) for count, name in lists if 2 * count >= most
+            for key, index in by_list[name].items()}
+
+
+@dataclass
+class Planned:
+    """A run's peak estimated before its models are built: `in_memory` (set-up holding the converted
+    paddle weights once more, then the run) and `streamed` (both models' weights streamed)."""
+
+    in_memory: Estimate
+    setup: int  # the in-memory set-up's peak
+    streamed: Estimate
+
+    @property
+    def in_memory_peak(self) -> int:
+        return max(self.setup, self.in_memory.peak)
+
+
+def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "float32", paddle_infos: dict | None = None,
+                 paddle_dtype: str | None = None, paddle_streams: bool = True, keep: int = 2) -> Planned:
+    """The peaks of a run from its checkpoint's header: torch's tensors (`torch_infos`, floating
+    ones held in `torch_dtype`), paddle's (`paddle_infos`, floating ones in `paddle_dtype`: a paddle
+    weights file; None: converted from torch's, the same bytes), the float64 reference's part
+    outside the blocks and `keep` blocks, and the activations `auto` and `binary` keep at most.
+    `paddle_streams`: the streamed run streams paddle's weights too (else it holds them all)."""
+    torch_held = held_from_header(torch_infos, torch_dtype)
+    paddle_held = torch_held if paddle_infos is None else held_from_header(paddle_infos, paddle_dtype)
+    wide = held_from_header(torch_infos, width=8)
+    reference, blocks = wide.outside, wide.streamed(keep) - wide.outside
+    models = torch_held.whole + paddle_held.whole
+    activations = int(2 * CAPTURE_SHARE * max(0, available - models - reference))
+    in_memory = Estimate(models, reference, blocks, activations)
+    paddle_streamed = paddle_held.streamed(keep) if paddle_streams else paddle_held.whole
+    streamed_models = torch_held.streamed(keep) + paddle_streamed
+    streamed = Estimate(streamed_models, reference, blocks,
+                        int(2 * CAPTURE_SHARE * max(0, available - streamed_models - reference)))
+    return Planned(in_memory, models + paddle_held.whole, streamed)

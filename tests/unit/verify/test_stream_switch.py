@@ -1,0 +1,201 @@
+"""A spec run with --weights switches to streaming both models' weights when the estimate made
+from the checkpoint's header, before any model is built, says the in-memory run would not fit:
+torch_model() is built with its parameters on the meta device and paddle_model() under
+paddle.LazyGuard(), the rows are the in-memory run's bit for bit, and the report says why it
+streams. A paddle weights file given with --converted is streamed too, and under mapping 'loaded'
+each of its tensors is checked bit for bit against torch's first. A run that fits neither way
+stops before torch_model() is called. The memory available is set to figures between the two
+estimates (verify/memory.py's available_memory, which the estimate reads)."""
+
+import numpy as np
+import paddle
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from converter.compare.session import Options
+from converter.convert import convert_in_memory
+from converter.errors import UserError
+from converter.io import open_source
+from converter.io.base import TensorInfo
+from converter.io.pdparams import write_pdparams
+from converter.spec import LOADED, spec_from_functions
+from converter.verify import memory
+from converter.verify.run import verify
+
+H, FFN, VOCAB, LAYERS, SEQ = 256, 1024, 80, 6, 8
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(H)
+        self.up, self.down = torch.nn.Linear(H, FFN), torch.nn.Linear(FFN, H)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(self.norm(x))))
+
+
+class TorchStack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, H)
+        self.layers = torch.nn.ModuleList([TorchBlock() for _ in range(LAYERS)])
+        self.head = torch.nn.Linear(H, VOCAB)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class PaddleBlock(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.norm = paddle.nn.LayerNorm(H)
+        self.up, self.down = paddle.nn.Linear(H, FFN), paddle.nn.Linear(FFN, H)
+
+    def forward(self, x):
+        return x + self.down(paddle.tanh(self.up(self.norm(x))))
+
+
+class PaddleStack(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.embed = paddle.nn.Embedding(VOCAB, H)
+        self.layers = paddle.nn.LayerList([PaddleBlock() for _ in range(LAYERS)])
+        self.head = paddle.nn.Linear(H, VOCAB)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def inputs():
+    return {"input_ids": np.random.default_rng(7).integers(0, VOCAB, (2, SEQ)).astype("int64")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The torch checkpoint (safetensors and .pt) and the paddle weights converted from it."""
+    torch.manual_seed(1)
+    model = TorchStack()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    root = tmp_path_factory.mktemp("switch")
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(root / "stack.safetensors"))
+    torch.save(state, str(root / "stack.pt"))
+    converted, _, _, _ = convert_in_memory(model, PaddleStack())
+    _write_pdparams(root / "stack.pdparams", converted)
+    return {"safetensors": str(root / "stack.safetensors"), "pt": str(root / "stack.pt"),
+            "pdparams": str(root / "stack.pdparams")}
+
+
+def _write_pdparams(path, arrays):
+    with open(path, "wb") as f:
+        write_pdparams(f, [TensorInfo(k, str(v.dtype), v.shape) for k, v in arrays.items()], lambda i: arrays[i.name])
+
+
+def _between(weights, converted=None):
+    """A figure of memory available where the run fits streamed and not in memory."""
+    with open_source(weights) as source:
+        infos = dict(source.infos)
+    paddle_infos = None
+    if converted:
+        with open_source(converted) as source:
+            paddle_infos = dict(source.infos)
+    low, high = 1, 1 << 40  # the least figure where the streamed run fits
+    while high - low > 1:
+        mid = (low + high) // 2
+        fits = memory.before_build(infos, mid, paddle_infos=paddle_infos).streamed.peak <= mid
+        low, high = (low, mid) if fits else (mid, high)
+    planned = memory.before_build(infos, high, paddle_infos=paddle_infos)
+    assert planned.in_memory_peak > high  # streaming saves the layers beyond two per side
+    return high
+
+
+def _available(monkeypatch, figure):
+    monkeypatch.setattr(memory, "available_memory", lambda: (figure, "the figure this test sets"))
+
+
+def _rows(report):
+    return [repr(r) for r in report.layers]
+
+
+def _spec(built, mapping=None):
+    def torch_model():
+        built["torch"] = TorchStack()
+        return built["torch"]
+
+    def paddle_model():
+        built["paddle"] = PaddleStack()
+        return built["paddle"]
+    return spec_from_functions(torch_model, paddle_model, inputs, mapping)
+
+
+def test_a_run_that_would_not_fit_in_memory_streams_and_gives_the_in_memory_rows(files, monkeypatch):
+    options = Options(device="cpu", strategy="full")
+    in_memory = verify(_spec({}), options, weights=files["safetensors"], bisect=True)
+    assert not any("streamed" in n for n in in_memory.notes)
+    _available(monkeypatch, _between(files["safetensors"]))
+    built = {}
+    streamed = verify(_spec(built), options, weights=files["safetensors"], bisect=True)
+    assert _rows(streamed) == _rows(in_memory) and streamed.layers
+    assert repr(streamed.outputs) == repr(in_memory.outputs) and streamed.first_bad is None
+    why = [n for n in streamed.notes if n.startswith("weights: streamed block by block")]
+    assert len(why) == 1 and "in memory the run needs about" in why[0] and "the figure this test sets" in why[0], \
+        streamed.notes
+    assert all(p.is_meta for p in built["torch"].parameters())  # built with its parameters on the meta device
+    assert not any(p._is_initialized() for p in built["paddle"].parameters())  # built lazily, given back so
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_paddle_weights_given_with_converted_stream_and_are_checked_one_tensor_at_a_time(files, monkeypatch, tmp_path,
+                                                                                        planted):
+    converted = files["pdparams"]
+    if planted:
+        with open_source(converted) as source:
+            arrays = {k: np.array(source.read(k)) for k in source.infos}
+        arrays["layers.3.up.weight"][5, 9] += 0.125
+        converted = str(tmp_path / "planted.pdparams")
+        _write_pdparams(converted, arrays)
+    options = Options(device="cpu", strategy="full")
+    in_memory = verify(_spec({}, LOADED), options, weights=files["safetensors"], converted=converted, bisect=True)
+    _available(monkeypatch, _between(files["safetensors"], converted))
+    built = {}
+    streamed = verify(_spec(built, LOADED), options, weights=files["safetensors"], converted=converted, bisect=True)
+    assert any("the paddle model's from" in n for n in streamed.notes), streamed.notes
+    assert streamed.weights.checked == in_memory.weights.checked == 6 * LAYERS + 3  # every tensor
+    assert [d.to_json() for d in streamed.weights.differ] == [d.to_json() for d in in_memory.weights.differ]
+    assert _rows(streamed) == _rows(in_memory) and streamed.verdict == in_memory.verdict
+    if planted:
+        (differ,) = streamed.weights.differ
+        assert differ.paddle == "layers.3.up.weight" and differ.index == (5, 9) and differ.differ == 1
+        assert streamed.first_bad is not None and streamed.first_bad.torch.startswith("layers.3")
+    else:
+        assert not streamed.weights.differ and streamed.first_bad is None
+
+
+def test_a_run_that_fits_neither_way_stops_before_the_models_are_built(files, monkeypatch):
+    _available(monkeypatch, 4096)
+    built = {}
+    with pytest.raises(UserError) as caught:
+        verify(_spec(built), Options(device="cpu"), weights=files["safetensors"])
+    said = str(caught.value)
+    assert "\n" not in said and "with both models' weights streamed block by block it needs about" in said, said
+    assert built == {}  # neither model was built
+
+
+def test_a_checkpoint_that_cannot_stream_is_said_so_before_the_models_are_built(files, monkeypatch):
+    _available(monkeypatch, _between(files["safetensors"]))
+    built = {}
+    with pytest.raises(UserError) as caught:
+        verify(_spec(built), Options(device="cpu"), weights=files["pt"])
+    said = str(caught.value)
+    assert "\n" not in said and "in memory the run needs about" in said and "safetensors" in said, said
+    assert built == {}
