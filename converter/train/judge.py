@@ -35,20 +35,26 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     e_ref = np.asarray(e_ref, dtype=np.float32).reshape(want.shape)
     formats = formats or FP32
     shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
-    extra = np.broadcast_to(np.asarray(extra, dtype=np.float32), want.shape)
+    extra = np.asarray(extra, dtype=np.float32)  # one for every element, or each element's own
+    extra = np.broadcast_to(extra, want.shape) if extra.ndim else extra
     # the elements either side computes: where both hold an exact 0 (an embedding's rows no token
     # used) nothing was computed, and the noise of those computed is not averaged with their zeros
-    support = (want != 0) | (got != 0)
-    on = (lambda a: a) if support.all() else (lambda a: None if a is None else a[support])
+    support = None if np.count_nonzero(want) == want.size else (want != 0) | (got != 0)
+    on = (lambda a: a) if support is None or support.all() else (lambda a: None if a is None else a[support])
     condition, e_other, fmt_err = on(shaped(condition)), on(shaped(e_other)), on(shaped(fmt_err))
-    want, got, e_ref, extra = on(want), on(got), on(e_ref), on(extra)
+    want, got, e_ref = on(want), on(got), on(e_ref)
+    extra = on(extra) if extra.ndim else extra
     rounding = None if fmt_err is None else {formats["paddle"]: fmt_err}
     budget = budget_from_error(formats, want, e_ref, None, rounding, condition, e_other)
     if condition is not None and condition.size:  # one draw per element: its mean square joins every element's,
         budget.var += np.float32(len(formats) * np.mean(np.square(condition, dtype=np.float64)))  # as e_ref's does
-    budget.var += np.square(extra, dtype=np.float32)
+    if extra.ndim or extra:
+        budget.var += np.square(extra, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(np.subtract(got, want, dtype=np.float64)).astype(np.float32)
+        # float32 values differ by their difference rounded once to float32, wider ones in float64 first
+        narrow = got.dtype.kind == "f" and got.dtype.itemsize <= 4
+        diff = np.subtract(got, want, dtype=np.float32 if narrow else np.float64)
+        diff = np.abs(diff, out=diff) if diff.dtype == np.float32 else np.abs(diff).astype(np.float32)
     ratio, tol = budget.ratio(diff)
-    worst = 0.0 if not diff.size else float(np.nanmax(diff)) if not np.isnan(diff).all() else float("nan")
+    worst = float(np.fmax.reduce(diff, axis=None)) if diff.size else 0.0  # nan where every element is nan
     return Row(phase, step, torch_name, paddle_name, ratio, worst, tol, note)
