@@ -348,11 +348,11 @@ def local_rows(session, tspec, batch) -> list:
     calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
     units = [_Unit.of(call, pairs[call.path]) for path, call in calls.items() if path in pairs]
     units += [u for ppath, group in fused.items() if (u := _Unit.fused(calls, ppath, group)) is not None]
-    t32 = session.torch_copy()
+    t32 = model  # its weights as they were: the backward above only filled their .grad
     t64 = session.torch_copy(torch.float64)
-    tfmt = session.torch_copy()
     fmt = session.formats["paddle"]
-    fmt_handles = emulate_torch_training(tfmt, fmt)
+    tfmt = session.torch_copy() if fmt not in (None, "fp32") else None  # torch in paddle's format
+    fmt_handles = emulate_torch_training(tfmt, fmt) if tfmt is not None else []
     pmodel = session.paddle_copy()
     p_calls = _record_paddle(pmodel, [u.ppath for u in units], inputs)
     p_handles = emulate_paddle_training(fmt)
@@ -524,34 +524,38 @@ def _layer_rows(session, unit: _Unit, t32, t64, tfmt, player, players64, p_call)
     agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
     note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)
 
-    def judged(own_in: list, own_p: dict) -> list:
-        rows = []
-        for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
-            if c is None:
-                continue  # an input paddle's call does not take
-            rows.append(judge("backward", 0, f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c,
-                              (a - b).astype(np.float32), formats=session.formats,
-                              fmt_err=None if gf is None else gf[i] - b, note=gradient_note(a, c) + note,
-                              e_other=own_in[i], condition=cond_in[i]))
-        for pair in session.pairs:
-            names = [unit.local(t) for t in pair.torch]
-            local = relative(pair.paddle, ppath)
-            if local not in pp or not all(n in p32 for n in names):
-                continue
-            want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
-            fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
-            condition = _in_paddle(pair, names, cond_p) if cond_p else None
-            rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, pp[local],
-                              (want - ref).astype(np.float32), formats=session.formats, fmt_err=fmt_err,
-                              note=gradient_note(want, pp[local]) + note, e_other=own_p.get(local), condition=condition))
-        return rows
+    # what each row compares, its note with it: (torch name, paddle name, torch's gradient, paddle's, torch's
+    # error, its error in paddle's format, note, condition, where paddle's own error is found), made once
+    compared = []
+    for i, (a, b, c) in enumerate(zip(g32, g64, gp)):
+        if c is None:
+            continue  # an input paddle's call does not take
+        compared.append((f"{label} d input[{i}]", f"{ppath or '<model>'} d input[{i}]", a, c, (a - b).astype(np.float32),
+                         None if gf is None else gf[i] - b, gradient_note(a, c) + note, cond_in[i], ("in", i)))
+    for pair in session.pairs:
+        names = [unit.local(t) for t in pair.torch]
+        local = relative(pair.paddle, ppath)
+        if local not in pp or not all(n in p32 for n in names):
+            continue
+        want, ref = _in_paddle(pair, names, p32), _in_paddle(pair, names, p64)
+        fmt_err = None if pf is None else _in_paddle(pair, names, pf) - ref
+        condition = _in_paddle(pair, names, cond_p) if cond_p else None
+        compared.append((pair.torch_name, pair.paddle, want, pp[local], (want - ref).astype(np.float32), fmt_err,
+                         gradient_note(want, pp[local]) + note, condition, ("p", local)))
 
-    rows = judged([None] * len(gp), {})
+    def judged(own: dict) -> list:
+        return [judge("backward", 0, t, p, want, got, e_ref, formats=session.formats, fmt_err=fmt_err, note=said,
+                      e_other=own.get(key), condition=condition)
+                for t, p, want, got, e_ref, fmt_err, said, condition, key in compared]
+
+    rows = judged({})
     if any(r.ratio is None or not r.ratio <= OWN_FROM for r in rows):  # torch's error alone does not cover it
         own_in, own_p = _paddle_own(players64 and players64.get(ppath), forced, inputs, p_grads64, gp, pp)
         if not ppath:
             session.paddle_own = dict(own_p)
-        rows = judged(own_in, own_p)
+        own = {("in", i): e for i, e in enumerate(own_in)}
+        own.update((("p", n), e) for n, e in own_p.items())
+        rows = judged(own)
     return rows
 
 
@@ -615,16 +619,33 @@ def gradient_note(torch_grad, paddle_grad) -> str:
 def scale_of(torch_grad, paddle_grad) -> float | None:
     """The constant paddle's gradient is torch's times (least squares), where it fits within
     SCALE_FIT of paddle's norm and is not 1 within that; else None."""
-    a = np.asarray(torch_grad, np.float64).ravel()
-    b = np.asarray(paddle_grad, np.float64).ravel()
-    if a.shape != b.shape or not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
+    a, b = np.asarray(torch_grad).ravel(), np.asarray(paddle_grad).ravel()
+    if a.shape != b.shape:
         return None
-    norm_a, norm_b = float(np.dot(a, a)), float(np.linalg.norm(b))
-    if norm_a == 0 or norm_b == 0:
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    norm_a, norm_b = _sum_of(a, a), _sum_of(b, b)  # squared norms: finite where every element is
+    low, high = a.size * FLOAT32_SUMS[0], FLOAT32_SUMS[1]
+    if a.dtype == np.float32 and not (low < norm_a < high and low < norm_b < high):
+        a, b = a.astype(np.float64), b.astype(np.float64)  # float32 would overflow or lose what underflows
+        norm_a, norm_b = _sum_of(a, a), _sum_of(b, b)
+    if not (math.isfinite(norm_a) and math.isfinite(norm_b)) or norm_a == 0 or norm_b == 0:
         return None
-    factor = float(np.dot(a, b)) / norm_a
-    fits = float(np.linalg.norm(b - factor * a)) <= SCALE_FIT * norm_b
+    factor = _sum_of(a, b) / norm_a
+    rest = np.multiply(a, a.dtype.type(-factor))
+    rest += b
+    fits = _sum_of(rest, rest) <= SCALE_FIT ** 2 * norm_b
     return factor if fits and abs(factor - 1) > SCALE_FIT else None
+
+
+# the sums of squares scale_of takes in float32: above n * the first, what underflows in them (under
+# 1.2e-38 each) is under a ten-millionth of them; below the second, no sum it forms overflows
+FLOAT32_SUMS = (1e-31, 1e36)
+
+
+def _sum_of(x: np.ndarray, y: np.ndarray) -> float:
+    """sum(x * y) in their dtype, summed pairwise (within a few units of it, where BLAS's dot may not be)."""
+    return float(np.add.reduce(np.multiply(x, y)))
 
 
 def scale_in(row) -> str | None:
