@@ -186,7 +186,9 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
             with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
                 loss.backward()
             record.losses.append(loss_value(loss))
-            grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
+            grads = {}
+            if k == 0 or on_step is not None:  # the gradients before clipping and the step change them
+                grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
             if k == 0:
                 record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
             before = None
