@@ -6,8 +6,9 @@ layers). Each tensor of the tree has a placeholder, which its places hold while 
 needed, and a way to make the tensor itself. A hook on every module inside a block makes the
 whole block's tensors when one of them is called, so that a call into the middle of a block finds
 its siblings there too; the blocks used least recently go back to their placeholders once more
-than KEEP are held (or more: `hold_within` keeps as many as an allowance of bytes holds). Tensors outside every block (embeddings, heads, final norms, tables a parent
-reads without calling their module) are made once and held for the whole run. A tensor shared
+than KEEP are held (`hold_within` keeps all of them where an allowance of bytes holds them).
+Tensors outside every block (embeddings, heads, final norms, tables a parent reads without
+calling their module) are made once and held for the whole run. A tensor shared
 between modules is one tensor shared the same way, counted by the blocks that hold it. Two
 threads may run the tree at once: making and dropping take a lock, and the block a thread entered
 last is never dropped while that thread lives. compare/stream.py streams both models' own weights
@@ -121,19 +122,15 @@ class BlockTensors:
         return len(self._blocks)
 
     def hold_within(self, allowance: int) -> int:
-        """Keep as many blocks as `allowance` bytes hold (the largest counted first), never fewer
-        than `keep` was: a tree run again and again (the forward check's passes) makes each block
-        once instead of once per pass. Returns the blocks kept."""
+        """Keep every block once made where all of them fit in `allowance` bytes: a tree run again
+        and again (the forward check's passes) then makes each block once instead of once per pass.
+        Where they do not fit, `keep` stays as it was: passes run the blocks in order, so keeping
+        some of them would only drop each before its next use. Returns the blocks kept."""
         pinned = {id(r) for r in self._pinned}
-        sizes = sorted((sum(r.nbytes for r in records if id(r) not in pinned) for records in self._blocks),
-                       reverse=True)
-        fit, total = 0, 0
-        for size in sizes:
-            if total + size > allowance:
-                break
-            fit, total = fit + 1, total + size
-        with self._lock:
-            self.keep = max(self.keep, fit)
+        total = sum(r.nbytes for records in self._blocks for r in records if id(r) not in pinned)
+        if total <= allowance:
+            with self._lock:
+                self.keep = max(self.keep, len(self._blocks))
         return self.keep
 
     def most_bytes(self) -> tuple[int, int]:
