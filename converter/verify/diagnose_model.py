@@ -2,9 +2,12 @@
 
 Attention: the torch module is re-run in float64 on its recorded inputs with one choice
 made differently (no causal mask, another logit scale, query and key exchanged); when that
-lands on paddle's output where torch's own does not, that choice is the cause. Also: a mask
-that masks positions on one side only, and an output head whose weight torch ties to
-another module's and paddle no longer does. Same signature as diagnose.py: check(ctx).
+lands on paddle's output where torch's own does not, that choice is the cause. A rotary
+table (HF 5's rotary embeddings, built from the config's rope_parameters) likewise: rebuilt
+from the paddle model's value of each rotary field that differs, and with YaRN's factor read
+from max_position_embeddings / original_max_position_embeddings. Also: a mask that masks
+positions on one side only, and an output head whose weight torch ties to another module's
+and paddle no longer does. Same signature as diagnose.py: check(ctx).
 """
 
 from __future__ import annotations
@@ -191,6 +194,81 @@ def check_attention(ctx) -> list[Diagnosis]:
     return []
 
 
+def _rope_init(module):
+    """The function HF's rotary embedding `module` built its table with (its config's rope type:
+    its own default, or its modeling file's ROPE_INIT_FUNCTIONS), or None where it is not one."""
+    import sys
+    config = getattr(module, "config", None)
+    rope = getattr(config, "rope_parameters", None)
+    if not isinstance(rope, dict) or "rope_type" not in rope or not hasattr(module, "inv_freq") \
+            or not hasattr(module, "attention_scaling"):
+        return None
+    if rope["rope_type"] == "default":
+        return getattr(type(module), "compute_default_rope_parameters", None)
+    return getattr(sys.modules.get(type(module).__module__), "ROPE_INIT_FUNCTIONS", {}).get(rope["rope_type"])
+
+
+@contextlib.contextmanager
+def _rope_built_from(module, rope_init, changes: dict):
+    """The rotary table of `module` rebuilt from its config with `changes` made to its
+    rope_parameters (max_position_embeddings: to the config itself)."""
+    import copy
+    config = copy.deepcopy(module.config)
+    config.rope_parameters = dict(config.rope_parameters)
+    for name, value in changes.items():
+        if name == "max_position_embeddings":
+            config.max_position_embeddings = value
+        else:
+            config.rope_parameters[name] = value
+    inv_freq, scaling = rope_init(config, module.inv_freq.device)
+    saved = module.inv_freq, module.attention_scaling
+    module.inv_freq, module.attention_scaling = inv_freq.to(module.inv_freq.dtype), scaling
+    try:
+        yield
+    finally:
+        module.inv_freq, module.attention_scaling = saved
+
+
+def check_rotary(ctx) -> list[Diagnosis]:
+    """A rotary table that is torch's built from other rope parameters: the paddle model's value of
+    a rotary field that differs from torch's config, or YaRN's factor taken as
+    max_position_embeddings / original_max_position_embeddings instead of rope_parameters' factor
+    (PaddleFormers 1.2 reads it so whenever original_max_position_embeddings is given)."""
+    rope_init = _rope_init(ctx.torch_module)
+    if rope_init is None:
+        return []
+    config = ctx.torch_module.config
+    rope = config.rope_parameters
+    mine = dict(rope, max_position_embeddings=getattr(config, "max_position_embeddings", None))
+    p_config = getattr(ctx.paddle_layer, "config", None)
+    p_rope = getattr(p_config, "rope_parameters", None)
+    theirs = dict(p_rope if isinstance(p_rope, dict) else {},
+                  max_position_embeddings=getattr(p_config, "max_position_embeddings", None))
+    for name in sorted(set(mine) & set(theirs)):
+        if theirs[name] is None or theirs[name] == mine[name] or name == "rope_type":
+            continue
+        changes = {name: theirs[name]}
+        if _what_if(ctx, lambda m, c=changes: _rope_built_from(m, rope_init, c)):
+            field = name if name == "max_position_embeddings" else f"rope_parameters['{name}']"
+            return [Diagnosis(ctx.name, f"the rotary table is torch's built with the paddle model's {field} "
+                              f"{theirs[name]!r}; torch's config has {mine[name]!r}",
+                              f"give the paddle model's config torch's {field} ({mine[name]!r})", kind="rotary")]
+    # the longest context as the paddle model's config says (it reads the factor from its own), else as torch's
+    original, factor = rope.get("original_max_position_embeddings"), rope.get("factor")
+    longest = theirs["max_position_embeddings"] or mine["max_position_embeddings"]
+    if rope["rope_type"] == "yarn" and original and longest and factor is not None and longest / original != factor:
+        ratio = longest / original
+        if _what_if(ctx, lambda m: _rope_built_from(m, rope_init, {"factor": ratio})):
+            whose = "the paddle model's " if theirs["max_position_embeddings"] else ""
+            return [Diagnosis(ctx.name, f"the rotary table is torch's with YaRN's factor taken as {whose}"
+                              f"max_position_embeddings / original_max_position_embeddings ({longest} / {original} = "
+                              f"{ratio:g}) instead of rope_parameters['factor'] ({factor:g}): PaddleFormers 1.2 reads "
+                              "the factor so whenever original_max_position_embeddings is given",
+                              f"set max_position_embeddings to factor x original_max_position_embeddings "
+                              f"({factor * original:g}) in both configs, so the two readings agree", kind="rotary")]
+    return []
+
+
 def check_mask(ctx) -> list[Diagnosis]:
     """A mask on paddle's side that masks positions torch's call does not mask (a causal mask is
     the attention's own business: torch's may apply it inside; check_attention sees to it)."""
@@ -255,4 +333,4 @@ def check_tied(ctx) -> list[Diagnosis]:
     return out
 
 
-CHECKS = (check_mask, check_attention, check_tied)
+CHECKS = (check_mask, check_attention, check_rotary, check_tied)
