@@ -150,8 +150,8 @@ class GroupedRouting:
         bias = getattr(torch_module, "e_score_correction_bias", None)
         fields = {name: getattr(config, name, None) for name in ("num_experts_per_tok", "n_group", "topk_group",
                                                                   "norm_topk_prob", "routed_scaling_factor")}
-        if bias is None or any(v is None for v in fields.values()):
-            return None
+        if bias is None or bias.is_meta or any(v is None for v in fields.values()):
+            return None  # (a model on the meta device, its weights streamed, has no bias to read yet)
         experts = int(bias.numel())
         if fields["num_experts_per_tok"] > experts or experts % fields["n_group"]:
             return None

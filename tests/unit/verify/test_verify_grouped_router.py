@@ -173,3 +173,13 @@ def test_a_router_whose_products_paddle_rounds_to_bf16_is_within_the_bf16_budget
     gates = [r for r in report.layers if r.torch.endswith(".gate")]
     assert len(gates) == 2 and all(g.local_max_abs > 1e-4 for g in gates), gates  # bf16's rounding shows
     assert all(g.ratio is not None and g.ratio < 1 for g in gates), gates
+
+
+def test_a_router_on_the_meta_device_has_no_reading_until_its_bias_is_there():
+    """A torch model built on the meta device (its weights streamed) holds no bias to route with."""
+    from converter.families.router import GroupedRouting
+    with torch.device("meta"):
+        streamed = DeepseekV3TopkRouter()
+    assert GroupedRouting.of_module(streamed) is None
+    reading = GroupedRouting.of_module(DeepseekV3TopkRouter())
+    assert reading is not None and (reading.top_k, reading.n_group, reading.topk_group) == (K, GROUPS, TOP_GROUPS)
