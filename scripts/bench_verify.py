@@ -1,8 +1,8 @@
 """Benchmark verify-port on CPU, with ratios measured in the same run.
 
-1. Speed: full-capture verification of a BERT-base-sized port (12 layers, hidden 768,
-   12 heads, FFN 3072) against the time of the two plain forward passes (torch + paddle).
-   Target: at most 3x.
+1. Speed: verification with the default strategy (auto: full capture at this size) of a
+   BERT-base-sized port (12 layers, hidden 768, 12 heads, FFN 3072) against the time of the
+   two plain forward passes (torch + paddle). Target: at most 3x.
 2. Memory: peak memory held above the loaded models while verifying (hidden 256, long
    sequences, so that activations dominate), with the binary search at 12 and 48 layers and
    with full capture at 12 and 24. Target: the binary search's does not grow with depth.
@@ -75,27 +75,29 @@ def _timed(fn):
 
 
 def speed(repeat=5):
-    """Plain forwards and full-capture verification, run alternately `repeat` times, so that
+    """Plain forwards and verification as verify-port runs it by default (`auto`, which captures
+    everything at this size; memory check included), run alternately `repeat` times, so that
     drift on a noisy machine hits both alike: best against best, and the median of the
     per-round ratios."""
     from converter.verify.run import run_on
     B.resize(hidden=768, layers=12, heads=12, ffn=3072, seq=128, batch=2)
-    options = Options(device="cpu", strategy="full")
+    options = Options(device="cpu", strategy="auto")
     session = PortSession(clean_spec(), options)
     session.run_torch(), session.run_paddle()  # warm up
     rounds = []
     for _ in range(repeat):
         t_torch, _ = _timed(session.run_torch)
         t_paddle, _ = _timed(session.run_paddle)
-        t_verify, report = _timed(lambda: run_on(session, options))  # as verify-port runs it: memory check included
+        t_verify, report = _timed(lambda: run_on(session, options))
         results = report.layers
         rounds.append((t_torch, t_paddle, t_verify))
     t_torch, t_paddle, t_verify = (min(r[i] for r in rounds) for i in range(3))
     ratios = sorted(r[2] / (r[0] + r[1]) for r in rounds)
     over = sum(r.within_budget is False for r in results)
     print(f"speed (BERT-base size, {len(results)} layers compared, {over} over budget; best of {repeat}, run "
-          f"alternately): torch forward {t_torch:.3f} s, paddle forward {t_paddle:.3f} s; full-capture "
-          f"verification {t_verify:.2f} s: ratio {t_verify / (t_torch + t_paddle):.2f} x the two plain forwards, "
+          f"alternately): torch forward {t_torch:.3f} s, paddle forward {t_paddle:.3f} s; verification "
+          f"({report.strategy}, {report.passes} paired passes) {t_verify:.2f} s: ratio "
+          f"{t_verify / (t_torch + t_paddle):.2f} x the two plain forwards, "
           f"median of per-round ratios {ratios[len(ratios) // 2]:.2f} (target <= 3)")
 
 

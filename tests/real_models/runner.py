@@ -29,6 +29,7 @@ class Outcome:
     named: str | None = None  # first_bad_layer.torch
     causes: list = field(default_factory=list)
     unjudged: int = 0  # compared pairs without a verdict
+    largest: tuple[float, str] | None = None  # the largest finite ratio of a row, and its torch layer
     notes: list = field(default_factory=list)  # distinct row and report notes
     error: str = ""  # stderr, or the output when no JSON was written
 
@@ -87,6 +88,8 @@ def run_case(case: Case, strategy: str) -> Outcome:
     rows = report.get("layers") or []
     # a row's verdict, not its ratio: the JSON writes an infinite ratio (over every budget) as null
     outcome.unjudged = sum(1 for row in rows if row.get("within_budget") is None)
+    ratios = [(row["ratio"], row.get("torch") or "<model>") for row in rows if row.get("ratio") is not None]
+    outcome.largest = max(ratios, default=None)
     notes = [row["note"] for row in rows if row.get("note")] + list(report.get("notes") or [])
     outcome.notes = list(dict.fromkeys(notes))
     outcome.error = result.stderr or ""
