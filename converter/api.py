@@ -147,8 +147,8 @@ def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | No
     from .hfpair import directory_spec
     from .spec import LOADED
     options = options if options is not None else VerifyOptions()
-    spec = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet)
-    return verify_port(spec, options, mapping=LOADED)
+    run = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet)
+    return verify_port(run.spec, options, weights=run.weights, converted=run.converted, mapping=LOADED)
 
 
 def translated_optimizer(spec: PortSpec) -> str:

@@ -8,6 +8,14 @@ were written (no conversion on paddle's side). The paddle model keeps those weig
 used (config.json's model_type for the library), and the layers are paired through it. The inputs
 are token ids drawn from the config's vocabulary, a padded second row where both models take an
 attention_mask.
+
+Where the memory estimate made from the two directories' headers (verify/memory.py's before_build:
+torch's tensors in the dtype from_pretrained loads them in, paddle's as PADDLE_DIR holds them)
+says the run would not fit in memory and HF_DIR's weights are safetensors, both models are built
+without their weights, torch's from config.json with its parameters on the meta device (its
+buffers computed on the CPU) and paddle's under LazyGuard, and both stream block by block: torch's
+from HF_DIR's checkpoint, paddle's from PADDLE_DIR's weights, each of those checked bit for bit
+against torch's first, one tensor at a time (compare/stream.py).
 """
 
 from __future__ import annotations
@@ -53,13 +61,26 @@ class PaddleClass:
         return f"{self.library_name} {version}'s {self.cls.__name__}" + (f" ({self.note})" if self.note else "")
 
 
+@dataclass(frozen=True)
+class DirectoryRun:
+    """What verify-port HF_DIR PADDLE_DIR runs: the spec (mapping "loaded" is the caller's to pass),
+    and where both models stream, the checkpoint their weights are read from (`weights`: HF_DIR's,
+    `converted`: PADDLE_DIR); both None for a run in memory."""
+
+    spec: PortSpec
+    weights: str | None = None
+    converted: str | None = None
+
+
 def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, train: bool = False,
-                   log: Callable[[str], None] = lambda line: None) -> PortSpec:
-    """The spec that builds both models from their directories (mapping "loaded" is the caller's
-    to pass: verify_port(spec, mapping=LOADED)). `mapping`: a rule-set name or file; default the
+                   log: Callable[[str], None] = lambda line: None) -> DirectoryRun:
+    """The run that builds both models from their directories: verify_port(run.spec, weights=run.weights,
+    converted=run.converted, mapping=LOADED). `mapping`: a rule-set name or file; default the
     one convert-weights HF_DIR OUT_DIR uses for config.json's model_type and the paddle library.
     Its training parts (verify-port --train): the architecture's loss (training_loss) and AdamW;
-    `train` only says them in the log. Bad input raises UserError before any model is built."""
+    `train` only says them in the log. Both models stream where the run would not fit in memory
+    (not with `train`: training holds both models). Bad input, and a run that fits in memory
+    neither way, raise UserError before any model is built."""
     hf_config = _model_directory(hf_dir, "HF_DIR", "the directory save_pretrained wrote")
     paddle_config = _model_directory(paddle_dir, "PADDLE_DIR", "the directory convert-weights HF_DIR OUT_DIR wrote")
     architecture = _architecture(hf_config, hf_dir)
@@ -72,15 +93,21 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
         f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
         f"{quoted(ruleset.name) if ruleset is not None else 'inferred from the two models'}")
     inputs = token_inputs(hf_config)
+    checkpoint, why = streamed_checkpoint(hf_dir, paddle_dir, hf_config, paddle_config, train)
+    if checkpoint is not None:
+        log(why)
 
     def torch_model():
+        if checkpoint is not None:
+            return _meta_torch(torch_class, hf_dir, checkpoint)
         model, info = torch_class.from_pretrained(hf_dir, output_loading_info=True)
         _check_hf_loading(info, hf_dir, torch_class.__name__)
         model.config.use_cache = False  # both sides return the logits alone
         return model.eval()
 
     def paddle_model():
-        model = _load_paddle(paddle_class, paddle_dir)
+        model = _lazy_paddle(paddle_class, paddle_dir) if checkpoint is not None else _load_paddle(paddle_class,
+                                                                                                   paddle_dir)
         _check_loaded_keys(model, paddle_weights, paddle_dir, paddle_class.library)
         return model
 
@@ -93,10 +120,110 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
             f"AdamW(lr={LEARNING_RATE})")
     label = f"{os.path.basename(os.path.normpath(hf_dir))} -> {os.path.basename(os.path.normpath(paddle_dir))}"
     if loss is None:
-        return PortSpec(torch_model, paddle_model, model_inputs, ruleset, torch_optimizer=_adamw, label=label)
-    return PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw,
-                    batches=lambda: [(model_inputs(), loss.target(model_inputs()))], torch_loss=loss.torch,
-                    paddle_loss=loss.paddle)
+        spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, torch_optimizer=_adamw, label=label)
+    else:
+        spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw,
+                        batches=lambda: [(model_inputs(), loss.target(model_inputs()))], torch_loss=loss.torch,
+                        paddle_loss=loss.paddle)
+    return DirectoryRun(spec, checkpoint, paddle_dir if checkpoint is not None else None)
+
+
+# memory -------------------------------------------------------------------------------------------
+def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict, available: int):
+    """(the estimate of the run's peaks from both directories' headers (memory.Planned), HF_DIR's
+    checkpoint, whether it is safetensors)."""
+    from .io import open_source
+    from .verify import memory
+    with open_source(hf_dir) as source:
+        torch_infos, path, files = dict(source.infos), source.path, source.files
+    paddle_file = os.path.join(paddle_dir, INDEX if os.path.isfile(os.path.join(paddle_dir, INDEX)) else WEIGHTS)
+    with open_source(paddle_file) as source:
+        paddle_infos = dict(source.infos)
+    planned = memory.before_build(torch_infos, available, _torch_dtype(hf_config), paddle_infos,
+                                  _config_dtype(paddle_config))
+    return planned, path, all(f.lower().endswith((".safetensors", ".index.json")) for f in files)
+
+
+def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict,
+                        train: bool) -> tuple[str | None, str]:
+    """(HF_DIR's checkpoint, why) where both models stream (the run would not fit in memory), else
+    (None, ''); a UserError where it fits neither way."""
+    from .verify import memory
+    available, where = memory.available_memory()
+    planned, path, safetensors = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
+    if planned.in_memory_peak <= available:
+        return None, ""
+    need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB "
+            f"({planned.in_memory.parts()}), and {available / memory.GiB:.1f} GiB is available by {where}")
+    if train:
+        raise UserError(f"verify-port --train: {need}, and the training checks hold both models: run without "
+                        "--train (the forward check streams the weights block by block), or free memory")
+    if not safetensors:
+        raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; a run that streams the weights block by block reads "
+                        f"HF_DIR's one tensor at a time from safetensors, and {quoted(path)} is not: save HF_DIR with "
+                        "save_pretrained(..., safe_serialization=True), or free memory")
+    if planned.streamed.peak > available:
+        raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; with both models' weights streamed block by block it "
+                        f"needs about {planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free "
+                        "memory, or run on a machine with more")
+    return path, f"weights: streamed block by block from both directories, as {need}"
+
+
+def _config_dtype(config: dict) -> str | None:
+    """The dtype config.json names (HF 5's 'dtype', or 'torch_dtype'), or None."""
+    from . import dtypes
+    named = config.get("dtype", config.get("torch_dtype"))
+    try:
+        return dtypes.canonical(named) if isinstance(named, str) else None
+    except UserError:
+        return None
+
+
+def _torch_dtype(config: dict) -> str:
+    """The dtype from_pretrained loads HF_DIR's floating weights in: float32 in transformers 4,
+    config.json's dtype in transformers 5 (its "auto")."""
+    major = int(importlib.metadata.version("transformers").split(".")[0])
+    return (_config_dtype(config) if major >= 5 else None) or "float32"
+
+
+def _meta_torch(torch_class: type, hf_dir: str, checkpoint: str):
+    """transformers' class built from HF_DIR's config.json with its parameters on the meta device
+    (its buffers computed on the CPU), as from_pretrained builds it, HF_DIR's checkpoint holding
+    every parameter by the model's names."""
+    from .compare.stream import parameters_on_meta
+    from .io import open_source
+    config = torch_class.config_class.from_pretrained(hf_dir)
+    with parameters_on_meta():
+        model = torch_class._from_config(config)
+    model.config.use_cache = False  # both sides return the logits alone
+    state = model.state_dict(keep_vars=True)
+    with open_source(checkpoint) as source:
+        held = set(source.infos)
+    ids = {}
+    for key, t in state.items():
+        ids.setdefault(id(t), []).append(key)
+    missing = sorted(k for k, t in state.items() if t.is_meta and not set(ids[id(t)]) & held)
+    unexpected = sorted(held - set(state))
+    if missing or unexpected:
+        said = [f"{', '.join(map(quoted, keys[:SHOWN]))}{f' and {len(keys) - SHOWN} more' if len(keys) > SHOWN else ''} "
+                f"{what}" for keys, what in ((missing, "are not there"), (unexpected, "are not the model's")) if keys]
+        raise UserError(f"HF_DIR {quoted(hf_dir)}'s checkpoint does not hold {torch_class.__name__}'s tensors by its "
+                        f"names: {'; '.join(said)}; a run that streams the weights reads each by the model's name: "
+                        "verify the pair where it fits in memory")
+    return model.eval()
+
+
+def _lazy_paddle(paddle_class: PaddleClass, paddle_dir: str):
+    """The paddle class built from PADDLE_DIR's config.json under LazyGuard (its parameters take no
+    memory; streamed from PADDLE_DIR's weights), in the dtype from_pretrained gives it."""
+    from .lazy import import_paddle
+    paddle = import_paddle()
+    config = paddle_class.cls.config_class.from_pretrained(paddle_dir)
+    with paddle.LazyGuard():
+        model = paddle_class.cls._from_config(config)
+    _plain_paddle_config(model)
+    model.eval()
+    return model
 
 
 # the directories ---------------------------------------------------------------------------------
@@ -251,19 +378,24 @@ def _ruleset(hf_config: dict, hf_dir: str, target: str, mapping: str | None):
 # the models ---------------------------------------------------------------------------------------
 def _load_paddle(paddle_class: PaddleClass, paddle_dir: str):
     """The paddle class from PADDLE_DIR: its config.json, its paddle weights as they are."""
-    from .lazy import import_paddle
-    paddle = import_paddle()
     if paddle_class.library == "paddleformers":  # its default converts an HF checkpoint itself
         model = paddle_class.cls.from_pretrained(paddle_dir, load_checkpoint_format=None, convert_from_hf=False)
     else:
         model = paddle_class.cls.from_pretrained(paddle_dir)
+    _plain_paddle_config(model)
+    model.eval()
+    return model
+
+
+def _plain_paddle_config(model) -> None:
+    """The paddle model's config as both sides run: no cache, and no fused RMSNorm on a CPU."""
+    from .lazy import import_paddle
+    paddle = import_paddle()
     config = getattr(model, "config", None)
     if config is not None:
         config.use_cache = False  # both sides return the logits alone
         if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
             config.fuse_rms_norm = False  # paddle has no CPU kernel for the fused RMSNorm PaddleFormers uses
-    model.eval()
-    return model
 
 
 def _check_loaded_keys(model, weights: set[str], paddle_dir: str, library: str) -> None:
