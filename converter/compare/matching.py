@@ -265,11 +265,24 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict[int, int] |
         a = paddle_array(j)
         i = next((i for i in left if _kind(torch_values[i]) == _kind(a)
                   and masked_positions(a) is None and masked_positions(torch_values[i]) is None
-                  and common_shape(a.shape, torch_values[i].shape) is not None), None)
+                  and _stands_for(torch_values[i], a)), None)
         if i is not None:
             left.remove(i)
         matches[j] = InputMatch(j, i, NONE if i is None else POSITION)
     return [matches[j] for j in range(len(paddle_values))]
+
+
+def _stands_for(t: np.ndarray, a: np.ndarray) -> bool:
+    """Whether torch's `t`, broadcast, can stand for paddle's `a`: their shapes broadcast together,
+    and along the axes where `t` has 1 and `a` more, `a` repeats one slice (a batch broadcast). A
+    paddle tensor holding several things there (cos and sin stacked, where torch passes cos and sin
+    apart) is no one torch input, whatever its shape."""
+    if common_shape(a.shape, t.shape) is None:
+        return False
+    if a.ndim < t.ndim:
+        return True
+    aligned = (1,) * (a.ndim - t.ndim) + tuple(t.shape)
+    return fit(a, tuple(1 if n == 1 else m for n, m in zip(aligned, a.shape))) is not None
 
 
 def describe(matches: list[InputMatch], shapes: list[tuple]) -> str:

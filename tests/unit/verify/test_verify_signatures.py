@@ -104,6 +104,15 @@ def test_inputs_pair_by_value_not_by_position():
     # the same argument computed differently (positions from one): paired as a leftover, to be charged
     got = match_inputs([np.repeat(positions + 1, 2, 0)], [positions])
     assert [(m.source, m.how) for m in got] == [(0, POSITION)]
+    # cos and sin stacked into one tensor where torch passes them apart: no torch input stands for it
+    rng = np.random.default_rng(3)
+    cos, sin = (rng.standard_normal((1, 6, 4)).astype(np.float32) for _ in range(2))
+    stacked = np.broadcast_to(np.stack([cos, sin])[:, None], (2, 2, 1, 6, 4)).reshape(2, 2, 6, 4) + np.float32(1e-3)
+    got = match_inputs([h, stacked], [h, cos, sin])
+    assert [(m.source, m.how) for m in got] == [(0, VALUE), (None, NONE)]
+    # one torch input broadcast over paddle's batch, computed differently: paired as a leftover
+    got = match_inputs([np.repeat(cos, 2, 0) * np.float32(2)], [cos])
+    assert [(m.source, m.how) for m in got] == [(0, POSITION)]
     pad = np.where(np.array([[1, 1, 1, 1, 0]], bool), 0.0, -1e4).astype(np.float32).reshape(1, 1, 1, 5)
     got = match_inputs([pad], [np.where(pad < 0, np.float32(-3e38), np.float32(0)).repeat(5, 2)])
     assert [(m.source, m.how) for m in got] == [(0, MASK)]
