@@ -299,6 +299,8 @@ def diagnose(ctx) -> list[Diagnosis]:
     for check in CHECKS + MODEL_CHECKS:
         found.extend(d for d in check(ctx) if not (said and d.kind == "transpose"))
     found = _distinct(found)  # a family's what-if and a generic check may agree
+    if any(d.kind not in SIZE_FITS for d in found):  # a cause that reproduces paddle's output outranks a fit by size
+        found = [d for d in found if d.kind not in SIZE_FITS]
     if not found:
         found = check_own_forward(ctx)
     if not found:
@@ -306,6 +308,10 @@ def diagnose(ctx) -> list[Diagnosis]:
                            f"compare the forward of torch {type(ctx.torch_module).__name__} and paddle "
                            f"{type(ctx.paddle_layer).__name__} line by line on the recorded inputs", kind="unknown")]
     return found
+
+
+# check_precision's diagnoses: the difference fits a lower precision's budget by its size alone
+SIZE_FITS = frozenset({"tf32", "fp16", "bf16", "own rounding"})
 
 
 def _distinct(found: list[Diagnosis]) -> list[Diagnosis]:
