@@ -85,8 +85,8 @@ class OptimizerCheck:
     def _set(self, pair, array: np.ndarray, grad: np.ndarray):
         import paddle
         p = self.params[pair.paddle]
-        p.set_value(array.astype(np.float32))
-        p.grad = paddle.to_tensor(grad.astype(np.float32))
+        p.set_value(np.asarray(array, dtype=np.float32))
+        p.grad = paddle.to_tensor(np.asarray(grad, dtype=np.float32))
 
     def checks(self, k: int) -> bool:
         """Whether step k is teacher-forced: the first steps (fresh and filled state) and the last;
@@ -96,12 +96,15 @@ class OptimizerCheck:
     def __call__(self, k: int, opt, model, before: dict):
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
         grads = {n: t.cpu().numpy() for n, t in before["grads"].items()}
+        checked = self.checks(k)
+        stepped = self._stepped(grads)
+        # the gradients in paddle's layout, where this step uses them
+        laid_out = {pair.paddle: pair.to_paddle(grads) for pair in stepped if checked or pair.paddle in self.drift}
         # each element's drift moves the loss by g * drift, with signs we do not know: combined as
         # independent terms
-        self.loss_drift.append(float(np.sqrt(sum(float(np.sum(np.square(pair.to_paddle(grads) * self.drift[pair.paddle],
-                                                                         dtype=np.float64)))
-                                                 for pair in self._stepped(grads) if pair.paddle in self.drift))))
-        if not self.checks(k):
+        self.loss_drift.append(float(np.sqrt(sum(_squared(laid_out[pair.paddle] * self.drift[pair.paddle])
+                                                 for pair in stepped if pair.paddle in self.drift))))
+        if not checked:
             self._drift_only(model, opt, params, grads)
             if self.sched is not None:
                 self.sched.step()
@@ -110,8 +113,8 @@ class OptimizerCheck:
         index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
         state_before = {index[i]: s for i, s in before["state"]["state"].items()}
         lr = float(opt.param_groups[0]["lr"])
-        for pair in self._stepped(grads):
-            self._set(pair, pair.to_paddle(params), pair.to_paddle(grads))
+        for pair in stepped:
+            self._set(pair, pair.to_paddle(params), laid_out[pair.paddle])
             self._load_state(pair, state_before, params, lr)
         self._force_lr(float(before["state"]["param_groups"][0]["lr"]))  # the rate of this step (torch's
         self.opt.step()  # scheduler has stepped since)
@@ -153,7 +156,7 @@ class OptimizerCheck:
                 value = np.zeros(holder.shape, dtype=np.float32)
             else:  # laid out as the parameter
                 value = pair.to_paddle({t: np.zeros_like(params[t]) if v is None else v for t, v in values.items()})
-            holder.set_value(np.ascontiguousarray(value).astype(np.float32))
+            holder.set_value(np.ascontiguousarray(value, dtype=np.float32))
 
     def _reference(self, before: dict, index: list):
         """Torch's step again in float64 from the same parameters, gradients and state."""
@@ -161,7 +164,7 @@ class OptimizerCheck:
         ref_params = dict(self.ref.named_parameters())
         with torch.no_grad():
             for n, p in ref_params.items():
-                p.copy_(before["params"][n].double().cpu())
+                p.copy_(before["params"][n])  # widened to float64 on the way
                 g = before["grads"].get(n)
                 p.grad = None if g is None else g.double().cpu()
         self.ref_opt.load_state_dict(before["state"])
@@ -191,9 +194,16 @@ class OptimizerCheck:
         conv = self._conventions(grads)
         torch_params, torch_state = _torch_side(model, opt)
         for pair in self._stepped(grads):
-            delta = np.abs(pair.to_paddle(torch_params) - pair.to_paddle(params_before))
-            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
-            self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
+            self._moved(pair, opt, torch_state, conv, torch_params, params_before)
+
+    def _moved(self, pair, opt, torch_state: dict, conv: float, torch_params: dict, params_before: dict) -> np.ndarray:
+        """What the conventions moved `pair`'s weight by at this step, per element in paddle's layout:
+        their relative effect times the step's change of the weight; added to its drift."""
+        delta = pair.to_paddle({t: np.subtract(torch_params[t], params_before[t]) for t in pair.torch})
+        rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
+        moved = rel * np.abs(delta, out=delta)
+        self.drift[pair.paddle] = moved if pair.paddle not in self.drift else self.drift[pair.paddle] + moved
+        return moved
 
     def _rmsprop_rel(self, pair, opt, torch_state: dict):
         """paddle's sqrt(v + eps) against torch's sqrt(v) + eps: the relative change of the step, per element."""
@@ -210,29 +220,38 @@ class OptimizerCheck:
         conv = self._conventions(grads)
         torch_params, torch_state = _torch_side(model, opt)
         for pair in self._stepped(grads):
-            got = self.params[pair.paddle].numpy()
             want = pair.to_paddle(torch_params)
-            e_ref = want - pair.to_paddle(ref_params).astype(np.float32)
-            delta = np.abs(want - pair.to_paddle(params_before))
-            rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
-            self._row(k, pair, "", want, got, e_ref, rel * delta)
-            self.drift[pair.paddle] = self.drift.get(pair.paddle, 0.0) + rel * delta
+            e_ref = np.subtract(want, pair.to_paddle(ref_params), dtype=np.float32)  # float64's rounded first
+            moved = self._moved(pair, opt, torch_state, conv, torch_params, params_before)
+            self._row(k, pair, "", want, self.params[pair.paddle].numpy(), e_ref, moved)
             for acc, key in TORCH_STATE_OF.items():
                 holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
                 if holder is None or any(key not in torch_state.get(t, {}) or key not in ref_state.get(t, {})
                                          for t in pair.torch):
                     continue
                 scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
-                want_s = pair.to_paddle({t: torch_state[t][key].detach().cpu().numpy() * scale for t in pair.torch})
-                ref_s = pair.to_paddle({t: ref_state[t][key].numpy() * scale for t in pair.torch}).astype(np.float32)
-                olds = {t: state_before.get(t, {}).get(key) for t in pair.torch}
-                old = np.abs(pair.to_paddle({t: np.zeros(params_before[t].shape) if v is None else
-                                             v.detach().cpu().numpy() * scale for t, v in olds.items()}))
+                scaled = (lambda a: a) if scale == 1.0 else (lambda a, scale=scale: a * scale)
+                want_s = pair.to_paddle({t: scaled(torch_state[t][key].detach().cpu().numpy()) for t in pair.torch})
+                ref_s = pair.to_paddle({t: scaled(ref_state[t][key].numpy()) for t in pair.torch})
                 # the conventions scale the terms the new state is summed from, whose size |new| + |old| bounds
-                self._row(k, pair, f" {acc}", want_s, holder.numpy(), want_s - ref_s, conv * (np.abs(want_s) + old))
+                bound = np.abs(want_s)
+                olds = {t: state_before.get(t, {}).get(key) for t in pair.torch}
+                if any(v is not None for v in olds.values()):
+                    bound += np.abs(pair.to_paddle({t: np.zeros(params_before[t].shape, np.float32) if v is None else
+                                                    scaled(v.detach().cpu().numpy()) for t, v in olds.items()}))
+                bound *= conv
+                self._row(k, pair, f" {acc}", want_s, holder.numpy(), np.subtract(want_s, ref_s, dtype=np.float32),
+                          bound)
 
     def _row(self, k, pair, what, want, got, e_ref, extra):
         self.rows.append(judge("optimizer", k, pair.torch_name + what, pair.paddle + what, want, got, e_ref, extra))
+
+
+def _squared(a: np.ndarray) -> float:
+    """The sum of the squares of an array's elements, in its dtype; numpy's own loop, not BLAS's dot,
+    whose threads wait for cores the frameworks' threads hold (a hundred times slower on two cores)."""
+    flat = a.ravel()
+    return float(np.einsum("i,i->", flat, flat))
 
 
 def _torch_side(model, opt) -> tuple[dict, dict]:
