@@ -114,8 +114,12 @@ class Strategy(Protocol):
 
 
 def _capture(session, torch_paths=None, paddle_paths=None, keep=True):
-    rt = capture_torch(session, torch_paths, keep)
-    return rt.calls, capture_paddle(session, paddle_paths, keep).calls
+    """Both sides' calls at the paths given (every module's where None), the two captures at once
+    (paddle computes on one core on CPU)."""
+    with TorchWorker(session) as side:
+        rt = side.submit(capture_torch, session, torch_paths, keep)
+        rp = capture_paddle(session, paddle_paths, keep)
+        return rt.result().calls, rp.calls
 
 
 def first_bad(results: list[LayerResult]) -> LayerResult | None:
@@ -424,8 +428,12 @@ class BinarySearch:
         if self.limit_bytes is not None and need > self.limit_bytes:
             return None
         self.passes += 1
-        t_found, p_found = _capture(session, {u.torch for u in self.units}, {u.paddle for u in self.units})
-        return t_found, p_found, free_references(session, [u.torch for u in self.units])
+        with TorchWorker(session) as side:  # the float64 pass beside both captures, which run in turn
+            free = side.submit(free_references, session, [u.torch for u in self.units])
+            p_found = capture_paddle(session, {u.paddle for u in self.units}).calls
+            with side.on_cores_left():
+                t_found = capture_torch(session, {u.torch for u in self.units}).calls
+            return t_found, p_found, free.result()
 
     def _probe(self, session, unit) -> tuple[bool, LayerResult]:
         """`unit`'s output against the end-to-end budget: from the boundaries recorded at once, or
