@@ -11,7 +11,8 @@ attention_mask.
 
 Where the memory estimate made from the two directories' headers (verify/memory.py's before_build:
 torch's tensors in the dtype from_pretrained loads them in, paddle's as PADDLE_DIR holds them)
-says the run would not fit in memory and HF_DIR's weights are safetensors, both models are built
+says the run would not fit in memory and HF_DIR's weights are read one tensor at a time
+(safetensors, or torch's zip format), both models are built
 without their weights, torch's from config.json with its parameters on the meta device (its
 buffers computed on the CPU) and paddle's under LazyGuard, and both stream block by block: torch's
 from HF_DIR's checkpoint, paddle's from PADDLE_DIR's weights, each of those checked bit for bit
@@ -131,7 +132,8 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
 # memory -------------------------------------------------------------------------------------------
 def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict, available: int):
     """(the estimate of the run's peaks from both directories' headers (memory.Planned), HF_DIR's
-    checkpoint, whether it is safetensors)."""
+    checkpoint, whether it is read one tensor at a time)."""
+    from .compare.stream import read_tensor_by_tensor
     from .io import open_source
     from .verify import memory
     with open_source(hf_dir) as source:
@@ -141,7 +143,7 @@ def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_confi
         paddle_infos = dict(source.infos)
     planned = memory.before_build(torch_infos, available, _torch_dtype(hf_config), paddle_infos,
                                   _config_dtype(paddle_config))
-    return planned, path, all(f.lower().endswith((".safetensors", ".index.json")) for f in files)
+    return planned, path, read_tensor_by_tensor(files)
 
 
 def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict,
@@ -150,7 +152,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
     (None, ''); a UserError where it fits neither way."""
     from .verify import memory
     available, where = memory.available_memory()
-    planned, path, safetensors = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
+    planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
     if planned.in_memory_peak <= available:
         return None, ""
     need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB "
@@ -158,10 +160,11 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
     if train:
         raise UserError(f"verify-port --train: {need}, and the training checks hold both models: run without "
                         "--train (the forward check streams the weights block by block), or free memory")
-    if not safetensors:
+    if not streamable:
         raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; a run that streams the weights block by block reads "
-                        f"HF_DIR's one tensor at a time from safetensors, and {quoted(path)} is not: save HF_DIR with "
-                        "save_pretrained(..., safe_serialization=True), or free memory")
+                        f"HF_DIR's one tensor at a time, which {quoted(path)} (a torch pickle of the format before zip "
+                        "files) does not allow: save HF_DIR with save_pretrained(..., safe_serialization=True), or free "
+                        "memory")
     if planned.streamed.peak > available:
         raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; with both models' weights streamed block by block it "
                         f"needs about {planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free "

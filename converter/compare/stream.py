@@ -117,7 +117,7 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
     """How to build the models of a run with `weights` (a torch checkpoint), decided from its header
     before anything is built: as the spec builds them where the in-memory run fits (a torch model
     built on the meta device streams all the same), streamed where it does not and the checkpoint
-    is safetensors (read one tensor at a time); a UserError where neither fits. The floating
+    is read one tensor at a time (read_tensor_by_tensor); a UserError where neither fits. The floating
     tensors are taken as float32 (the dtype a model computes in unless it is built in another).
     `converted`: paddle's weights read from that file; `loaded`: the paddle model loads its own
     weights (streamed only when `converted` gives them)."""
@@ -138,15 +138,25 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
         return Build(True)
     need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB ({planned.in_memory.parts()}), "
             f"and {available / memory.GiB:.1f} GiB is available by {where}")
-    if not all(f.lower().endswith((".safetensors", ".index.json")) for f in files):
+    if not read_tensor_by_tensor(files):
         raise UserError(f"verify-port: {need}; a run that streams the weights block by block reads --weights one tensor "
-                        f"at a time from safetensors, and '{weights}' is not: save the checkpoint as safetensors "
-                        "(safetensors.torch.save_file, or save_pretrained), or free memory")
+                        f"at a time, which '{weights}' (a torch pickle of the format before zip files) does not allow: "
+                        "save the checkpoint as safetensors (safetensors.torch.save_file, or save_pretrained), or "
+                        "free memory")
     if planned.streamed.peak > available:
         raise UserError(f"verify-port: {need}; with both models' weights streamed block by block it needs about "
                         f"{planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free memory, or "
                         "run on a machine with more")
     return Build(True, True, paddle_streams, f"weights: streamed block by block, as {need}")
+
+
+def read_tensor_by_tensor(files: list[str]) -> bool:
+    """A checkpoint of these files is read one tensor at a time, memory-mapped: safetensors (and
+    their index), .pdparams, and torch's zip format; not torch's pickle before zip files, which
+    torch.load reads whole."""
+    import zipfile
+    from ..io.open import TORCH_SUFFIXES
+    return all(not f.lower().endswith(TORCH_SUFFIXES) or zipfile.is_zipfile(f) for f in files)
 
 
 class Checkpoint(Source):

@@ -80,7 +80,8 @@ def inputs():
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """The torch checkpoint (safetensors and .pt) and the paddle weights converted from it."""
+    """The torch checkpoint (safetensors, torch's zip format, and a .pt of its format before zip files)
+    and the paddle weights converted from it."""
     torch.manual_seed(1)
     model = TorchStack()
     with torch.no_grad():
@@ -89,10 +90,11 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("switch")
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(root / "stack.safetensors"))
-    torch.save(state, str(root / "stack.pt"))
+    torch.save(state, str(root / "stack.pt"), _use_new_zipfile_serialization=False)  # read whole by torch.load
+    torch.save(state, str(root / "stack-zip.pt"))
     converted, _, _, _ = convert_in_memory(model, PaddleStack())
     _write_pdparams(root / "stack.pdparams", converted)
-    return {"safetensors": str(root / "stack.safetensors"), "pt": str(root / "stack.pt"),
+    return {"safetensors": str(root / "stack.safetensors"), "pt": str(root / "stack.pt"), "zip": str(root / "stack-zip.pt"),
             "pdparams": str(root / "stack.pdparams")}
 
 
@@ -138,13 +140,14 @@ def _spec(built, mapping=None):
     return spec_from_functions(torch_model, paddle_model, inputs, mapping)
 
 
-def test_a_run_that_would_not_fit_in_memory_streams_and_gives_the_in_memory_rows(files, monkeypatch):
+@pytest.mark.parametrize("kind", ["safetensors", "zip"])
+def test_a_run_that_would_not_fit_in_memory_streams_and_gives_the_in_memory_rows(files, monkeypatch, kind):
     options = Options(device="cpu", strategy="full")
-    in_memory = verify(_spec({}), options, weights=files["safetensors"], bisect=True)
+    in_memory = verify(_spec({}), options, weights=files[kind], bisect=True)
     assert not any("streamed" in n for n in in_memory.notes)
-    _available(monkeypatch, _between(files["safetensors"]))
+    _available(monkeypatch, _between(files[kind]))
     built = {}
-    streamed = verify(_spec(built), options, weights=files["safetensors"], bisect=True)
+    streamed = verify(_spec(built), options, weights=files[kind], bisect=True)
     assert _rows(streamed) == _rows(in_memory) and streamed.layers
     assert repr(streamed.outputs) == repr(in_memory.outputs) and streamed.first_bad is None
     why = [n for n in streamed.notes if n.startswith("weights: streamed block by block")]
@@ -197,5 +200,5 @@ def test_a_checkpoint_that_cannot_stream_is_said_so_before_the_models_are_built(
     with pytest.raises(UserError) as caught:
         verify(_spec(built), Options(device="cpu"), weights=files["pt"])
     said = str(caught.value)
-    assert "\n" not in said and "in memory the run needs about" in said and "safetensors" in said, said
+    assert "\n" not in said and "in memory the run needs about" in said and "one tensor at a time" in said, said
     assert built == {}
