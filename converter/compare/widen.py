@@ -87,10 +87,13 @@ class BlockTensors:
             self._resident.append(block)
             self._entered = {t: b for t, b in self._entered.items() if t.is_alive()}
             held = set(self._entered.values())
-            for old in [b for b in self._resident if b not in held][:max(0, len(self._resident) - self.keep)]:
+            dropped = [b for b in self._resident if b not in held][:max(0, len(self._resident) - self.keep)]
+            for old in dropped:
                 self._resident.remove(old)
                 for record in self._blocks[old]:
                     self._release(record)
+        if dropped:
+            give_back_freed()
 
     def _acquire(self, record: Held) -> None:
         if record.users == 0:
@@ -150,6 +153,30 @@ class BlockTensors:
     def resident(self) -> list[int]:
         with self._lock:
             return list(self._resident)
+
+
+def give_back_freed() -> None:
+    """Freed memory handed back to the system (glibc's malloc_trim): glibc keeps what a dropped
+    block freed for its next allocations, raising its mmap threshold to the size of the tensors
+    it freed, so a process that makes and drops layers holds about a layer more than it uses (a
+    streamed 103 M Llama: 2.5 GiB against 1.3 GiB). Nothing where the C library is not glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []
+
+
+def _malloc_trim():
+    if not _TRIM:
+        import ctypes
+        import ctypes.util
+        try:
+            _TRIM.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+        except (OSError, AttributeError):
+            _TRIM.append(None)
+    return _TRIM[0]
 
 
 def block_tensors(places, count: int, hook, keep: int = KEEP) -> BlockTensors:

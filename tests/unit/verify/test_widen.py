@@ -202,3 +202,24 @@ def test_a_model_without_a_list_of_layers_is_widened_whole():
     assert ref.blocks == 0
     with torch.no_grad():
         assert torch.equal(ref.model(x), copy.deepcopy(model).double()(x))
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_what_a_dropped_block_freed_goes_back_to_the_system():
+    import pytest
+
+    from converter.compare import widen
+    if widen._malloc_trim() is None:
+        pytest.skip("the C library is not glibc")
+    import numpy as np
+    pieces = [np.ones(64 << 10, np.uint8) for _ in range(4096)]  # 256 MiB in chunks glibc keeps in its heap
+    last = pieces[-1]
+    del pieces  # freed, below the last one: glibc keeps the pages
+    held = _rss()
+    widen.give_back_freed()
+    assert _rss() < held - (128 << 20), (held, _rss())
+    assert last.sum() == 64 << 10
