@@ -409,23 +409,15 @@ def _check_file(plan, checkpoint: Checkpoint, source):
     """Every tensor the plan writes, as the paddle weights file holds it, against the torch tensor
     the plan makes of the checkpoint, bit for bit, one tensor at a time: a WeightCheck."""
     from .. import dtypes
-    from .weights import WeightCheck, weight_difference
-    differ, checked = [], 0
-    for entry in plan.entries:
-        expected = entry.compute(checkpoint.read)
-        if entry.dtype == "bfloat16":
-            expected = dtypes.bf16_to_f32(expected)
-        torch_keys = "+".join(part.source for part in entry.parts)
-        for name in (entry.name, *entry.aliases):
-            checked += 1
-            actual = source.read(name)
-            if source.infos[name].dtype == "bfloat16":
-                actual = dtypes.bf16_to_f32(actual)
-            found = weight_difference(name, torch_keys, actual, expected)
-            source.release(name)
-            if found is not None:
-                differ.append(found)
-    return WeightCheck(plan.ruleset, checked, differ)
+    from .weights import check_written
+
+    def actual(name):
+        array = source.read(name)
+        if source.infos[name].dtype == "bfloat16":
+            array = dtypes.bf16_to_f32(array)
+        source.release(name)
+        return array
+    return check_written(plan, checkpoint.read, actual)
 
 
 def _named_tensors(model):

@@ -43,18 +43,25 @@ class WeightCheck:
 def check_loaded(plan, source, paddle_model):
     """Every paddle tensor the plan writes, as the paddle model holds it, against the torch tensor the
     plan makes (read from `source`), bit for bit: a WeightCheck listing those that differ."""
-    from .. import dtypes
     from ..frameworks.paddle_side import to_numpy
     state = paddle_model.state_dict()
+    return check_written(plan, source.read, lambda name: to_numpy(state[name]))
+
+
+def check_written(plan, read, actual):
+    """Every tensor the plan writes, `actual(name)` (paddle's, as float32 where it is bf16), against
+    the torch tensor the plan makes of `read`, bit for bit, one tensor at a time: a WeightCheck
+    listing those that differ."""
+    from .. import dtypes
     differ, checked = [], 0
     for entry in plan.entries:
-        expected = entry.compute(source.read)
+        expected = entry.compute(read)
         if entry.dtype == "bfloat16":
             expected = dtypes.bf16_to_f32(expected)
         torch_keys = "+".join(part.source for part in entry.parts)
         for name in (entry.name, *entry.aliases):
             checked += 1
-            found = weight_difference(name, torch_keys, to_numpy(state[name]), expected)
+            found = weight_difference(name, torch_keys, actual(name), expected)
             if found is not None:
                 differ.append(found)
     return WeightCheck(plan.ruleset, checked, differ)
