@@ -155,8 +155,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
     planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
     if planned.in_memory_peak <= available:
         return None, ""
-    need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB "
-            f"({planned.in_memory.parts()}), and {available / memory.GiB:.1f} GiB is available by {where}")
+    need = planned.need(available, where)
     if train:
         raise UserError(f"verify-port --train: {need}, and the training checks hold both models: run without "
                         "--train (the forward check streams the weights block by block), or free memory")
@@ -165,10 +164,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
                         f"HF_DIR's one tensor at a time, which {quoted(path)} (a torch pickle of the format before zip "
                         "files) does not allow: save HF_DIR with save_pretrained(..., safe_serialization=True), or free "
                         "memory")
-    if planned.streamed.peak > available:
-        raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; with both models' weights streamed block by block it "
-                        f"needs about {planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free "
-                        "memory, or run on a machine with more")
+    planned.refuse_unless_streamed_fits(available, "verify-port HF_DIR PADDLE_DIR", need)
     return path, f"weights: streamed block by block from both directories, as {need}"
 
 

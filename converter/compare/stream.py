@@ -136,17 +136,13 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
     planned = memory.before_build(torch_infos, available, paddle_infos=paddle_infos, paddle_streams=paddle_streams)
     if planned.in_memory_peak <= available:
         return Build(True)
-    need = (f"in memory the run needs about {planned.in_memory_peak / memory.GiB:.1f} GiB ({planned.in_memory.parts()}), "
-            f"and {available / memory.GiB:.1f} GiB is available by {where}")
+    need = planned.need(available, where)
     if not read_tensor_by_tensor(files):
         raise UserError(f"verify-port: {need}; a run that streams the weights block by block reads --weights one tensor "
                         f"at a time, which '{weights}' (a torch pickle of the format before zip files) does not allow: "
                         "save the checkpoint as safetensors (safetensors.torch.save_file, or save_pretrained), or "
                         "free memory")
-    if planned.streamed.peak > available:
-        raise UserError(f"verify-port: {need}; with both models' weights streamed block by block it needs about "
-                        f"{planned.streamed.peak / memory.GiB:.1f} GiB ({planned.streamed.parts()}): free memory, or "
-                        "run on a machine with more")
+    planned.refuse_unless_streamed_fits(available, "verify-port", need)
     return Build(True, True, paddle_streams, f"weights: streamed block by block, as {need}")
 
 

@@ -229,6 +229,18 @@ class Planned:
     def in_memory_peak(self) -> int:
         return max(self.setup, self.in_memory.peak)
 
+    def need(self, available: int, where: str) -> str:
+        """What the in-memory run needs against what is available, for a note or a refusal."""
+        return (f"in memory the run needs about {self.in_memory_peak / GiB:.1f} GiB ({self.in_memory.parts()}), "
+                f"and {available / GiB:.1f} GiB is available by {where}")
+
+    def refuse_unless_streamed_fits(self, available: int, command: str, need: str) -> None:
+        """One line where the run does not fit streamed either."""
+        if self.streamed.peak > available:
+            raise UserError(f"{command}: {need}; with both models' weights streamed block by block it needs about "
+                            f"{self.streamed.peak / GiB:.1f} GiB ({self.streamed.parts()}): free memory, or run on a "
+                            "machine with more")
+
 
 def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "float32", paddle_infos: dict | None = None,
                  paddle_dtype: str | None = None, paddle_streams: bool = True, keep: int = 2) -> Planned:
