@@ -36,18 +36,22 @@ class TorchBlock(torch.nn.Module):
         return x + self.down(torch.tanh(self.up(self.norm(x))))
 
 
-class TorchStack(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, H)
-        self.layers = torch.nn.ModuleList([TorchBlock() for _ in range(LAYERS)])
-        self.head = torch.nn.Linear(H, VOCAB)
+class Stacked:
+    """The forward of both stacks: the embeddings, each block in turn, the head."""
 
     def forward(self, input_ids):
         x = self.embed(input_ids)
         for layer in self.layers:
             x = layer(x)
         return self.head(x)
+
+
+class TorchStack(Stacked, torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, H)
+        self.layers = torch.nn.ModuleList([TorchBlock() for _ in range(LAYERS)])
+        self.head = torch.nn.Linear(H, VOCAB)
 
 
 class PaddleBlock(paddle.nn.Layer):
@@ -60,18 +64,12 @@ class PaddleBlock(paddle.nn.Layer):
         return x + self.down(paddle.tanh(self.up(self.norm(x))))
 
 
-class PaddleStack(paddle.nn.Layer):
+class PaddleStack(Stacked, paddle.nn.Layer):
     def __init__(self):
         super().__init__()
         self.embed = paddle.nn.Embedding(VOCAB, H)
         self.layers = paddle.nn.LayerList([PaddleBlock() for _ in range(LAYERS)])
         self.head = paddle.nn.Linear(H, VOCAB)
-
-    def forward(self, input_ids):
-        x = self.embed(input_ids)
-        for layer in self.layers:
-            x = layer(x)
-        return self.head(x)
 
 
 def inputs():
