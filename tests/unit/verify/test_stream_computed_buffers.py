@@ -60,7 +60,19 @@ class TorchBlock(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-class TorchRope(torch.nn.Module):
+class Rope:
+    """The forward of both models: the embeddings, the rotary table of the positions, each block in
+    turn, the head of the scaled states."""
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        cos, sin = self.rotary(self.position_ids[:input_ids.shape[1]])
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.head(x * self.scale)
+
+
+class TorchRope(Rope, torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, H)
@@ -69,13 +81,6 @@ class TorchRope(torch.nn.Module):
         self.register_buffer("position_ids", torch.arange(MAX_POS), persistent=False)
         self.register_buffer("scale", torch.ones(H))  # persistent: the checkpoint's values count
         self.head = torch.nn.Linear(H, VOCAB, bias=False)
-
-    def forward(self, input_ids):
-        x = self.embed(input_ids)
-        cos, sin = self.rotary(self.position_ids[:input_ids.shape[1]])
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.head(x * self.scale)
 
 
 class PaddleRotary(paddle.nn.Layer):
@@ -111,7 +116,7 @@ class PaddleBlock(paddle.nn.Layer):
         return x + self.down(paddle.nn.functional.gelu(self.up(x)))
 
 
-class PaddleRope(paddle.nn.Layer):
+class PaddleRope(Rope, paddle.nn.Layer):
     def __init__(self):
         super().__init__()
         self.embed = paddle.nn.Embedding(VOCAB, H)
@@ -120,13 +125,6 @@ class PaddleRope(paddle.nn.Layer):
         self.register_buffer("position_ids", paddle.arange(MAX_POS), persistable=False)
         self.register_buffer("scale", paddle.ones([H]))
         self.head = paddle.nn.Linear(H, VOCAB, bias_attr=False)
-
-    def forward(self, input_ids):
-        x = self.embed(input_ids)
-        cos, sin = self.rotary(self.position_ids[:input_ids.shape[1]])
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.head(x * self.scale)
 
 
 def inputs():
