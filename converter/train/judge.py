@@ -37,11 +37,20 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
     extra = np.asarray(extra, dtype=np.float32)  # one for every element, or each element's own
     extra = np.broadcast_to(extra, want.shape) if extra.ndim else extra
+    condition, e_other, fmt_err = shaped(condition), shaped(e_other), shaped(fmt_err)
+    # every array with its axes in the order torch's values lie in memory (a transposed weight's view
+    # is then read in one pass, not copied at each step of the budget); the elements are the same
+    order = _memory_order(want)
+    if order is not None:
+        axes = lambda a: None if a is None or not a.ndim else a.transpose(order)
+        want, got, e_ref = axes(want), axes(got), axes(e_ref)
+        extra = axes(extra) if extra.ndim else extra
+        condition, e_other, fmt_err = axes(condition), axes(e_other), axes(fmt_err)
     # the elements either side computes: where both hold an exact 0 (an embedding's rows no token
     # used) nothing was computed, and the noise of those computed is not averaged with their zeros
-    support = None if np.count_nonzero(want) == want.size else (want != 0) | (got != 0)
+    support = (want != 0) | (got != 0) if (want == 0).any() else None
     on = (lambda a: a) if support is None or support.all() else (lambda a: None if a is None else a[support])
-    condition, e_other, fmt_err = on(shaped(condition)), on(shaped(e_other)), on(shaped(fmt_err))
+    condition, e_other, fmt_err = on(condition), on(e_other), on(fmt_err)
     want, got, e_ref = on(want), on(got), on(e_ref)
     extra = on(extra) if extra.ndim else extra
     rounding = None if fmt_err is None else {formats["paddle"]: fmt_err}
@@ -58,3 +67,12 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     ratio, tol = budget.ratio(diff)
     worst = float(np.fmax.reduce(diff, axis=None)) if diff.size else 0.0  # nan where every element is nan
     return Row(phase, step, torch_name, paddle_name, ratio, worst, tol, note)
+
+
+def _memory_order(a: np.ndarray) -> tuple | None:
+    """The order of `a`'s axes that makes it C-contiguous (a transpose of a contiguous array read back
+    as that array), or None where it is C-contiguous already or no order of its axes makes it so."""
+    if a.ndim < 2 or a.flags.c_contiguous:
+        return None
+    order = tuple(sorted(range(a.ndim), key=lambda i: -a.strides[i]))
+    return order if a.transpose(order).flags.c_contiguous else None

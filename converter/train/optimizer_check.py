@@ -250,7 +250,7 @@ class OptimizerCheck:
 def _squared(a: np.ndarray) -> float:
     """The sum of the squares of an array's elements, in its dtype; numpy's own loop, not BLAS's dot,
     whose threads wait for cores the frameworks' threads hold (a hundred times slower on two cores)."""
-    flat = a.ravel()
+    flat = a.ravel(order="K")  # in memory's order: a view of a transposed array too
     return float(np.einsum("i,i->", flat, flat))
 
 

@@ -24,12 +24,11 @@ class ParamPair:
         return self.torch[0] if len(self.torch) == 1 else "+".join(self.torch)
 
     def to_paddle(self, arrays: dict) -> np.ndarray:
-        """Torch-side arrays (name -> array, in torch's layout) in paddle's layout, dtype kept, laid out
-        in memory as paddle's own arrays are (a transpose copied rather than viewed: arithmetic with
-        paddle's arrays then runs over both in one order)."""
+        """Torch-side arrays (name -> array, in torch's layout) in paddle's layout, dtype kept: a view
+        where the plan's rules give one (a transpose keeps torch's order in memory)."""
         pieces = [part.apply(np.asarray(arrays[part.source])) for part in self.entry.parts]
         if self.entry.merge_axis is None:
-            return np.ascontiguousarray(pieces[0])
+            return pieces[0]
         return np.concatenate(pieces, axis=self.entry.merge_axis)
 
 
