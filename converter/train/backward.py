@@ -21,6 +21,7 @@ fault."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -171,6 +172,19 @@ def _narrowing(dtype):
     a floating tensor narrower than float64 from a float64 input: where the reference is not float64.
     For any other run, a block that records nothing."""
     import torch
+    return _narrowing_mode()() if dtype == torch.float64 else _Unwatched()
+
+
+class _Unwatched(contextlib.nullcontext):
+    """A run that is not watched for narrowing: it records no op."""
+
+    ops = ()
+
+
+@functools.cache
+def _narrowing_mode() -> type:
+    """The class of _narrowing's dispatch mode (torch imported when first asked for)."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Narrowing(TorchDispatchMode):
@@ -188,10 +202,7 @@ def _narrowing(dtype):
                     if found not in self.ops:
                         self.ops.append(found)
             return out
-
-    class Nothing(contextlib.nullcontext):
-        ops = []
-    return Narrowing() if dtype == torch.float64 else Nothing()
+    return Narrowing
 
 
 def _paddle_call(call: Call, p_call):
