@@ -195,7 +195,7 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
             if on_step is not None:
                 wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
                 before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
-                          "state": copy.deepcopy(opt.state_dict()) if wanted else None}
+                          "state": _state_copy(opt) if wanted else None}
             if tspec.clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.clip_grad_norm)
             opt.step()
@@ -207,6 +207,15 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
         remove(handles)
     record.final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
     return record
+
+
+def _state_copy(opt) -> dict:
+    """The optimizer's state dict with every tensor of its state copied (its step changes them in place):
+    cloned, not deep-copied one Python object at a time; its other values deep-copied."""
+    import torch
+    copied = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+    return {key: {index: {k: copied(v) for k, v in s.items()} for index, s in value.items()} if key == "state"
+            else copy.deepcopy(value) for key, value in opt.state_dict().items()}
 
 
 def _forward_of(which: str, dtype) -> tuple:
