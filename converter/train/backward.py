@@ -57,8 +57,8 @@ def aligned(session) -> list:
     if session.layer_pairs is None:
         from ..compare.align import align
         calls = []
-        for side, model, which in ((torch_side, session.torch_copy(), "torch_model()"),
-                                   (paddle_side, session.paddle_copy(), "paddle_model()")):
+        for side, model, which in ((torch_side, session.run_only_copy("torch"), "torch_model()"),
+                                   (paddle_side, session.run_only_copy("paddle"), "paddle_model()")):
             recorder = record(side, model, Recorder())
             try:
                 with _forward_errors(f"{which} in training mode", session.spec.path):
@@ -346,7 +346,7 @@ def local_rows(session, tspec, batch) -> list:
     pairs = layer_pairs(session)
     fused = fused_groups(session)
     paths = set(pairs) | {t for group in fused.values() for t, _ in group}
-    model = session.torch_copy()
+    model = session.run_only_copy("torch")
     handed = _outputs_handed_on(model, paths)  # before the recorder's hooks: it records what they return
     recorder = record(torch_side, model, Recorder(paths, attached=True))
     handles = emulate_torch_training(model, session.formats["torch"])
@@ -364,7 +364,7 @@ def local_rows(session, tspec, batch) -> list:
     fmt = session.formats["paddle"]
     tfmt = session.torch_copy() if fmt not in (None, "fp32") else None  # torch in paddle's format
     fmt_handles = emulate_torch_training(tfmt, fmt) if tfmt is not None else []
-    pmodel = session.paddle_copy()
+    pmodel = session.run_only_copy("paddle")
     p_calls = _record_paddle(pmodel, [u.ppath for u in units], inputs)
     p_handles = emulate_paddle_training(fmt)
     t_handles = emulate_torch_training(t32, session.formats["torch"])

@@ -70,7 +70,7 @@ def probe(session, tspec, batch) -> LossProbe:
     import paddle
     import torch
     inputs, target = batch
-    model = session.torch_copy()
+    model = session.run_only_copy("torch")
     with spec_errors(tspec, "torch_model() in training mode"):
         structure = call_model(model, to_torch(inputs, torch.float32, session.device))
     outputs = [torch_side.to_numpy(o) for o in float_outputs(structure)]  # float16 and bfloat16 widened
@@ -80,7 +80,7 @@ def probe(session, tspec, batch) -> LossProbe:
     with spec_errors(tspec, "torch_loss in float64", hint="--train calibrates the loss's budget against torch_loss "
                      "in float64: make it work in float64 (no float32 constants forced)"):
         l64, g64 = _torch_side(tspec, structure, [o.astype(np.float64) for o in outputs], target, torch.float64)
-    pmodel = session.paddle_copy()
+    pmodel = session.run_only_copy("paddle")
     with paddle.no_grad(), spec_errors(tspec, "paddle_model() in training mode"):
         pstructure = call_model(pmodel, to_paddle(inputs))
     with spec_errors(tspec, "paddle_loss's backward", hint=BACKWARD_HINT):

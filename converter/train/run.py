@@ -100,7 +100,7 @@ def _check_trainable(session, tspec) -> None:
 
 def _check_deterministic(session, tspec, batch) -> None:
     import torch
-    model = session.torch_copy()
+    model = session.run_only_copy("torch")
     inputs = to_torch(batch[0], torch.float32, session.device)
     with torch.no_grad(), spec_errors(tspec, "torch_model() in training mode"):
         torch.manual_seed(0)

@@ -132,6 +132,7 @@ class TrainSession:
         # as the per-layer backward measures it (backward.py), for the end-to-end gradients' budget
         self.paddle_own = {}
         self.layer_pairs = None  # the forward check's pairing of the two models (backward.aligned), once made
+        self._run_only = {}  # side -> the copy run_only_copy gives
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()
@@ -158,6 +159,15 @@ class TrainSession:
         model.set_state_dict(self.paddle_init)
         model.train()
         return model
+
+    def run_only_copy(self, side: str):
+        """A copy of the torch model (side "torch") or the paddle model ("paddle") at the initial weights, in
+        training mode, shared by the checks that only run it: forward, and backward into its gradients,
+        with their hooks removed after; none steps it or builds an optimizer on it (an optimizer factory
+        of the spec's may change the model it is handed). Made when first asked for."""
+        if side not in self._run_only:
+            self._run_only[side] = self.torch_copy() if side == "torch" else self.paddle_copy()
+        return self._run_only[side]
 
     def restore(self) -> None:
         """The models as they were given: initial weights, dropout, evaluation mode."""
