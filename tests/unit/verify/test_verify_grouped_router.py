@@ -16,6 +16,7 @@ import torch
 from converter.compare.session import Options
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
+from helpers.experts import paddle_mixture, torch_mixture
 
 H, E, GROUPS, TOP_GROUPS, K, T = 16, 8, 4, 2, 2, 12
 CONFIG = types.SimpleNamespace(hidden_size=H, n_routed_experts=E, n_group=GROUPS, topk_group=TOP_GROUPS,
@@ -55,13 +56,7 @@ class TorchMoe(torch.nn.Module):
 
     def forward(self, x):
         index, weights = self.route(self.gate(x))
-        flat = x.reshape(-1, H)
-        out = torch.zeros_like(flat)
-        for k in range(K):
-            for e in range(E):
-                out = out + torch.where(index[:, k] == e, weights[:, k], torch.zeros_like(weights[:, k]))[:, None] \
-                    * self.experts[e](flat)
-        return x + out.reshape(x.shape)
+        return x + torch_mixture(x.reshape(-1, H), index, weights, self.experts).reshape(x.shape)
 
 
 class PaddleTopkRouter(paddle.nn.Layer):
@@ -97,13 +92,7 @@ class PaddleMoe(paddle.nn.Layer):
 
     def forward(self, x):
         index, weights = self.gate(x)
-        flat = x.reshape([-1, H])
-        out = paddle.zeros_like(flat)
-        for k in range(K):
-            for e in range(E):
-                out = out + paddle.where(index[:, k] == e, weights[:, k], paddle.zeros_like(weights[:, k])).unsqueeze(-1) \
-                    * self.experts[e](flat)
-        return x + out.reshape(x.shape)
+        return x + paddle_mixture(x.reshape([-1, H]), index, weights, self.experts).reshape(x.shape)
 
 
 class TorchNet(torch.nn.Module):

@@ -12,6 +12,7 @@ import torch
 from converter.compare.session import Options
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
+from helpers.experts import paddle_mixture, torch_mixture
 
 H, E, K, T = 16, 4, 2, 12
 
@@ -36,13 +37,7 @@ class TorchMoe(torch.nn.Module):
 
     def forward(self, x):
         _, top, index = self.gate(x)
-        flat = x.reshape(-1, H)
-        out = torch.zeros_like(flat)
-        for k in range(K):
-            for e in range(E):
-                weight = torch.where(index[:, k] == e, top[:, k], torch.zeros_like(top[:, k]))
-                out = out + weight[:, None] * self.experts[e](flat)
-        return out.reshape(x.shape)
+        return torch_mixture(x.reshape(-1, H), index, top, self.experts).reshape(x.shape)
 
 
 class PaddleMoe(paddle.nn.Layer):
@@ -58,12 +53,7 @@ class PaddleMoe(paddle.nn.Layer):
         top, index = paddle.topk(probs, K, axis=-1)
         if self.normalise:
             top = top / top.sum(axis=-1, keepdim=True)
-        out = paddle.zeros_like(flat)
-        for k in range(K):
-            for e in range(E):
-                weight = paddle.where(index[:, k] == e, top[:, k], paddle.zeros_like(top[:, k]))
-                out = out + weight.unsqueeze(-1) * self.experts[e](flat)
-        return out.reshape(x.shape)
+        return paddle_mixture(flat, index, top, self.experts).reshape(x.shape)
 
 
 class TorchNet(torch.nn.Module):
@@ -173,12 +163,7 @@ class TorchScatteredMoe(torch.nn.Module):
 
     def forward(self, x):
         _, top, index = self.router(x)
-        flat = x.reshape(-1, H)
-        out = torch.zeros_like(flat)
-        for k in range(K):
-            for e in range(E):
-                out = out + torch.where(index[:, k] == e, top[:, k], torch.zeros_like(top[:, k]))[:, None] * self.experts[e](flat)
-        return x + out.reshape(x.shape)
+        return x + torch_mixture(x.reshape(-1, H), index, top, self.experts).reshape(x.shape)
 
 
 class PaddleScatteredMoe(paddle.nn.Layer):
