@@ -7,25 +7,14 @@ every router judged within its budget, and a router that scales its weights by a
 chooses with another correction bias is named at the router. Runs in the second side environment
 (scripts/side_env_paddleformers.sh)."""
 
-import importlib
-import importlib.util
-import sys
-import types
-
 import numpy as np
 import pytest
+import torch
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
-
-from converter.compare.session import Options  # noqa: E402
-from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.run import verify  # noqa: E402
+from hf_paddleformers import hf_logits, paddleformers_config, paddleformers_model, transformers
+from converter.compare.session import Options
+from converter.spec import spec_from_functions
+from converter.verify.run import verify
 
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
              num_hidden_layers=3, vocab_size=128, tie_word_embeddings=False, first_k_dense_replace=1,
@@ -53,14 +42,9 @@ def _config(family):
 
 def _hf(family):
     def build():
-        torch.manual_seed(0)
-
-        class Logits(getattr(transformers, CASES[family][1])):
-            def forward(self, input_ids):
-                return super().forward(input_ids=input_ids, use_cache=False).logits
         config = _config(family)
         config._experts_implementation = "eager"  # grouped_mm has no float64 kernel
-        model = Logits(config).eval()
+        model = hf_logits(getattr(transformers, CASES[family][1]), config)
         with torch.no_grad():  # a bias of its own per router (HF starts them at 0), of the scores' spread
             for seed, path in enumerate(ROUTERS):
                 bias = model.get_submodule(path).e_score_correction_bias
@@ -69,30 +53,10 @@ def _hf(family):
     return build
 
 
-def _stand_ins():
-    """PaddleFormers' modeling files import paddlefleet's GPT provider at the top, and the MoE token
-    dispatcher asks paddlefleet_ops whether DeepEP exists: stand-ins let them import."""
-    if "paddleformers.transformers.gpt_provider" not in sys.modules:
-        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {"transform_rules": {}})  # glm4_moe extends these
-        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-    if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
-        ops = types.ModuleType("paddlefleet_ops")
-        ops.is_deep_ep_available = lambda: False
-        sys.modules["paddlefleet_ops"] = ops
-
-
 def _paddleformers(family, plant=None):
     def build():
-        _stand_ins()
-        modeling = importlib.import_module(f"paddleformers.transformers.{family}.modeling")
-        configuration = importlib.import_module(f"paddleformers.transformers.{family}.configuration")
-        fields = _config(family).to_dict()
-        fields.pop("transformers_version", None)
-        config = getattr(configuration, CASES[family][0])(**fields)
-        config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused norm
-        config.use_cache = False
-        model = getattr(modeling, CASES[family][2])(config).eval()
+        config = paddleformers_config(family, CASES[family][0], _config(family))
+        model = paddleformers_model(family, CASES[family][2], config).eval()
         if plant is not None:
             plant(model.get_sublayer(ROUTERS[1]))
         return model

@@ -6,25 +6,12 @@ both readings and their values; with the paddle model's max_position_embeddings 
 config alone, the paddle model's value is named. Runs in the second side environment
 (scripts/side_env_paddleformers.sh)."""
 
-import importlib
-import importlib.util
-import sys
-import types
-
 import numpy as np
-import pytest
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
-
-from converter.compare.session import Options  # noqa: E402
-from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.run import verify  # noqa: E402
+from hf_paddleformers import hf_logits, paddleformers_config, paddleformers_model, transformers
+from converter.compare.session import Options
+from converter.spec import spec_from_functions
+from converter.verify.run import verify
 
 FIELDS = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=8, intermediate_size=128,
               num_hidden_layers=2, vocab_size=128, tie_word_embeddings=False, n_routed_experts=4,
@@ -35,33 +22,22 @@ FIELDS = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head
                                "beta_fast": 32.0, "beta_slow": 1.0})
 
 
+def _hf_config(max_position_embeddings):
+    return transformers.DeepseekV3Config(**FIELDS, max_position_embeddings=max_position_embeddings)
+
+
 def _hf(max_position_embeddings):
     def build():
-        torch.manual_seed(0)
-
-        class Logits(transformers.DeepseekV3ForCausalLM):
-            def forward(self, input_ids):
-                return super().forward(input_ids=input_ids, use_cache=False).logits
-        config = transformers.DeepseekV3Config(**FIELDS, max_position_embeddings=max_position_embeddings)
+        config = _hf_config(max_position_embeddings)
         config._experts_implementation = "eager"  # grouped_mm has no float64 kernel
-        return Logits(config).eval()
+        return hf_logits(transformers.DeepseekV3ForCausalLM, config)
     return build
 
 
 def _paddleformers(max_position_embeddings):
     def build():
-        if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
-            ops = types.ModuleType("paddlefleet_ops")  # the MoE dispatcher asks it whether DeepEP exists
-            ops.is_deep_ep_available = lambda: False
-            sys.modules["paddlefleet_ops"] = ops
-        from paddleformers.transformers.deepseek_v3.configuration import DeepseekV3Config
-        from paddleformers.transformers.deepseek_v3.modeling import DeepseekV3ForCausalLM
-        fields = transformers.DeepseekV3Config(**FIELDS, max_position_embeddings=max_position_embeddings).to_dict()
-        fields.pop("transformers_version", None)  # HF's defaults (n_shared_experts, ...) as HF's model has them
-        config = DeepseekV3Config(**fields)
-        config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused norm
-        config.use_cache = False
-        return DeepseekV3ForCausalLM(config).eval()
+        config = paddleformers_config("deepseek_v3", "DeepseekV3Config", _hf_config(max_position_embeddings))
+        return paddleformers_model("deepseek_v3", "DeepseekV3ForCausalLM", config).eval()
     return build
 
 
