@@ -5,24 +5,15 @@ paddle weights; every tensor it holds after loading is the converted file's and,
 what PaddleFormers' own loader makes of HF's checkpoint; its logits match HF's to fp32 noise.
 Runs in the second side environment (scripts/side_env_paddleformers.sh); elsewhere it is skipped."""
 
-import importlib
-import importlib.util
 import shutil
-import sys
-import types
 
 import numpy as np
 import pytest
+import torch
 
 from helpers.cli import run_convert
+from hf_paddleformers import paddleformers_class, transformers
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
 paddleformers = pytest.importorskip("paddleformers")
 import paddle  # noqa: E402
 
@@ -74,21 +65,6 @@ TRAIN_MODE = {"gpt_oss"}
 NOISE_FACTOR = 4  # |PaddleFormers - HF fp32| may be this many times HF's own fp32 error (|HF fp32 - HF fp64|)
 
 
-def _paddleformers_class(family: str, name: str):
-    """The class from PaddleFormers' modeling file; the files of qwen2, qwen3 and their MoE kin import
-    paddlefleet's GPT provider at the top, which their plain-paddle classes do not use, and the MoE
-    token dispatcher asks paddlefleet_ops whether DeepEP exists: stand-ins let them import."""
-    if "paddleformers.transformers.gpt_provider" not in sys.modules:
-        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {"transform_rules": {}})  # glm4_moe extends these
-        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-    if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
-        ops = types.ModuleType("paddlefleet_ops")
-        ops.is_deep_ep_available = lambda: False
-        sys.modules["paddlefleet_ops"] = ops
-    return getattr(importlib.import_module(f"paddleformers.transformers.{family}.modeling"), name)
-
-
 def _hf_model(family: str, directory):
     config_class, extra, _ = FAMILIES[family]
     torch.manual_seed(0)
@@ -116,7 +92,7 @@ def test_directory_loads_into_paddleformers_as_its_own_loader_makes_it(tmp, fami
     assert f"mapping: 'paddleformers-{family}' for PaddleFormers 1.2" in r.stderr
     ours = load_pdparams(str(tmp / "out" / "model_state.pdparams"))
 
-    cls = _paddleformers_class(family, FAMILIES[family][2])
+    cls = paddleformers_class(family, FAMILIES[family][2])
     shutil.copytree(tmp / "hf", tmp / "hf-copy")  # PaddleFormers' own loader writes its metadata there
     reference = {k: v.numpy() for k, v in cls.from_pretrained(str(tmp / "hf-copy")).state_dict().items()}
     model = cls.from_pretrained(str(tmp / "out"), load_checkpoint_format=None, convert_from_hf=False)

@@ -14,25 +14,13 @@ the shipped rule sets.
 
 Runs in the second side environment (scripts/side_env_paddleformers.sh)."""
 
-import importlib
-import importlib.util
-import sys
-import types
-
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
-
-from converter.compare.session import Options  # noqa: E402
-from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.run import verify  # noqa: E402
+from hf_paddleformers import hf_logits, paddleformers_config, paddleformers_model, transformers
+from converter.compare.session import Options
+from converter.spec import spec_from_functions
+from converter.verify.run import verify
 
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
              num_hidden_layers=2, vocab_size=128, tie_word_embeddings=False)
@@ -63,33 +51,18 @@ def _config(family):
 
 def _hf(family):
     def build():
-        torch.manual_seed(0)
-
-        class Logits(getattr(transformers, CASES[family][1])):
-            def forward(self, input_ids):
-                return super().forward(input_ids=input_ids, use_cache=False).logits
         config = _config(family)
         config._experts_implementation = "eager"  # grouped_mm has no float64 kernel
-        return Logits(config).eval()
+        return hf_logits(getattr(transformers, CASES[family][1]), config)
     return build
 
 
 def _paddleformers(family, train_mode=False):
     def build():
-        if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
-            ops = types.ModuleType("paddlefleet_ops")  # the MoE dispatcher asks it whether DeepEP exists
-            ops.is_deep_ep_available = lambda: False
-            sys.modules["paddlefleet_ops"] = ops
-        modeling = importlib.import_module(f"paddleformers.transformers.{family}.modeling")
-        configuration = importlib.import_module(f"paddleformers.transformers.{family}.configuration")
-        fields = _config(family).to_dict()
-        fields.pop("transformers_version", None)
-        config = getattr(configuration, CASES[family][0])(**fields)
+        config = paddleformers_config(family, CASES[family][0], _config(family))
         if "rope_theta" in CASES[family][3]:
             config.rope_theta = CASES[family][3]["rope_theta"]
-        config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused norm
-        config.use_cache = False
-        model = getattr(modeling, CASES[family][2])(config)
+        model = paddleformers_model(family, CASES[family][2], config)
         model.train() if train_mode else model.eval()
         return model
     return build

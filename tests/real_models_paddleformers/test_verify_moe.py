@@ -5,24 +5,13 @@ router returns the softmax and the top-k weights, PaddleFormers' gate its logits
 what they mean, the clean pair passes under both strategies, and a gate whose logits are off is
 named at the gate. Runs in the second side environment (scripts/side_env_paddleformers.sh)."""
 
-import importlib.util
-import sys
-import types
-
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
-
-from converter.compare.session import Options  # noqa: E402
-from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.run import verify  # noqa: E402
+from hf_paddleformers import hf_logits, paddleformers_class, paddleformers_model, transformers
+from converter.compare.session import Options
+from converter.spec import spec_from_functions
+from converter.verify.run import verify
 
 CONFIG = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, num_hidden_layers=2,
               vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False, num_experts=4,
@@ -31,26 +20,14 @@ CONFIG = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, inte
 
 
 def _hf():
-    torch.manual_seed(0)
-
-    class Logits(transformers.Qwen2MoeForCausalLM):
-        def forward(self, input_ids):
-            return super().forward(input_ids=input_ids, use_cache=False).logits
-    return Logits(transformers.Qwen2MoeConfig(**CONFIG)).eval()
+    return hf_logits(transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(**CONFIG))
 
 
 def _paddleformers(scaled_gate=False):
     def build():
-        if "paddleformers.transformers.gpt_provider" not in sys.modules:
-            stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")  # its modeling file imports paddlefleet's
-            stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
-            sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-        from paddleformers.transformers.qwen2_moe.modeling import Qwen2MoeConfig, Qwen2MoeForCausalLMDeprecated
-        config = Qwen2MoeConfig(**CONFIG)
-        config.fuse_rms_norm = False  # paddle 3.3.1 has no CPU kernel for the fused norm
+        config = paddleformers_class("qwen2_moe", "Qwen2MoeConfig")(**CONFIG)
         config.pad_token_id = None
-        config.use_cache = False
-        model = Qwen2MoeForCausalLMDeprecated(config)
+        model = paddleformers_model("qwen2_moe", "Qwen2MoeForCausalLMDeprecated", config)
         if scaled_gate:
             gate = model.model.layers[1].mlp.gate
             forward = gate.forward
