@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from helpers.cli import run_convert, run_verify
+from helpers.cli import run_verify
+from helpers.directories import converted_pair, directory_with_weights
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("paddlenlp")
@@ -31,16 +32,9 @@ def _contents(directory) -> dict:
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    import torch
-    made = {}
-    for name, extra in CLASSES.items():
-        root = tmp_path_factory.mktemp(name)
-        torch.manual_seed(0)
-        getattr(transformers, name)(transformers.BertConfig(**SIZES, **extra)).eval().save_pretrained(root / "hf")
-        r = run_convert(root / "hf", root / "out", "--quiet")
-        assert r.code == 0, r
-        made[name] = root / "hf", root / "out"
-    return made
+    return {name: converted_pair(tmp_path_factory.mktemp(name), getattr(transformers, name),
+                                 transformers.BertConfig(**SIZES, **extra))
+            for name, extra in CLASSES.items()}
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
@@ -62,20 +56,14 @@ def test_a_converted_bert_directory_passes_against_its_hf_directory(name, pairs)
 
 
 def test_one_changed_weight_in_a_bert_directory_is_named(pairs, tmp_path):
-    from converter.io.base import TensorInfo
-    from converter.io.pdparams import load_pdparams, write_pdparams
+    from converter.io.pdparams import load_pdparams
     hf_dir, out_dir = pairs["BertForSequenceClassification"]
     key = "bert.encoder.layers.1.linear1.weight"
     weights = load_pdparams(str(out_dir / "model_state.pdparams"))
     w = weights[key].copy()
     w[0, 7] += 0.25
     weights[key] = w
-    planted = tmp_path / "planted"
-    planted.mkdir()
-    (planted / "config.json").write_bytes((out_dir / "config.json").read_bytes())
-    with open(planted / "model_state.pdparams", "wb") as f:
-        write_pdparams(f, [TensorInfo(k, str(v.dtype), v.shape) for k, v in weights.items()],
-                       lambda info: weights[info.name])
+    planted = directory_with_weights(out_dir, tmp_path / "planted", weights)
     r = run_verify(hf_dir, planted, "--device", "cpu", "--json", tmp_path / "planted.json")
     assert r.code == 1, r
     report = json.loads((tmp_path / "planted.json").read_text())

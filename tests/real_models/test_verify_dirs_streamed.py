@@ -8,12 +8,10 @@ and a weight changed in PADDLE_DIR's file is named. The memory available is set 
 estimates (verify/memory.py's available_memory). Runs only where transformers and PaddleNLP are
 installed (scripts/side_env.sh); elsewhere it is skipped."""
 
-import json
-
 import numpy as np
 import pytest
 
-from helpers.cli import run_convert
+from helpers.directories import converted_pair, directory_with_weights, least_memory_streamed
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("paddlenlp")
@@ -28,36 +26,18 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    import torch
     made = {}
     for name, (config, target) in CASES.items():
-        root = tmp_path_factory.mktemp(name)
-        torch.manual_seed(0)
-        getattr(transformers, name)(config()).eval().save_pretrained(root / "hf")
-        assert (root / "hf" / "model.safetensors").is_file()
-        r = run_convert(root / "hf", root / "out", "--quiet", *target)
-        assert r.code == 0, r
-        made[name] = root / "hf", root / "out"
+        hf_dir, out_dir = converted_pair(tmp_path_factory.mktemp(name), getattr(transformers, name), config(), *target)
+        assert (hf_dir / "model.safetensors").is_file()
+        made[name] = hf_dir, out_dir
     return made
-
-
-def _between(hf_dir, paddle_dir):
-    """The least memory available where the run fits streamed (and not in memory)."""
-    from converter import hfpair
-    configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, paddle_dir)]
-    planned = lambda figure: hfpair.directory_memory(str(hf_dir), str(paddle_dir), *configs, figure)[0]
-    low, high = 1, 1 << 40
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if planned(mid).streamed.peak <= mid else (mid, high)
-    assert planned(high).in_memory_peak > high
-    return high
 
 
 def _streamed(monkeypatch, hf_dir, paddle_dir):
     from converter import VerifyOptions, verify_directories
     from converter.verify import memory
-    figure = _between(hf_dir, paddle_dir)
+    figure = least_memory_streamed(hf_dir, paddle_dir)
     monkeypatch.setattr(memory, "available_memory", lambda: (figure, "the figure this test sets"))
     said = []
     report = verify_directories(str(hf_dir), str(paddle_dir), VerifyOptions(device="cpu", strategy="full", bisect=True),
@@ -89,18 +69,12 @@ def test_a_directory_pair_that_would_not_fit_streams_with_the_in_memory_rows(nam
 
 
 def test_a_weight_changed_in_a_streamed_paddle_directory_is_named(pairs, monkeypatch, tmp_path):
-    from converter.io.base import TensorInfo
-    from converter.io.pdparams import load_pdparams, write_pdparams
+    from converter.io.pdparams import load_pdparams
     hf_dir, out_dir = pairs["LlamaForCausalLM"]
     weights = {k: np.array(v) for k, v in load_pdparams(str(out_dir / "model_state.pdparams")).items()}
     key = next(k for k in weights if k.endswith("layers.1.mlp.up_proj.weight"))
     weights[key][3, 11] += 0.25
-    planted = tmp_path / "planted"
-    planted.mkdir()
-    (planted / "config.json").write_bytes((out_dir / "config.json").read_bytes())
-    with open(planted / "model_state.pdparams", "wb") as f:
-        write_pdparams(f, [TensorInfo(k, str(v.dtype), v.shape) for k, v in weights.items()],
-                       lambda info: weights[info.name])
+    planted = directory_with_weights(out_dir, tmp_path / "planted", weights)
     in_memory = _in_memory(hf_dir, planted)
     streamed, _ = _streamed(monkeypatch, hf_dir, planted)
     (differ,) = streamed.forward.weights.differ
