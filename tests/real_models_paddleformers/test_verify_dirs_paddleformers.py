@@ -7,22 +7,16 @@ take, and an architecture PaddleFormers lacks, are one line each. Neither direct
 Runs in the second side environment (scripts/side_env_paddleformers.sh); elsewhere it is skipped."""
 
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
+import torch
 
-from helpers.cli import run_convert, run_verify
+from helpers.cli import run_verify
+from helpers.directories import converted_pair, directory_with_weights
+from hf_paddleformers import transformers
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
 pytest.importorskip("paddleformers")
 
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
@@ -48,30 +42,19 @@ def _contents(directory) -> dict:
 def pair(tmp_path_factory):
     def make(family):
         if family not in PAIRS:
-            root = tmp_path_factory.mktemp(family)
-            torch.manual_seed(0)
             config = getattr(transformers, CONFIGS[family])(**SIZES, **EXTRA.get(family, {}))
-            transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(root / "hf")
-            r = run_convert(root / "hf", root / "out", "--quiet")
-            assert r.code == 0, r
-            PAIRS[family] = root / "hf", root / "out"
+            PAIRS[family] = converted_pair(tmp_path_factory.mktemp(family), transformers.AutoModelForCausalLM.from_config,
+                                           config)
         return PAIRS[family]
     return make
 
 
 def _rewritten(out_dir, target, change) -> str:
     """A copy of OUT_DIR beside it whose weights file has `change(weights)` applied, written anew."""
-    from converter.io.base import TensorInfo
-    from converter.io.pdparams import load_pdparams, write_pdparams
-    copy = out_dir.parent / target
-    copy.mkdir()
-    (copy / "config.json").write_bytes((out_dir / "config.json").read_bytes())
+    from converter.io.pdparams import load_pdparams
     weights = load_pdparams(str(out_dir / "model_state.pdparams"))
     change(weights)
-    with open(copy / "model_state.pdparams", "wb") as f:
-        write_pdparams(f, [TensorInfo(k, str(v.dtype), v.shape) for k, v in weights.items()],
-                       lambda info: weights[info.name])
-    return copy
+    return directory_with_weights(out_dir, out_dir.parent / target, weights)
 
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
