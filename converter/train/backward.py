@@ -34,7 +34,7 @@ from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
 from ..compare.session import _float64_by_default, _forward_errors
 from ..paths import is_under, relative
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
-from .judge import judge
+from .judge import in_memory_order, judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
 
 
@@ -630,9 +630,10 @@ def gradient_note(torch_grad, paddle_grad) -> str:
 def scale_of(torch_grad, paddle_grad) -> float | None:
     """The constant paddle's gradient is torch's times (least squares), where it fits within
     SCALE_FIT of paddle's norm and is not 1 within that; else None."""
-    a, b = np.asarray(torch_grad).ravel(), np.asarray(paddle_grad).ravel()
+    a, b = np.asarray(torch_grad), np.asarray(paddle_grad)
     if a.shape != b.shape:
         return None
+    a, b = (x.ravel() for x in in_memory_order(a, b))  # one order for both, copied in bands where it must be
     if a.dtype != np.float32 or b.dtype != np.float32:
         a, b = a.astype(np.float64), b.astype(np.float64)
     norm_a, norm_b = _sum_of(a, a), _sum_of(b, b)  # squared norms: finite where every element is

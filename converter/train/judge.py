@@ -38,14 +38,8 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     extra = np.asarray(extra, dtype=np.float32)  # one for every element, or each element's own
     extra = np.broadcast_to(extra, want.shape) if extra.ndim else extra
     condition, e_other, fmt_err = shaped(condition), shaped(e_other), shaped(fmt_err)
-    # every array with its axes in the order torch's values lie in memory (a transposed weight's view
-    # is then read in one pass, not copied at each step of the budget); the elements are the same
-    order = _memory_order(want)
-    if order is not None:
-        axes = lambda a: None if a is None or not a.ndim else a.transpose(order)
-        want, got, e_ref = axes(want), axes(got), axes(e_ref)
-        extra = axes(extra) if extra.ndim else extra
-        condition, e_other, fmt_err = axes(condition), axes(e_other), axes(fmt_err)
+    want, got, e_ref, extra, condition, e_other, fmt_err = in_memory_order(want, got, e_ref, extra, condition, e_other,
+                                                                           fmt_err)
     # the elements either side computes: where both hold an exact 0 (an embedding's rows no token
     # used) nothing was computed, and the noise of those computed is not averaged with their zeros
     support = (want != 0) | (got != 0) if (want == 0).any() else None
@@ -67,6 +61,19 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     ratio, tol = budget.ratio(diff)
     worst = float(np.fmax.reduce(diff, axis=None)) if diff.size else 0.0  # nan where every element is nan
     return Row(phase, step, torch_name, paddle_name, ratio, worst, tol, note)
+
+
+def in_memory_order(first: np.ndarray, *rest) -> list:
+    """`first` and the arrays of `rest` (each of first's shape, a broadcast to it, a scalar or None) with
+    their axes in the order `first`'s elements lie in memory, so that a transposed view of torch's values
+    is read in one pass rather than copied at each step of a budget; each array of `rest` that is not then
+    C-contiguous (a broadcast aside) is laid out so, in bands (numpy's strided copy of a large transposed
+    matrix is ten times slower). Elementwise, every array corresponds to `first` as before."""
+    from ..layout import contiguous
+    order = _memory_order(first)
+    turned = (lambda a: a) if order is None else (lambda a: a.transpose(order))
+    laid = lambda a: a if a is None or not a.ndim else turned(a) if 0 in a.strides else contiguous(turned(a))
+    return [turned(first)] + [laid(a) for a in rest]
 
 
 def _memory_order(a: np.ndarray) -> tuple | None:

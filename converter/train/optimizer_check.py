@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compare.precision import U32
+from ..layout import contiguous
 from .judge import judge
 from .loop import paddle_optimizer
 
@@ -85,8 +86,8 @@ class OptimizerCheck:
     def _set(self, pair, array: np.ndarray, grad: np.ndarray):
         import paddle
         p = self.params[pair.paddle]
-        p.set_value(np.asarray(array, dtype=np.float32))
-        p.grad = paddle.to_tensor(np.asarray(grad, dtype=np.float32))
+        p.set_value(contiguous(np.asarray(array, dtype=np.float32)))
+        p.grad = paddle.to_tensor(contiguous(np.asarray(grad, dtype=np.float32)))
 
     def checks(self, k: int) -> bool:
         """Whether step k is teacher-forced: the first steps (fresh and filled state) and the last;
@@ -156,7 +157,7 @@ class OptimizerCheck:
                 value = np.zeros(holder.shape, dtype=np.float32)
             else:  # laid out as the parameter
                 value = pair.to_paddle({t: np.zeros_like(params[t]) if v is None else v for t, v in values.items()})
-            holder.set_value(np.ascontiguousarray(value, dtype=np.float32))
+            holder.set_value(contiguous(np.asarray(value, dtype=np.float32)))
 
     def _reference(self, before: dict, index: list):
         """Torch's step again in float64 from the same parameters, gradients and state."""
@@ -201,8 +202,11 @@ class OptimizerCheck:
         their relative effect times the step's change of the weight; added to its drift."""
         delta = pair.to_paddle({t: np.subtract(torch_params[t], params_before[t]) for t in pair.torch})
         rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
-        moved = rel * np.abs(delta, out=delta)
-        self.drift[pair.paddle] = moved if pair.paddle not in self.drift else self.drift[pair.paddle] + moved
+        moved = np.multiply(np.abs(delta, out=delta), rel, dtype=np.float32)  # as a row's budget takes it
+        if pair.paddle in self.drift:
+            self.drift[pair.paddle] += moved
+        else:
+            self.drift[pair.paddle] = moved.astype(np.float64)
         return moved
 
     def _rmsprop_rel(self, pair, opt, torch_state: dict):
