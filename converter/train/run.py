@@ -51,20 +51,21 @@ def _first_in_phases(bad: list):
 
 
 def _translation(session, tspec):
-    """Torch's optimizer translated to paddle's (None when it has no translation and the spec
-    gives paddle_optimizer itself)."""
+    """(translation, (model, optimizer)): torch's optimizer translated to paddle's (None when it has no
+    translation and the spec gives paddle_optimizer itself), and the optimizer it was read from, as the
+    spec builds it on a copy of torch's model."""
     model = session.torch_copy()
     opt, sched = tspec.torch_optimizer(model)
     try:
         translation = translate(opt, sched, tspec.clip_grad_norm)
     except UserError:
         if tspec.has["paddle_optimizer"]:
-            return None
+            return None, (model, opt)
         raise
     held = _held(session, model, opt)
     if held is not None:
         translation.only(held)
-    return translation
+    return translation, (model, opt)
 
 
 def _held(session, model, opt):
@@ -134,13 +135,13 @@ def _train_check(port, tspec, steps) -> TrainReport:
     try:
         batches = tspec.batches(steps)
         _check_trainable(session, tspec)
-        session.translation = _translation(session, tspec)
+        session.translation, torch_optimized = _translation(session, tspec)
         _check_deterministic(session, tspec, batches[0])
-        rows = structure_rows(session, tspec)
+        check = OptimizerCheck(session, tspec, steps)
+        rows = structure_rows(session, torch_optimized, (check.model, check.opt))
         loss_probe = probe(session, tspec, batches[0])
         rows += loss_rows(loss_probe)
         rows += bwd.local_rows(session, tspec, batches[0])
-        check = OptimizerCheck(session, tspec, steps)
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
         with _float64_by_default():  # what the forward makes in the default dtype (HF's masks) is float64 too

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .loop import paddle_optimizer
 from .result import Row
 
 INF = float("inf")
@@ -23,10 +22,10 @@ def _paddle_optimized(opt) -> set:
     return out
 
 
-def structure_rows(session, tspec) -> list:
-    torch_model, paddle_model = session.torch_copy(), session.paddle_copy()
-    topt, _ = tspec.torch_optimizer(torch_model)
-    popt, _ = paddle_optimizer(session, tspec, paddle_model)
+def structure_rows(session, torch_side: tuple, paddle_side: tuple) -> list:
+    """The structure phase's rows, from torch's optimizer as the spec builds it on a copy of torch's
+    model and paddle's on a copy of paddle's: `torch_side` and `paddle_side` are (model, optimizer)."""
+    (torch_model, topt), (paddle_model, popt) = torch_side, paddle_side
     tparams = dict(torch_model.named_parameters(remove_duplicate=False))
     pstate = paddle_model.state_dict()
     pparams = dict(paddle_model.named_parameters())
