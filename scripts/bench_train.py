@@ -5,9 +5,10 @@ scheduler step, on torch's model and on paddle's, with the spec's batches, losse
 --train's cost is the training checks alone (the forward check of verify-port is not counted).
 Printed as a ratio (target <= 4). Each figure is the best of --repeat runs (these machines are noisy).
 
-    python scripts/bench_train.py [--spec FILE] [--steps N] [--repeat R]
+    python scripts/bench_train.py [--spec FILE | --width W] [--steps N] [--repeat R]
 
-The default spec is tests/specs/train_bench.py: a 4-block residual MLP of width 256, batches of 64.
+The default spec is tests/specs/train_bench.py: a 4-block residual MLP of width 256 (--width W: of
+width W), batches of 64.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 DEFAULT_SPEC = os.path.join(ROOT, "tests", "specs", "train_bench.py")
+WIDTH = "TRAIN_BENCH_WIDTH"  # the default spec's hidden width, read when it is loaded
 
 
 def plain_steps(spec, steps: int) -> float:
@@ -76,7 +78,12 @@ def main():
     parser.add_argument("--spec", default=DEFAULT_SPEC)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--width", type=int, help="the default spec's hidden width (256)")
     args = parser.parse_args()
+    if args.width is not None:
+        if os.path.abspath(args.spec) != DEFAULT_SPEC:
+            parser.error("--width sets the default spec's width; give --spec or --width, not both")
+        os.environ[WIDTH] = str(args.width)
     warnings.simplefilter("ignore")
     from converter.lazy import import_paddle
     import_paddle()
@@ -90,7 +97,8 @@ def main():
         forward.append(verify_seconds(PortSpec.from_file(args.spec), args.steps, False))
     checked = min(both) - min(forward)
     ratio = checked / plain
-    print(f"spec {os.path.relpath(args.spec, ROOT)}, {args.steps} steps")
+    width = f", width {args.width}" if args.width is not None else ""
+    print(f"spec {os.path.relpath(args.spec, ROOT)}{width}, {args.steps} steps")
     print(f"plain training, both sides: {plain:.3f} s")
     print(f"verify-port: {min(both):.3f} s with --train, {min(forward):.3f} s without (the forward check)")
     print(f"verify-port --train checks: {checked:.3f} s")

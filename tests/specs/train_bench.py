@@ -1,11 +1,15 @@
 """The benchmark pair of scripts/bench_train.py: a 4-layer MLP of width 256 with LayerNorm, AdamW with
-a warmup and cosine schedule, cross-entropy on batches of 64."""
+a warmup and cosine schedule, cross-entropy on batches of 64. The environment variable
+TRAIN_BENCH_WIDTH (bench_train.py --width) gives another width."""
+
+import os
 
 import numpy as np
 import paddle
 import torch
 
-D, H, C, B, DEPTH = 128, 256, 10, 64, 4
+D, C, B, DEPTH = 128, 10, 64, 4
+H = int(os.environ.get("TRAIN_BENCH_WIDTH", "256"))
 
 
 class TorchNet(torch.nn.Module):
