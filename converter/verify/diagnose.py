@@ -16,7 +16,7 @@ from .. import dtypes
 from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
 from ..families import lookup
-from ..paths import is_under
+from ..paths import is_under, join
 from .report import Diagnosis, LayerResult
 
 
@@ -284,9 +284,35 @@ def _follows_the_output(signed: np.ndarray, y: np.ndarray) -> bool:
 def check_own_forward(ctx) -> list[Diagnosis]:
     if not ctx.children_within:
         return []
-    return [Diagnosis(ctx.name, f"the difference arises in {ctx.name}'s own forward: every paired sublayer inside "
-                      "it is within budget", "compare its forward line by line: scales (1/sqrt(d)), softmax axes, "
-                      "residual connections, activations called as functions, reshapes and transposes, masks", kind="own forward")]
+    cause = f"the difference arises in {ctx.name}'s own forward: every paired sublayer inside it is within budget"
+    what = "its forward"
+    unpaired = _unpaired_with_weights(ctx)
+    if unpaired:
+        cause += (f"; sublayers with weights and no counterpart on the other side, compared only as part of its "
+                  f"output: {', '.join(unpaired)}")
+        what = f"{'those sublayers' if len(unpaired) > 1 else 'that sublayer'} and its own forward"
+    hint = (f"compare {what} line by line: scales (1/sqrt(d)), softmax axes, residual connections, activations "
+            "called as functions, reshapes and transposes, masks")
+    return [Diagnosis(ctx.name, cause, hint, kind="own forward")]
+
+
+def _unpaired_with_weights(ctx) -> list[str]:
+    """The outermost sublayers inside the culprit, on either side, that hold weights and that no
+    pair covers, each as "side's path (type)": HF 5 holds a block's routed experts as one module
+    of stacked weights where PaddleFormers has a layer per expert, and neither is paired."""
+    found = []
+    sides = (("torch", ctx.result.torch, ctx.torch_module.named_modules(), {p.torch for p in ctx.pairs}),
+             ("paddle", ctx.result.paddle, paddle_side.named_layers(ctx.paddle_layer), {p.paddle for p in ctx.pairs}))
+    for side, root, named, paired in sides:
+        outermost = []
+        for rel, layer in named:
+            path = join(root, rel)
+            if not rel or any(is_under(path, top) for top in outermost) or any(is_under(q, path) for q in paired):
+                continue
+            if next(iter(layer.parameters()), None) is not None:
+                outermost.append(path)
+                found.append(f"{side}'s {path} ({type(layer).__name__})")
+    return found
 
 
 CHECKS = (check_norm_eps, check_family_what_ifs, check_recorded_activation, check_training, check_precision)
