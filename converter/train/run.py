@@ -144,10 +144,8 @@ def _train_check(port, tspec, steps) -> TrainReport:
         rows += bwd.local_rows(session, tspec, batches[0])
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
-        with _float64_by_default():  # what the forward makes in the default dtype (HF's masks) is float64 too
-            t64 = torch_run(session, tspec, batches, _float64())
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
-        p = paddle_run(session, tspec, batches, fmt_p)
+        t64, p = _float64_beside_paddle(session, tspec, batches, fmt_p)
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
         rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
         rows += final_rows(session, t32, t64, tfmt, p, check.drift)
@@ -159,6 +157,25 @@ def _train_check(port, tspec, steps) -> TrainReport:
         return report
     finally:
         session.restore()
+
+
+def _float64_beside_paddle(session, tspec, batches, fmt_p) -> tuple:
+    """(torch's float64 run, paddle's run): the torch run on the worker thread while paddle's runs here
+    (paddle computes on one core on CPU; compare/overlap.py), in turn in serial mode. The float64
+    run makes what the forward makes in the default dtype float64 too (HF's masks), a setting of
+    the whole process: no torch runs here meanwhile. Torch's error is raised first, as in turn."""
+    from ..compare.overlap import TorchWorker
+
+    def float64_run():
+        with _float64_by_default():
+            return torch_run(session, tspec, batches, _float64())
+    with TorchWorker(session.port) as side:
+        t64 = side.submit(float64_run)
+        try:
+            p = paddle_run(session, tspec, batches, fmt_p)
+        finally:
+            t64 = t64.result()
+    return t64, p
 
 
 def _float64():
