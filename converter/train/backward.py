@@ -384,6 +384,7 @@ def local_rows(session, tspec, batch) -> list:
                                 players64, p_calls.get(unit.ppath))
     finally:
         remove(fmt_handles + p_handles + t_handles)
+    session.done_with(t64, "torch", torch.float64)
     return rows
 
 

@@ -142,6 +142,7 @@ def _train_check(port, tspec, steps) -> TrainReport:
         loss_probe = probe(session, tspec, batches[0])
         rows += loss_rows(loss_probe)
         rows += bwd.local_rows(session, tspec, batches[0])
+        session.done_with_run_only()  # the runs below train them
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None

@@ -133,6 +133,7 @@ class TrainSession:
         self.paddle_own = {}
         self.layer_pairs = None  # the forward check's pairing of the two models (backward.aligned), once made
         self._run_only = {}  # side -> the copy run_only_copy gives
+        self._spare = {}  # (side, dtype) -> a copy no check runs any more, to be the next one asked for
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()
@@ -145,20 +146,45 @@ class TrainSession:
 
     # fresh models --------------------------------------------------------------------------
     def torch_copy(self, dtype=None):
-        """A torch model at the initial weights (float64 when asked), in training mode, on CPU for float64."""
+        """A torch model at the initial weights (float64 when asked), in training mode, on CPU for float64:
+        a copy given back (done_with) reset, else a new one."""
         import torch
-        model = copy.deepcopy(self.torch_model)
-        model.load_state_dict(self.torch_init)
-        if dtype == torch.float64:
-            model = model.double().cpu()
+        model = self._spare.pop(("torch", dtype), None)
+        if model is not None:
+            model.zero_grad(set_to_none=True)
+            model.load_state_dict(self.torch_init)  # widened to float64 on the way, for a float64 model
+        else:
+            model = copy.deepcopy(self.torch_model)
+            model.load_state_dict(self.torch_init)
+            if dtype == torch.float64:
+                model = model.double().cpu()
         model.train()
         return model
 
     def paddle_copy(self):
-        model = copy.deepcopy(self.paddle_model)
+        """A paddle model at the initial weights, in training mode: a copy given back (done_with) reset,
+        else a new one."""
+        model = self._spare.pop(("paddle", None), None)
+        if model is not None:
+            model.clear_gradients(set_to_zero=False)
+        else:
+            model = copy.deepcopy(self.paddle_model)
         model.set_state_dict(self.paddle_init)
         model.train()
         return model
+
+    def done_with(self, model, side: str, dtype=None) -> None:
+        """`model`, a torch (float64 when `dtype` says so) or paddle copy that no check will run again,
+        with no hook left on it: the next copy of its kind asked for is this one, reset to the initial
+        weights with its gradients dropped, rather than a new deep copy."""
+        self._spare[side, dtype] = model
+
+    def done_with_run_only(self) -> None:
+        """The checks that only run the models are done: their shared copies (run_only_copy) are given
+        back (done_with); a later run_only_copy makes new ones."""
+        for side, model in self._run_only.items():
+            self.done_with(model, side)
+        self._run_only = {}
 
     def run_only_copy(self, side: str):
         """A copy of the torch model (side "torch") or the paddle model ("paddle") at the initial weights, in
