@@ -36,7 +36,7 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     formats = formats or FP32
     shaped = lambda a: None if a is None or np.size(a) != want.size else np.asarray(a, np.float32).reshape(want.shape)
     extra = np.asarray(extra, dtype=np.float32)  # one for every element, or each element's own
-    extra = np.broadcast_to(extra, want.shape) if extra.ndim else extra
+    extra = np.broadcast_to(extra, want.shape) if extra.ndim and extra.shape != want.shape else extra
     condition, e_other, fmt_err = shaped(condition), shaped(e_other), shaped(fmt_err)
     want, got, e_ref, extra, condition, e_other, fmt_err = in_memory_order(want, got, e_ref, extra, condition, e_other,
                                                                            fmt_err)
