@@ -297,18 +297,20 @@ def _root_mean(total):
 PADDLE_MEASURED_SIZE = 1 << 20  # the most parameters a paddle layer may have to be copied to float64
 
 
+LOWER_FLOATS = ("float32", "float16", "bfloat16")
+
+
 @contextlib.contextmanager
-def _paddle_keeps_float64():
-    """Casts to a lower float precision give float64 inside the block (PaddleNLP's
-    RMSNorm computes in float32 whatever its input, as HF's does); paddle's casts all go through
-    the operator paddle._C_ops.cast, which is replaced for the block."""
+def _paddle_keeps_float64(lower=LOWER_FLOATS):
+    """Casts to the float formats `lower` give float64 inside the block (PaddleNLP's RMSNorm
+    computes in float32 whatever its input, as HF's does); paddle's casts all go through the
+    operator paddle._C_ops.cast, which is replaced for the block."""
     import paddle
     ops = paddle._C_ops
     cast = ops.cast
 
     def keeping(x, dtype):
-        lower = str(dtype).rpartition(".")[2] in ("float32", "float16", "bfloat16")
-        return cast(x, paddle.float64 if lower else dtype)
+        return cast(x, paddle.float64 if str(dtype).rpartition(".")[2] in lower else dtype)
     ops.cast = keeping
     try:
         yield

@@ -313,6 +313,59 @@ class PortSession:
         self.returned.setdefault("paddle", returned(out, paddle_side))
         return out
 
+    def paddle64_outputs(self, paths) -> dict[str, list] | None:
+        """Per paddle path, the outputs there of a float64 copy of the paddle model, free-running on
+        the same inputs (casts to float32 kept in float64, to a narrower format rounding as in the
+        model, whose rounding is then no drift of its kernels): against the paddle model's own,
+        its fp32 drift, which its kernels make larger where they sum less exactly than torch's
+        (paddle's CPU mean over 4096 values is eight times further from float64 than torch's). The
+        copy is made once, on first use; None where the paddle model is streamed or does not run in
+        float64."""
+
+        from ..frameworks import paddle_side
+        from .capture import capture_calls
+        from .forced import _paddle_keeps_float64
+        from .replay import to_numpy_list
+        if not hasattr(self, "_paddle64"):
+            try:
+                self._paddle64 = self._paddle_model64()
+            except Exception:  # noqa: BLE001 - a model that cannot be made in float64: nothing measured
+                self._paddle64 = None
+        if self._paddle64 is None:
+            return None
+        widen = lambda v: v.astype("float64") if np.issubdtype(v.dtype, np.floating) else v
+        wide = {k: widen(v) for k, v in self.inputs.items()} if isinstance(self.inputs, dict) \
+            else tuple(widen(v) for v in self.inputs)
+        try:  # a cast to float32 computes in float64 here; one to a narrower format rounds as in the model
+            with _paddle_keeps_float64(("float32",)):
+                calls = capture_calls(paddle_side, self._paddle64,
+                                      lambda: paddle_side.forward(self._paddle64, wide, self.device), set(paths)).calls
+            out = {path: to_numpy_list(calls[path].outputs, "paddle") for path in paths}
+        except Exception:  # noqa: BLE001 - a model that does not run in float64: nothing measured
+            return None
+        if any(a.dtype != np.float64 for outputs in out.values() for a in outputs):
+            return None  # it computed in float32 inside
+        return out
+
+    def _paddle_model64(self):
+        """A float64 copy of the paddle model with its weights: a deep copy cast to float64, or, where
+        its weights are streamed from the plan, paddle_model() built again in float64 and streamed the
+        same way; None where they are read from a file (a copy from the plan would not hold them)."""
+        import copy
+        paddle = import_paddle()
+        if "paddle" not in self.streams:
+            model = copy.deepcopy(self.paddle_model)
+            model.to(dtype="float64")
+            return model
+        if not self.weight_source.startswith("streamed from"):
+            return None
+        from .stream import stream_paddle
+        with paddle.LazyGuard():
+            model = self.spec.paddle_model()
+        streamed = stream_paddle(model, self.plan, self.checkpoint.read, dtype="float64")
+        self.undo.push(streamed.close)
+        return model.eval()
+
     def run_torch64(self, fmt: str | None = None, draw: int = 0):
         """The float64 reference model on the inputs (matmul inputs rounded to `fmt` if given; see
         precision.torch_rounding for `draw`)."""

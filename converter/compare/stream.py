@@ -269,24 +269,27 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
     return Streamed(model, block_tensors(places, len(_blocks(model)), hook, keep), handles, block_of)
 
 
-def stream_paddle(model, plan, read, keep: int = KEEP) -> Streamed:
+def stream_paddle(model, plan, read, keep: int = KEEP, dtype: str | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with the tensors the plan writes computed from
-    `read` (the torch state's storage arrays) as its layers run."""
+    `read` (the torch state's storage arrays) as its layers run; `dtype`: its floating tensors made
+    in that dtype instead of their own (a float64 copy of the model)."""
     arrays = {}
     for entry in plan.entries:
         for name in (entry.name, *entry.aliases):
             arrays[name] = lambda entry=entry: entry.compute(read)
-    return stream_paddle_arrays(model, arrays, keep)
+    return stream_paddle_arrays(model, arrays, keep, dtype)
 
 
-def stream_paddle_arrays(model, arrays: dict, keep: int = KEEP) -> Streamed:
+def stream_paddle_arrays(model, arrays: dict, keep: int = KEEP, dtype: str | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with each tensor whose state-dict key `arrays` has
-    made by it (a function returning its storage array) as its layers run."""
+    made by it (a function returning its storage array) as its layers run; `dtype`: as in
+    stream_paddle."""
     records: dict[int, Held] = {}
+    width = 1 if dtype is None else np.dtype(dtype).itemsize
 
     def held(t, array):
-        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array()), t,
-                                              int(np.prod(t.shape)) * t.element_size()))
+        size = int(np.prod(t.shape)) * (t.element_size() if dtype is None or not t.is_floating_point() else width)
+        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array(), dtype), t, size))
 
     layers = [(prefix, layer) for prefix, layer in model.named_sublayers(include_self=True)]
     blocks = _paddle_blocks(model)
@@ -446,17 +449,19 @@ def _paddle_blocks(model) -> list:
                           lambda m: m.sublayers(include_self=True), lambda m: list(m.children()))
 
 
-def _paddle_tensor(placeholder, array: np.ndarray):
+def _paddle_tensor(placeholder, array: np.ndarray, dtype: str | None = None):
     """`array` as a paddle tensor standing where `placeholder` (a lazy parameter or a buffer) stands."""
     paddle = import_paddle()
     array = _contiguous(array)
+    kind = placeholder.dtype
+    if dtype is not None and placeholder.is_floating_point():  # a copy of the model in another dtype
+        array, kind = array.astype(dtype), getattr(paddle, dtype)
     if isinstance(placeholder, paddle.base.framework.EagerParamBase):
-        p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=placeholder.dtype,
-                                                 name=placeholder.name)
+        p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=kind, name=placeholder.name)
         p.set_value(array)
         p.stop_gradient = placeholder.stop_gradient
         return p
-    return paddle.to_tensor(array, dtype=placeholder.dtype)
+    return paddle.to_tensor(array, dtype=kind)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:

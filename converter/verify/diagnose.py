@@ -46,10 +46,11 @@ def _walk_pairs(ctx):
         yield pair.torch or "<model>", ctx.session.torch_module(pair.torch), ctx.session.paddle_layer(pair.paddle)
     t_root, p_root = ctx.torch_module, ctx.paddle_layer
     p_layers = dict(paddle_side.named_layers(p_root))
-    for rel, module in t_root.named_modules():
+    for rel, _ in t_root.named_modules():
         path = ".".join(filter(None, [ctx.result.torch, rel]))
-        if rel in p_layers and path not in seen:
-            yield path or "<model>", module, p_layers[rel]
+        if rel in p_layers and path not in seen:  # through the session: a streamed model's block made
+            yield (path or "<model>", ctx.session.torch_module(path),
+                   ctx.session.paddle_layer(".".join(filter(None, [ctx.result.paddle, rel]))))
 
 
 def check_weights(ctx) -> list[Diagnosis]:
