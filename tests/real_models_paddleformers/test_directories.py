@@ -26,8 +26,8 @@ if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec
     pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
 
 import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-from test_rule_sets import (  # noqa: E402
-    FAMILIES, NOISE_FACTOR, SIZES, TRAIN_MODE, _hf_model, _logits_pf, _paddleformers_class)
+from hf_paddleformers import paddleformers_class  # noqa: E402
+from test_rule_sets import FAMILIES, NOISE_FACTOR, SIZES, TRAIN_MODE, _hf_model, _logits_pf  # noqa: E402
 
 paddle = pytest.importorskip("paddle")
 auto = pytest.importorskip("paddleformers.transformers")
@@ -105,7 +105,7 @@ def test_tied_head_is_the_embedding_in_paddleformers(tmp, family, monkeypatch):
     assert hf.lm_head.weight is hf.get_input_embeddings().weight
     r = run_convert(tmp / "hf", tmp / "out", "--quiet")
     assert r.code == 0, r
-    cls = _paddleformers_class(family, FAMILIES[family][2])
+    cls = paddleformers_class(family, FAMILIES[family][2])
     model = cls.from_pretrained(str(tmp / "out"), **PADDLE_WEIGHTS)
     _assert_every_tensor_arrived(model, tmp / "out")  # the head shared, or written as the embeddings' copy
     assert np.array_equal(model.lm_head.weight.numpy(), model.get_input_embeddings().weight.numpy())
@@ -121,7 +121,7 @@ def test_llama_config_that_does_not_say_is_written_untied_as_hf_reads_it(tmp):
     assert r.code == 0, r
     assert "'tie_word_embeddings' is not given: HF unties the LM head by default" in r.stderr
     assert json.loads((tmp / "out" / "config.json").read_text())["tie_word_embeddings"] is False
-    cls = _paddleformers_class("llama", "LlamaForCausalLM")
+    cls = paddleformers_class("llama", "LlamaForCausalLM")
     model = cls.from_pretrained(str(tmp / "out"), **PADDLE_WEIGHTS)
     assert model.lm_head.weight is not model.get_input_embeddings().weight
     _assert_every_tensor_arrived(model, tmp / "out")

@@ -2,23 +2,14 @@
 itself from an HF transformers 5 checkpoint (its flex-checkpoint loader, `fused_qkv`). Runs in
 the second side environment (scripts/side_env_paddleformers.sh); elsewhere it is skipped."""
 
-import importlib.util
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
 
 from helpers.cli import run_convert
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
+from hf_paddleformers import paddleformers_class, torch, transformers  # noqa: E402  (skips where the side environment is not installed)
 paddleformers = pytest.importorskip("paddleformers")
 
 RULES = [
@@ -34,11 +25,7 @@ RULES = [
 def _paddleformers_qwen2(directory):
     """PaddleFormers' Qwen2 loaded from the HF directory by PaddleFormers itself. Its modeling file
     imports paddlefleet's GPT provider at the top; the plain-paddle class needs none of it."""
-    if "paddleformers.transformers.gpt_provider" not in sys.modules:
-        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
-        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-    from paddleformers.transformers.qwen2.modeling import Qwen2ForCausalLMDeprecated
+    Qwen2ForCausalLMDeprecated = paddleformers_class("qwen2", "Qwen2ForCausalLMDeprecated")
     model = Qwen2ForCausalLMDeprecated.from_pretrained(str(directory))
     return {k: v.numpy() for k, v in model.state_dict().items()}
 

@@ -6,21 +6,12 @@ named at their module under both strategies; an HF 5 MoE model's float64 copy ru
 eagerly. Runs in the second side environment (scripts/side_env_paddleformers.sh); elsewhere it
 is skipped."""
 
-import importlib.util
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("paddleformers") is None or importlib.util.find_spec("transformers") is None:
-    pytest.skip("needs transformers 5 and PaddleFormers (scripts/side_env_paddleformers.sh)", allow_module_level=True)
-
-import torch  # noqa: E402  (before paddleformers, which otherwise hides torch from transformers)
-
-sys.modules["torchcodec"] = None  # paddlecodec's torchcodec has no distribution metadata: transformers trips on it
-transformers = pytest.importorskip("transformers")
+from hf_paddleformers import stand_ins, torch, transformers  # noqa: E402  (skips where the side environment is not installed)
 paddleformers = pytest.importorskip("paddleformers")
 import paddle  # noqa: E402
 
@@ -69,10 +60,7 @@ def _config(family) -> dict:
 
 
 def _paddleformers_classes(family):
-    if family in ("qwen2", "qwen3") and "paddleformers.transformers.gpt_provider" not in sys.modules:
-        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")  # their modeling files import paddlefleet's
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
-        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
+    stand_ins()  # the modeling files of qwen2 and qwen3 import paddlefleet's
     if family == "llama":
         from paddleformers.transformers.llama.modeling import LlamaConfig, LlamaForCausalLM
         return LlamaConfig, LlamaForCausalLM
