@@ -5,7 +5,9 @@ made differently (no causal mask, another logit scale, query and key exchanged);
 lands on paddle's output where torch's own does not, that choice is the cause. A rotary
 table (HF 5's rotary embeddings, built from the config's rope_parameters) likewise: rebuilt
 from the paddle model's value of each rotary field that differs, and with YaRN's factor read
-from max_position_embeddings / original_max_position_embeddings. Also: a mask that masks
+from max_position_embeddings / original_max_position_embeddings; where it holds one table per layer
+type (HF 5's Gemma 3), each type's table rebuilt from another type's parameters and from the
+paddle config's. Also: a mask that masks
 positions on one side only, and an output head whose weight torch ties to another module's
 and paddle no longer does. Same signature as diagnose.py: check(ctx).
 """
@@ -194,18 +196,105 @@ def check_attention(ctx) -> list[Diagnosis]:
     return []
 
 
-def _rope_init(module):
-    """The function HF's rotary embedding `module` built its table with (its config's rope type:
-    its own default, or its modeling file's ROPE_INIT_FUNCTIONS), or None where it is not one."""
+def _init_function(module, rope_type: str):
+    """The function HF's rotary embedding `module` builds a table of `rope_type` with: its own
+    default, or its modeling file's ROPE_INIT_FUNCTIONS; None where it has none."""
     import sys
+    if rope_type == "default":
+        return getattr(type(module), "compute_default_rope_parameters", None)
+    return getattr(sys.modules.get(type(module).__module__), "ROPE_INIT_FUNCTIONS", {}).get(rope_type)
+
+
+def _rope_init(module):
+    """The function HF's rotary embedding `module` built its one table with (its config's rope
+    type), or None where it is not one."""
     config = getattr(module, "config", None)
     rope = getattr(config, "rope_parameters", None)
     if not isinstance(rope, dict) or "rope_type" not in rope or not hasattr(module, "inv_freq") \
             or not hasattr(module, "attention_scaling"):
         return None
-    if rope["rope_type"] == "default":
-        return getattr(type(module), "compute_default_rope_parameters", None)
-    return getattr(sys.modules.get(type(module).__module__), "ROPE_INIT_FUNCTIONS", {}).get(rope["rope_type"])
+    return _init_function(module, rope["rope_type"])
+
+
+def _tables_per_type(module) -> dict:
+    """HF 5's rotary embedding holding one table per layer type (its config's rope_parameters keyed
+    by layer type, each table in `<type>_inv_freq` and `<type>_attention_scaling`, the type passed
+    with each call): layer type -> (its rope parameters, the function its table is built with).
+    Empty for a module with one table."""
+    config = getattr(module, "config", None)
+    rope = getattr(config, "rope_parameters", None)
+    if not isinstance(rope, dict) or "rope_type" in rope:
+        return {}
+    out = {}
+    for layer_type, params in rope.items():
+        if isinstance(params, dict) and "rope_type" in params and hasattr(module, f"{layer_type}_inv_freq") \
+                and hasattr(module, f"{layer_type}_attention_scaling"):
+            init = _init_function(module, params["rope_type"])
+            if init is not None:
+                out[layer_type] = (params, init)
+    return out
+
+
+@contextlib.contextmanager
+def _type_table_built_from(module, layer_type: str, rope_init, params: dict):
+    """The rotary table of `module`'s `layer_type` rebuilt from `params` as that type's rope
+    parameters."""
+    import copy
+    config = copy.deepcopy(module.config)
+    config.rope_parameters = dict(config.rope_parameters, **{layer_type: dict(params)})
+    held = getattr(module, f"{layer_type}_inv_freq")
+    inv_freq, scaling = rope_init(config, held.device, layer_type=layer_type)
+    saved = held, getattr(module, f"{layer_type}_attention_scaling")
+    setattr(module, f"{layer_type}_inv_freq", inv_freq.to(held.dtype))
+    setattr(module, f"{layer_type}_attention_scaling", scaling)
+    try:
+        yield
+    finally:
+        setattr(module, f"{layer_type}_inv_freq", saved[0])
+        setattr(module, f"{layer_type}_attention_scaling", saved[1])
+
+
+def _said(params: dict, names) -> str:
+    return ", ".join(f"{name} {params.get(name)!r}" for name in names)
+
+
+def check_rotary_per_type(ctx) -> list[Diagnosis]:
+    """A rotary embedding with one table per layer type (HF 5's Gemma 3: full and sliding attention)
+    whose table is torch's table of one type built with other parameters: another layer type's, or
+    the paddle model's config's (its one value for every type, or its entry for that type). Each
+    type is tried, since the call says which table it reads."""
+    tables = _tables_per_type(ctx.torch_module)
+    if not tables:
+        return []
+    p_rope = getattr(getattr(ctx.paddle_layer, "config", None), "rope_parameters", None)
+    p_rope = p_rope if isinstance(p_rope, dict) else {}
+    flat = {k: v for k, v in p_rope.items() if not isinstance(v, dict) and k != "rope_type"}
+    for layer_type, (mine, rope_init) in tables.items():
+        for other, (params, _) in tables.items():
+            differ = sorted(k for k in set(mine) | set(params) if k != "rope_type" and mine.get(k) != params.get(k))
+            if other == layer_type or not differ or params.get("rope_type") != mine.get("rope_type"):
+                continue
+            if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=params: _type_table_built_from(m, t, i, p)):
+                also = [k for k in differ if k in flat and flat[k] == params.get(k)]
+                held = (f"; the paddle model's config holds {_said(flat, also)} as its rope_parameters for every "
+                        "layer type, beside the per-type entries" if also else "")
+                return [Diagnosis(ctx.name, f"the {layer_type} rotary table is built with the {other} layers' rope "
+                                  f"parameters: {', '.join(f'{k} {params.get(k)!r} instead of {mine.get(k)!r}' for k in differ)}"
+                                  f"{held}",
+                                  f"build each layer type's table from its own rope_parameters entry and give each "
+                                  f"layer its type's table ({layer_type}: {_said(mine, differ)}; {other}: "
+                                  f"{_said(params, differ)}), as torch's model does", kind="rotary")]
+        own = p_rope.get(layer_type) if isinstance(p_rope.get(layer_type), dict) else {}
+        for source, values in (("rope_parameters", flat), (f"rope_parameters['{layer_type}']", own)):
+            for name in sorted(k for k in values if k in mine and k != "rope_type" and values[k] != mine[k]):
+                changed = dict(mine, **{name: values[name]})
+                if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=changed: _type_table_built_from(m, t, i, p)):
+                    return [Diagnosis(ctx.name, f"the {layer_type} rotary table is torch's built with the paddle "
+                                      f"model's {source}['{name}'] {values[name]!r}; torch's config has {mine[name]!r} "
+                                      f"for {layer_type}",
+                                      f"build the paddle model's {layer_type} table from {name} {mine[name]!r}",
+                                      kind="rotary")]
+    return []
 
 
 @contextlib.contextmanager
@@ -333,4 +422,4 @@ def check_tied(ctx) -> list[Diagnosis]:
     return out
 
 
-CHECKS = (check_mask, check_attention, check_rotary, check_tied)
+CHECKS = (check_mask, check_attention, check_rotary, check_rotary_per_type, check_tied)

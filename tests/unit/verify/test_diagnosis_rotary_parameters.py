@@ -151,3 +151,77 @@ def test_a_yarn_factor_read_from_the_lengths_is_named_with_the_lengths_and_the_f
 
 def test_a_table_off_by_something_no_rotary_field_says_gets_no_rotary_diagnosis():
     assert _verify(_config(YARN), _config(YARN), base_times=1.5) == []
+
+
+class TablesPerType(torch.nn.Module):
+    """HF 5's form with one table per layer type (Gemma 3): rope_parameters keyed by layer type, each
+    table in `<type>_inv_freq`, the type passed with each call."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        for layer_type in config.rope_parameters:
+            inv_freq, scaling = self.compute_default_rope_parameters(config, layer_type=layer_type)
+            self.register_buffer(f"{layer_type}_inv_freq", inv_freq, persistent=False)
+            setattr(self, f"{layer_type}_attention_scaling", scaling)
+
+    @staticmethod
+    def compute_default_rope_parameters(config, device=None, layer_type=None):
+        return torch.tensor(_inverse_frequencies(config.rope_parameters[layer_type]["rope_theta"]),
+                            dtype=torch.float32, device=device), 1.0
+
+    def forward(self, x, layer_type):
+        inv_freq = getattr(self, f"{layer_type}_inv_freq")
+        freqs = torch.arange(x.shape[1], dtype=inv_freq.dtype)[None, :, None] @ inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scaling = getattr(self, f"{layer_type}_attention_scaling")
+        return emb.cos() * scaling, emb.sin() * scaling
+
+
+class TorchNetPerType(torch.nn.Module):
+    """The first layer type's table applied (HF's Gemma 3 asks for each type's table in turn)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.proj = torch.nn.Linear(D, D)
+        self.rotary_emb = TablesPerType(config)
+
+    def forward(self, x):
+        cos, sin = self.rotary_emb(x, next(iter(self.rotary_emb.config.rope_parameters)))
+        h = self.proj(x)
+        return h * cos + torch.flip(h, dims=[-1]) * sin
+
+
+def _verify_per_type(rope: dict, paddle_rope: dict, **rotary):
+    def build_torch():
+        torch.manual_seed(0)
+        return TorchNetPerType(_config(rope)).eval()
+    inputs = lambda: (np.random.default_rng(0).standard_normal((B, T, D)).astype("float32"),)
+    spec = spec_from_functions(build_torch, lambda: PaddleNet(_config(paddle_rope), **rotary), inputs, mapping=RULES)
+    report = verify(spec, Options(device="cpu"), bisect=True)
+    assert report.verdict == "fail" and report.first_bad.torch == "rotary_emb", report.first_bad
+    return [d for d in report.diagnosis if d.kind == "rotary"]
+
+
+PER_TYPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}
+
+
+def test_a_layer_types_table_built_with_another_types_parameters_is_named_with_both():
+    """Paddle builds one table from the full-attention base (its flat rope_theta) for the sliding layers too."""
+    found = _verify_per_type(PER_TYPE, dict(PER_TYPE, rope_type="default", rope_theta=1000000.0))
+    assert len(found) == 1, found
+    assert "sliding_attention rotary table is built with the full_attention layers' rope parameters: rope_theta " \
+           "1000000.0 instead of 10000.0" in found[0].cause, found[0]
+    assert "holds rope_theta 1000000.0 as its rope_parameters for every layer type" in found[0].cause, found[0]
+
+
+def test_a_layer_types_table_built_with_the_paddle_configs_own_value_is_named_with_it():
+    found = _verify_per_type(PER_TYPE, {"rope_type": "default", "rope_theta": 50000.0})
+    assert len(found) == 1, found
+    assert "sliding_attention rotary table is torch's built with the paddle model's rope_parameters['rope_theta'] " \
+           "50000.0; torch's config has 10000.0" in found[0].cause, found[0]
+
+
+def test_a_layer_types_table_off_by_something_no_parameter_says_gets_no_rotary_diagnosis():
+    assert _verify_per_type(PER_TYPE, {"rope_type": "default", "rope_theta": 10000.0}, base_times=1.5) == []
