@@ -88,6 +88,17 @@ def test_gpt_oss_in_eval_mode_is_named_at_its_experts_with_the_routers_agreeing(
         assert routers and all(r.ratio is not None and r.ratio < 1 for r in routers), routers
         assert all("scattered" in r.note for r in routers), [r.note for r in routers]
     assert not any("TF32" in d.cause for d in report.diagnosis), report.diagnosis
+    found = [d for d in report.diagnosis if d.kind == "routing weights"]
+    assert len(found) == 1 and found[0].layer == "model.layers.0.mlp.experts", report.diagnosis
+    assert "applied to other tokens" in found[0].cause and "read as [experts, tokens]" in found[0].cause, found[0]
+
+
+def test_gemma3s_sliding_table_is_diagnosed_as_built_with_the_full_attention_base():
+    report = _verify("gemma3_text")
+    found = [d for d in report.diagnosis if d.kind == "rotary"]
+    assert len(found) == 1 and found[0].layer == "model.rotary_emb", report.diagnosis
+    assert "sliding_attention rotary table is built with the full_attention layers' rope parameters: rope_theta " \
+           "1000000.0 instead of 10000.0" in found[0].cause, found[0]
 
 
 @pytest.mark.parametrize("family", ["gemma3_text", "deepseek_v3"])
