@@ -9,7 +9,8 @@ from max_position_embeddings / original_max_position_embeddings; where it holds 
 type (HF 5's Gemma 3), each type's table rebuilt from another type's parameters and from the
 paddle config's. Also: a mask that masks
 positions on one side only, and an output head whose weight torch ties to another module's
-and paddle no longer does. Same signature as diagnose.py: check(ctx).
+and paddle no longer does; routing weights of an experts module applied to other tokens
+(read as [experts, tokens] where they are [tokens, experts]). Same signature as diagnose.py: check(ctx).
 """
 
 from __future__ import annotations
@@ -422,4 +423,57 @@ def check_tied(ctx) -> list[Diagnosis]:
     return out
 
 
-CHECKS = (check_mask, check_attention, check_rotary, check_rotary_per_type, check_tied)
+def _routing(call):
+    """(hidden states, chosen experts, routing weights) of an experts call: the first floating
+    tensor, then an integer and a floating tensor of one shape [tokens, k]; None otherwise."""
+    import torch
+    from ..compare.capture import call_tensors
+    tensors = call_tensors(call.args, call.kwargs, torch.is_tensor)
+    if len(tensors) != 3:
+        return None
+    hidden, chosen, weights = tensors
+    if not (hidden.is_floating_point() and weights.is_floating_point()) or chosen.is_floating_point() \
+            or chosen.dim() != 2 or chosen.shape != weights.shape or hidden.dim() != 2 \
+            or hidden.shape[0] != chosen.shape[0]:
+        return None
+    return hidden, chosen, weights
+
+
+def check_routing_weights(ctx) -> list[Diagnosis]:
+    """An experts module of HF 5's form (all experts of a layer in one module with `num_experts`,
+    called with the hidden states [tokens, hidden], each token's chosen experts [tokens, k] and
+    their weights [tokens, k]) where paddle's output is torch's with the routing weights, scattered
+    to [tokens, experts], read as [experts, tokens] (the same values, reshaped rather than transposed: a batched path that runs
+    every expert on every token, as PaddleFormers 1.2's GPT-OSS experts in eval mode with
+    `transpose([0, 1])`, the identity permutation). Re-run on the recorded inputs with every expert
+    chosen for every token, weighted so."""
+    import torch
+    from ..compare.capture import Call, replace_call_tensors
+    where = ctx.name
+    experts = getattr(ctx.torch_module, "num_experts", None)
+    call = ctx.t_call
+    if call is None or not isinstance(experts, int):
+        return []
+    routing = _routing(call)
+    if routing is None:
+        return []
+    _, chosen, weights = routing
+    tokens = chosen.shape[0]
+    if tokens < 2 or int(chosen.max()) >= experts:
+        return []
+    scattered = torch.zeros(tokens, experts, dtype=weights.dtype).scatter(1, chosen.long().cpu(), weights.cpu())
+    read = scattered.reshape(experts, tokens).T.contiguous()  # [tokens, experts]: row t holds flat[e * T + t]
+    every = torch.arange(experts, dtype=chosen.dtype).expand(tokens, experts).contiguous()
+    args, kwargs = replace_call_tensors(call.args, call.kwargs, torch.is_tensor, {1: every, 2: read})
+    if not _what_if(ctx, lambda m: contextlib.nullcontext(), Call(call.path, call.type, call.start, call.end, args, kwargs)):
+        return []
+    return [Diagnosis(where, f"the routing weights are applied to other tokens: paddle's output is torch's with "
+                      f"each token's weights scattered to [tokens, experts] ({tokens} x {experts}) and then read as "
+                      f"[experts, tokens] (reshaped, not transposed), so token t gets the weights at positions "
+                      f"e x {tokens} + t of the token-major values",
+                      "transpose the routing weights to [experts, tokens] before weighing each expert's output "
+                      "(paddle's transpose takes a permutation: [1, 0], not [0, 1], which changes nothing)",
+                      kind="routing weights")]
+
+
+CHECKS = (check_mask, check_attention, check_rotary, check_rotary_per_type, check_routing_weights, check_tied)

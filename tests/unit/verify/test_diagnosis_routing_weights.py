@@ -16,8 +16,8 @@ from converter.verify.run import verify
 TOKENS, D, E, K = 12, 8, 4, 2
 
 
-class Qwen3MoeExperts(torch.nn.Module):
-    """HF 5's experts form (the class name is HF's, which the experts family is registered for)."""
+class Experts(torch.nn.Module):
+    """HF 5's experts form: `num_experts`, called with the chosen experts and their weights."""
 
     def __init__(self):
         super().__init__()
@@ -52,7 +52,7 @@ class TorchMoe(torch.nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.gate = torch.nn.Linear(D, E)
-        self.experts = Qwen3MoeExperts()
+        self.experts = Experts()
 
     def forward(self, x):
         top, index = torch.topk(self.gate(x), K, dim=-1)
