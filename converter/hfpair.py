@@ -9,7 +9,7 @@ used (config.json's model_type for the library), and the layers are paired throu
 are token ids drawn from the config's vocabulary, a padded second row where both models take an
 attention_mask.
 
-Where the memory estimate made from the two directories' headers (verify/memory.py's before_build:
+Where the memory estimate made from the two directories' headers (compare/memory.py's before_build:
 torch's tensors in the dtype from_pretrained loads them in, paddle's as PADDLE_DIR holds them)
 says the run would not fit in memory and HF_DIR's weights are read one tensor at a time
 (safetensors, or torch's zip format), both models are built
@@ -135,7 +135,7 @@ def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_confi
     checkpoint, whether it is read one tensor at a time)."""
     from .compare.stream import read_tensor_by_tensor
     from .io import open_source
-    from .verify import memory
+    from .compare import memory
     with open_source(hf_dir) as source:
         torch_infos, path, files = dict(source.infos), source.path, source.files
     paddle_file = os.path.join(paddle_dir, INDEX if os.path.isfile(os.path.join(paddle_dir, INDEX)) else WEIGHTS)
@@ -150,7 +150,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
                         train: bool) -> tuple[str | None, str]:
     """(HF_DIR's checkpoint, why) where both models stream (the run would not fit in memory), else
     (None, ''); a UserError where it fits neither way."""
-    from .verify import memory
+    from .compare import memory
     available, where = memory.available_memory()
     planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
     if planned.in_memory_peak <= available:

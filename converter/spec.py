@@ -131,6 +131,14 @@ class PortSpec:
             self._paddle = model
         return self._paddle
 
+    def another_paddle_model(self) -> paddle.nn.Layer:
+        """A second paddle model, built as paddle_model() builds the first (not the one it keeps)."""
+        from .lazy import import_paddle
+        model = self._call("paddle_model")
+        if not isinstance(model, import_paddle().nn.Layer) or model is self._paddle:
+            raise UserError(f"spec '{self.path}': paddle_model() gave no new paddle.nn.Layer when called again")
+        return model
+
     def inputs(self) -> Inputs:
         import numpy as np
         value = self._call("inputs")

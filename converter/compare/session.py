@@ -352,7 +352,6 @@ class PortSession:
         its weights are streamed from the plan, paddle_model() built again in float64 and streamed the
         same way; None where they are read from a file (a copy from the plan would not hold them)."""
         import copy
-        paddle = import_paddle()
         if "paddle" not in self.streams:
             model = copy.deepcopy(self.paddle_model)
             model.to(dtype="float64")
@@ -360,8 +359,8 @@ class PortSession:
         if not self.weight_source.startswith("streamed from"):
             return None
         from .stream import stream_paddle
-        with paddle.LazyGuard():
-            model = self.spec.paddle_model()
+        with self.build.paddle():  # as the paddle model was built
+            model = self.spec.another_paddle_model()
         streamed = stream_paddle(model, self.plan, self.checkpoint.read, dtype="float64")
         self.undo.push(streamed.close)
         return model.eval()

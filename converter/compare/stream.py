@@ -124,7 +124,7 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
     if not weights:
         return Build(False)
     from ..io import open_source
-    from ..verify import memory
+    from . import memory
     with open_source(weights) as source:
         torch_infos, files = dict(source.infos), list(source.files)
     paddle_infos = None
@@ -453,11 +453,12 @@ def _paddle_tensor(placeholder, array: np.ndarray, dtype: str | None = None):
     """`array` as a paddle tensor standing where `placeholder` (a lazy parameter or a buffer) stands."""
     paddle = import_paddle()
     array = _contiguous(array)
-    kind = placeholder.dtype
+    kind, name = placeholder.dtype, placeholder.name
     if dtype is not None and placeholder.is_floating_point():  # a copy of the model in another dtype
-        array, kind = array.astype(dtype), getattr(paddle, dtype)
+        # under a name of its own: a parameter made under its original's name writes the original's values
+        array, kind, name = array.astype(dtype), getattr(paddle, dtype), f"{placeholder.name}.{dtype}"
     if isinstance(placeholder, paddle.base.framework.EagerParamBase):
-        p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=kind, name=placeholder.name)
+        p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=kind, name=name)
         p.set_value(array)
         p.stop_gradient = placeholder.stop_gradient
         return p
@@ -475,10 +476,3 @@ def _contiguous(array: np.ndarray) -> np.ndarray:
             warnings.simplefilter("ignore", UserWarning)
             return import_torch().from_numpy(array).contiguous().numpy()
     return np.ascontiguousarray(array)
-
-
-def streamed_bytes(streamed: Streamed) -> int:
-    """What one side holds at most: its tensors outside the blocks and its `keep` largest blocks."""
-    pinned, blocks = streamed.tensors.most_bytes()
-    return pinned + blocks
-

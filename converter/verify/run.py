@@ -6,7 +6,7 @@ from .analyze import culprit_evidence
 from .strategies import BinarySearch, StrategyResult, choose
 from ..compare.capture import CaptureTooLarge
 from .diagnose import Context, diagnose
-from .memory import available_memory, check as check_memory
+from ..compare.memory import available_memory, check as check_memory
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict

@@ -5,7 +5,7 @@ weights (torch's from config.json on the meta device, its buffers computed; padd
 LazyGuard) and streamed block by block from the two directories. The rows are the in-memory
 run's bit for bit, every loaded weight is checked, the log and the report say why it streams,
 and a weight changed in PADDLE_DIR's file is named. The memory available is set between the two
-estimates (verify/memory.py's available_memory). Runs only where transformers and PaddleNLP are
+estimates (compare/memory.py's available_memory). Runs only where transformers and PaddleNLP are
 installed (scripts/side_env.sh); elsewhere it is skipped."""
 
 import numpy as np
@@ -36,7 +36,7 @@ def pairs(tmp_path_factory):
 
 def _streamed(monkeypatch, hf_dir, paddle_dir):
     from converter import VerifyOptions, verify_directories
-    from converter.verify import memory
+    from converter.compare import memory
     figure = least_memory_streamed(hf_dir, paddle_dir)
     monkeypatch.setattr(memory, "available_memory", lambda: (figure, "the figure this test sets"))
     said = []

@@ -3,7 +3,7 @@ directories (Llama, Qwen3; 3 layers, hidden 256) converted for PaddleFormers 1.2
 class built from config.json on the meta device (its rotary table computed on the CPU) and
 PaddleFormers' under LazyGuard, both streamed block by block from the two directories, give the
 in-memory run's rows bit for bit with every loaded weight checked. The memory available is set
-between the two estimates (verify/memory.py's available_memory). Runs in the second side
+between the two estimates (compare/memory.py's available_memory). Runs in the second side
 environment (scripts/side_env_paddleformers.sh); elsewhere it is skipped."""
 
 import pytest
@@ -28,7 +28,7 @@ def pairs(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_a_paddleformers_directory_pair_that_would_not_fit_streams_with_the_in_memory_rows(name, pairs, monkeypatch):
     from converter import VerifyOptions, verify_directories
-    from converter.verify import memory
+    from converter.compare import memory
     hf_dir, out_dir = pairs[name]
     options = VerifyOptions(device="cpu", strategy="full", bisect=True)
     in_memory = verify_directories(str(hf_dir), str(out_dir), options)

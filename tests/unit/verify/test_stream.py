@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from converter.compare.session import Options, PortSession
 from converter.errors import UserError
 from converter.spec import spec_from_functions
-from converter.verify import memory
+from converter.compare import memory
 from converter.verify.run import run_on, verify
 
 H, HEADS, FFN, VOCAB, LAYERS, SEQ = 32, 4, 48, 64, 4, 8
@@ -241,3 +241,15 @@ def test_a_checkpoint_that_does_not_fit_the_meta_model_is_one_line(tmp_path):
         verify(spec_from_functions(meta_torch, lazy_paddle, inputs), Options(device="cpu"), weights=str(path))
     said = str(caught.value)
     assert "\n" not in said and "does not fit torch_model()" in said and "layers.0.norm1.weight" in said
+
+
+def test_paddles_float64_copy_of_a_streamed_model_is_another_model_and_leaves_it_alone(checkpoint):
+    from converter.frameworks import paddle_side
+    spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
+    with PortSession(spec, Options(device="cpu"), weights=checkpoint) as session:
+        before = paddle_side.to_numpy(session.run_paddle())
+        wide = session.paddle64_outputs([""])[""][0]
+        after = paddle_side.to_numpy(session.run_paddle())
+        assert session._paddle64 is not session.paddle_model
+    assert wide.dtype == np.float64 and np.array_equal(before, after)
+    assert 0 < np.abs(wide - before).max() < 1e-4  # float64 against float32: apart by rounding alone

@@ -5,7 +5,7 @@ paddle.LazyGuard(), the rows are the in-memory run's bit for bit, and the report
 streams. A paddle weights file given with --converted is streamed too, and under mapping 'loaded'
 each of its tensors is checked bit for bit against torch's first. A run that fits neither way
 stops before torch_model() is called. The memory available is set to figures between the two
-estimates (verify/memory.py's available_memory, which the estimate reads)."""
+estimates (compare/memory.py's available_memory, which the estimate reads)."""
 
 import numpy as np
 import paddle
@@ -20,7 +20,7 @@ from converter.io import open_source
 from converter.io.base import TensorInfo
 from converter.io.pdparams import write_pdparams
 from converter.spec import LOADED, spec_from_functions
-from converter.verify import memory
+from converter.compare import memory
 from converter.verify.run import verify
 
 H, FFN, VOCAB, LAYERS, SEQ = 256, 1024, 80, 6, 8

@@ -1,4 +1,4 @@
-"""The forward check's memory, estimated before it runs (verify/memory.py): both models, the
+"""The forward check's memory, estimated before it runs (compare/memory.py): both models, the
 float64 reference's whole-run part and largest blocks, the activations; a run that cannot fit
 stops with one line, one that fits narrowly says so in the report."""
 
@@ -9,7 +9,7 @@ from converter.compare.session import Options, PortSession
 from converter.errors import UserError
 from converter.examples import bert_port
 from converter.spec import load_spec
-from converter.verify import memory
+from converter.compare import memory
 from converter.verify.run import run_on
 
 GiB = 1 << 30

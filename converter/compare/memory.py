@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..compare.widen import KEEP
+from .widen import KEEP
 from ..errors import UserError
 
 GiB = 1 << 30
@@ -94,10 +94,10 @@ def estimate(session, strategy: str, limit: int) -> Estimate:
 def _models_bytes(session) -> int:
     """Both models' weights; a side streamed block by block (compare/stream.py) counts its part outside
     the blocks and its largest blocks."""
-    from ..compare.stream import streamed_bytes
     streams = getattr(session, "streams", {})
-    torch_bytes = streamed_bytes(streams["torch"]) if "torch" in streams else _torch_bytes(session.torch_model)
-    paddle_bytes = streamed_bytes(streams["paddle"]) if "paddle" in streams else _paddle_bytes(session.paddle_model)
+    streamed = lambda side: sum(streams[side].tensors.most_bytes())  # the part outside the blocks, and its largest
+    torch_bytes = streamed("torch") if "torch" in streams else _torch_bytes(session.torch_model)
+    paddle_bytes = streamed("paddle") if "paddle" in streams else _paddle_bytes(session.paddle_model)
     return torch_bytes + paddle_bytes
 
 
