@@ -12,6 +12,7 @@ import numpy as np
 
 from .backward import FORWARD_DIFFERS, ZERO, layer_of, scale_in
 from .optimizer import subclass_note, torch_class
+from .optimizer_check import own_state
 from .result import TrainDiagnosis
 from .steps import loss_band
 
@@ -371,7 +372,8 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
     try:
         # one group over the parameters in the order of torch's state (its indices), with this parameter's settings
         opt = cls([params[n] for n in index], lr=settings.get("lr", group["lr"]), **kwargs)
-        state = {"state": before["state"]["state"], "param_groups": [dict(opt.state_dict()["param_groups"][0])]}
+        state = {"state": own_state(before["state"], torch.float64)["state"],
+                 "param_groups": [dict(opt.state_dict()["param_groups"][0])]}
         opt.load_state_dict(state)
     except (ValueError, KeyError, TypeError, RuntimeError):
         return None

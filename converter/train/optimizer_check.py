@@ -5,6 +5,8 @@ that differ and are not bugs (paddle's float32 betas, clipping's + 1e-6, RMSProp
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..compare.precision import U32
@@ -168,7 +170,7 @@ class OptimizerCheck:
                 p.copy_(before["params"][n])  # widened to float64 on the way
                 g = before["grads"].get(n)
                 p.grad = None if g is None else g.double().cpu()
-        self.ref_opt.load_state_dict(before["state"])
+        self.ref_opt.load_state_dict(own_state(before["state"], torch.float64))
         if self.tspec.clip_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.ref.parameters(), self.tspec.clip_grad_norm)
         self.ref_opt.step()
@@ -249,6 +251,21 @@ class OptimizerCheck:
 
     def _row(self, k, pair, what, want, got, e_ref, extra):
         self.rows.append(judge("optimizer", k, pair.torch_name + what, pair.paddle + what, want, got, e_ref, extra))
+
+
+def own_state(state: dict, dtype) -> dict:
+    """A torch optimizer's state dict to load into an optimizer over parameters of `dtype`: its floating
+    tensors in that dtype and its step counts, each a tensor of its own. Torch keeps a loaded step count
+    (and a tensor already of the parameters' dtype) as it is given and adds to it in place: loading
+    `state` itself and stepping would move the step counts of `state`, and every later load of it (the
+    what-ifs of a failing step, one after another) would start a step or more late."""
+    import torch
+
+    def own(key, value):
+        if not isinstance(value, torch.Tensor):
+            return copy.deepcopy(value)
+        return value.to(dtype, copy=True) if key != "step" and value.is_floating_point() else value.clone()
+    return {**state, "state": {index: {k: own(k, v) for k, v in s.items()} for index, s in state["state"].items()}}
 
 
 def _squared(a: np.ndarray) -> float:
