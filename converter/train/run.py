@@ -14,6 +14,7 @@ from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, 
 from .optimizer import translate
 from .result import PHASES, TrainReport
 from .session import TrainSession
+from ..compare.overlap import TorchWorker
 from ..compare.session import PortSession, _float64_by_default
 from .spec import TrainSpec
 
@@ -144,7 +145,10 @@ def _train_check(port, tspec, steps) -> TrainReport:
         rows += bwd.local_rows(session, tspec, batches[0])
         session.done_with_run_only()  # the runs below train them
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
-        t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
+        with TorchWorker(port) as side:
+            check.beside = side  # the optimizer check's float64 steps beside paddle's steps
+            t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
+        check.beside = None
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
         t64, p = _float64_beside_paddle(session, tspec, batches, fmt_p)
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
@@ -165,8 +169,6 @@ def _float64_beside_paddle(session, tspec, batches, fmt_p) -> tuple:
     (paddle computes on one core on CPU; compare/overlap.py), in turn in serial mode. The float64
     run makes what the forward makes in the default dtype float64 too (HF's masks), a setting of
     the whole process: no torch runs here meanwhile. Torch's error is raised first, as in turn."""
-    from ..compare.overlap import TorchWorker
-
     def float64_run():
         with _float64_by_default():
             return torch_run(session, tspec, batches, _float64())
