@@ -6,7 +6,6 @@ that differ and are not bugs (paddle's float32 betas, clipping's + 1e-6, RMSProp
 from __future__ import annotations
 
 import copy
-from concurrent.futures import wait
 
 import numpy as np
 
@@ -74,7 +73,6 @@ class OptimizerCheck:
         self.failed = None  # what the first step over budget started from, for the what-ifs
         self.drift: dict = {}  # paddle name -> the conventions' accumulated effect on the weights
         self.loss_drift: list = []  # per step: that drift's first-order effect on the loss
-        self.beside = None  # a TorchWorker (compare/overlap.py) to take torch's float64 steps while paddle steps
         self._prime()
 
     def _prime(self):
@@ -118,21 +116,15 @@ class OptimizerCheck:
         index = [torch_names[id(p)] for g in opt.param_groups for p in g["params"]]
         state_before = {index[i]: s for i, s in before["state"]["state"].items()}
         lr = float(opt.param_groups[0]["lr"])
-        # torch's step again in float64 (torch only) on the worker thread while paddle's step runs here
-        reference = self.beside.submit(self._reference, before, index) if self.beside is not None else None
-        try:
-            for pair in stepped:
-                self._set(pair, pair.to_paddle(params), laid_out[pair.paddle])
-                self._load_state(pair, state_before, params, lr)
-            self._force_lr(float(before["state"]["param_groups"][0]["lr"]))  # the rate of this step (torch's
-            self.opt.step()  # scheduler has stepped since)
-            self.opt.clear_grad()
-            if self.sched is not None:
-                self.sched.step()
-        finally:
-            if reference is not None:
-                wait([reference])  # paddle's error, if any, goes up once the worker is done
-        ref_params, ref_state = reference.result() if reference is not None else self._reference(before, index)
+        for pair in stepped:
+            self._set(pair, pair.to_paddle(params), laid_out[pair.paddle])
+            self._load_state(pair, state_before, params, lr)
+        self._force_lr(float(before["state"]["param_groups"][0]["lr"]))  # the rate of this step (torch's
+        self.opt.step()  # scheduler has stepped since)
+        self.opt.clear_grad()
+        if self.sched is not None:
+            self.sched.step()
+        ref_params, ref_state = self._reference(before, index)
         start = len(self.rows)
         self._compare(k, model, opt, params, ref_params, ref_state, grads, state_before)
         if self.failed is None and any(r.bad for r in self.rows[start:]):
@@ -266,8 +258,7 @@ def own_state(state: dict, dtype) -> dict:
     tensors in that dtype and its step counts, each a tensor of its own. Torch keeps a loaded step count
     (and a tensor already of the parameters' dtype) as it is given and adds to it in place: loading
     `state` itself and stepping would move the step counts of `state`, and every later load of it (the
-    what-ifs of a failing step, one after another) would start a step or more late; paddle's step,
-    which reads them beside the reference on another thread, would race it."""
+    what-ifs of a failing step, one after another) would start a step or more late."""
     import torch
 
     def own(key, value):

@@ -145,10 +145,7 @@ def _train_check(port, tspec, steps) -> TrainReport:
         rows += bwd.local_rows(session, tspec, batches[0])
         session.done_with_run_only()  # the runs below train them
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
-        with TorchWorker(port) as side:
-            check.beside = side  # the optimizer check's float64 steps beside paddle's steps
-            t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
-        check.beside = None
+        t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
         t64, p = _float64_beside_paddle(session, tspec, batches, fmt_p)
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
