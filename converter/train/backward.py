@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -340,52 +341,77 @@ def _paddle_grad(grad, out, i: int):
 
 def local_rows(session, tspec, batch) -> list:
     """Rows of phase backward, one per compared gradient, layers in backward order."""
-    import torch
-    from .result import Row
-    inputs, target = batch
-    pairs = layer_pairs(session)
-    fused = fused_groups(session)
-    paths = set(pairs) | {t for group in fused.values() for t, _ in group}
-    model = session.run_only_copy("torch")
-    handed = _outputs_handed_on(model, paths)  # before the recorder's hooks: it records what they return
-    recorder = record(torch_side, model, Recorder(paths, attached=True))
-    handles = emulate_torch_training(model, session.formats["torch"])
-    try:
-        out = call_model(model, to_torch(inputs, torch.float32, session.device))
-        torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
-    finally:
-        remove(handles + handed)
-        recorder.remove()
-    calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
-    units = [_Unit.of(call, pairs[call.path]) for path, call in calls.items() if path in pairs]
-    units += [u for ppath, group in fused.items() if (u := _Unit.fused(calls, ppath, group)) is not None]
-    t32 = model  # its weights as they were: the backward above only filled their .grad
-    t64 = session.torch_copy(torch.float64)
-    fmt = session.formats["paddle"]
-    tfmt = session.torch_copy() if fmt not in (None, "fp32") else None  # torch in paddle's format
-    fmt_handles = emulate_torch_training(tfmt, fmt) if tfmt is not None else []
-    pmodel = session.run_only_copy("paddle")
-    p_calls = _record_paddle(pmodel, [u.ppath for u in units], inputs)
-    p_handles = emulate_paddle_training(fmt)
-    t_handles = emulate_torch_training(t32, session.formats["torch"])
-    players = dict(pmodel.named_sublayers(include_self=True))
-    players64 = _Float64Layers(session) if fmt == "fp32" else None
-    rows = []
-    try:
-        for unit in sorted(units, key=lambda u: -u.call.end):
-            if not any(g is not None for g in unit.grads):
-                continue
-            if unit.call.count > 1:  # one recorded call's output gradient is not the sum over the calls
-                rows.append(Row("backward", 0, unit.label, unit.ppath or "<model>", None, note=(
-                    f"called {unit.call.count} times in one forward: left out of the per-layer backward (its "
-                    "parameters' end-to-end gradients are compared)")))
-                continue
-            rows += _layer_rows(session, unit, t32, t64, tfmt if fmt_handles else None, players[unit.ppath],
-                                players64, p_calls.get(unit.ppath))
-    finally:
-        remove(fmt_handles + p_handles + t_handles)
-    session.done_with(t64, "torch", torch.float64)
-    return rows
+    return LocalBackward(session, tspec, batch).rows()
+
+
+class LocalBackward:
+    """The per-layer backward on a batch in two halves: torch's when made (both models recorded on the
+    batch, every torch local run), paddle's in rows() (paddle's local runs, paddle's own error, the
+    rows). Paddle's half makes no torch tensor in the default dtype, so the training checks run it
+    while torch's float64 run, which sets that dtype for the whole process, goes on another thread.
+    The float64 copy is given back when torch's half is done, the run-only copies are not."""
+
+    def __init__(self, session, tspec, batch):
+        import torch
+        from .result import Row
+        self.session = session
+        inputs, target = batch
+        pairs = layer_pairs(session)
+        fused = fused_groups(session)
+        paths = set(pairs) | {t for group in fused.values() for t, _ in group}
+        model = session.run_only_copy("torch")
+        handed = _outputs_handed_on(model, paths)  # before the recorder's hooks: it records what they return
+        recorder = record(torch_side, model, Recorder(paths, attached=True))
+        handles = emulate_torch_training(model, session.formats["torch"])
+        try:
+            out = call_model(model, to_torch(inputs, torch.float32, session.device))
+            torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
+        finally:
+            remove(handles + handed)
+            recorder.remove()
+        calls = {path: c for path, c in recorder.calls.items() if c.end >= 0}
+        units = [_Unit.of(call, pairs[call.path]) for path, call in calls.items() if path in pairs]
+        units += [u for ppath, group in fused.items() if (u := _Unit.fused(calls, ppath, group)) is not None]
+        t32 = model  # its weights as they were: the backward above only filled their .grad
+        t64 = session.torch_copy(torch.float64)
+        self.fmt = fmt = session.formats["paddle"]
+        tfmt = session.torch_copy() if fmt not in (None, "fp32") else None  # torch in paddle's format
+        fmt_handles = emulate_torch_training(tfmt, fmt) if tfmt is not None else []
+        self.pmodel = session.run_only_copy("paddle")
+        self.p_calls = _record_paddle(self.pmodel, [u.ppath for u in units], inputs)
+        t_handles = emulate_torch_training(t32, session.formats["torch"])
+        self.halves = []  # per unit in backward order: rows already, or its torch half (_TorchLocal)
+        try:
+            for unit in sorted(units, key=lambda u: -u.call.end):
+                if not any(g is not None for g in unit.grads):
+                    continue
+                if unit.call.count > 1:  # one recorded call's output gradient is not the sum over the calls
+                    self.halves.append([Row("backward", 0, unit.label, unit.ppath or "<model>", None, note=(
+                        f"called {unit.call.count} times in one forward: left out of the per-layer backward (its "
+                        "parameters' end-to-end gradients are compared)"))])
+                    continue
+                self.halves.append(_torch_half(unit, t32, t64, tfmt if fmt_handles else None))
+        finally:
+            remove(fmt_handles + t_handles)
+        session.done_with(t64, "torch", torch.float64)
+
+    def rows(self) -> list:
+        """Paddle's half and the rows, layers in backward order."""
+        session = self.session
+        players = dict(self.pmodel.named_sublayers(include_self=True))
+        players64 = _Float64Layers(session) if self.fmt == "fp32" else None
+        p_handles = emulate_paddle_training(self.fmt)
+        rows = []
+        try:
+            for half in self.halves:
+                if isinstance(half, list):
+                    rows += half
+                    continue
+                unit = half.unit
+                rows += _layer_rows(session, half, players[unit.ppath], players64, self.p_calls.get(unit.ppath))
+        finally:
+            remove(p_handles)
+        return rows
 
 
 class _Unit:
@@ -499,30 +525,37 @@ class _Float64Layers:
         return self.layers.get(path)
 
 
-def _layer_rows(session, unit: _Unit, t32, t64, tfmt, player, players64, p_call) -> list:
-    """The rows of one unit's local backward (`players64`: the float64 copy's layers, or None); the
-    whole model's measure of paddle's own error goes to session.paddle_own."""
+@dataclass
+class _TorchLocal:
+    """Torch's half of one unit's local backward: its input and parameter gradients in fp32, float64
+    and paddle's format (None where that is fp32), the condition where torch's float64 reference
+    narrows, and the note that says so."""
+
+    unit: _Unit
+    inputs: Inputs
+    g32: list
+    p32: dict
+    g64: list
+    p64: dict
+    gf: list | None
+    pf: dict | None
+    cond_in: list
+    cond_p: dict
+    said: str
+
+
+def _torch_half(unit: _Unit, t32, t64, tfmt):
+    """The unit's _TorchLocal, or its one row where it cannot be re-run alone."""
     import torch
-    from .result import Row
-    call, grads, ppath, get = unit.call, unit.grads, unit.ppath, unit.get
+    call, grads, get = unit.call, unit.grads, unit.get
     inputs = Inputs(call)
     grads64 = [g.double().cpu() if g is not None else None for g in grads]
-    p_grads64 = [g.double().cpu() if g is not None else None for g in unit.p_grads]
     try:
         g32, p32, _ = _torch_local(get(t32), call, inputs, grads, torch.float32)
         g64, p64, narrowed = _torch_local(get(t64), call, inputs, grads64, torch.float64)
         gf, pf, _ = _torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None, 0)
-        forced = _paddle_call(call, p_call)
-        gp, pp, forward = _paddle_local(player, forced, inputs, unit.p_grads)
-        forward = unit.reading(forward)
-    except WrongCotangent:
-        raise
-    except Unpaired as exc:
-        return [Row("backward", 0, unit.label, ppath or "<model>", None,
-                    note=f"left out of the per-layer backward: {exc} (its parameters' end-to-end gradients are compared)")]
     except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
-        return [Row("backward", 0, unit.label, ppath or "<model>", None,
-                    note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")]
+        return [_not_rerun(unit, exc)]
     cond_in, cond_p, said = [None] * len(g64), {}, ""
     if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
         ulp = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
@@ -532,6 +565,36 @@ def _layer_rows(session, unit: _Unit, t32, t64, tfmt, player, players64, p_call)
         said = (f"torch's float64 reference narrows to {', '.join(sorted({d for _, d in narrowed}))} in "
                 f"{', '.join(op for op, _ in narrowed[:3])}: budget from its change under inputs moved by one unit "
                 "in the last place of that format; ")
+    return _TorchLocal(unit, inputs, g32, p32, g64, p64, gf, pf, cond_in, cond_p, said)
+
+
+def _not_rerun(unit: _Unit, exc: Exception):
+    from .result import Row
+    return Row("backward", 0, unit.label, unit.ppath or "<model>", None,
+               note=f"not re-run alone ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})")
+
+
+def _layer_rows(session, half: _TorchLocal, player, players64, p_call) -> list:
+    """The rows of one unit's local backward from torch's half and paddle's layer (`players64`: the
+    float64 copy's layers, or None); the whole model's measure of paddle's own error goes to
+    session.paddle_own."""
+    from .result import Row
+    unit, inputs = half.unit, half.inputs
+    call, ppath = unit.call, unit.ppath
+    g32, p32, g64, p64, gf, pf = half.g32, half.p32, half.g64, half.p64, half.gf, half.pf
+    cond_in, cond_p, said = half.cond_in, half.cond_p, half.said
+    p_grads64 = [g.double().cpu() if g is not None else None for g in unit.p_grads]
+    try:
+        forced = _paddle_call(call, p_call)
+        gp, pp, forward = _paddle_local(player, forced, inputs, unit.p_grads)
+        forward = unit.reading(forward)
+    except WrongCotangent:
+        raise
+    except Unpaired as exc:
+        return [Row("backward", 0, unit.label, ppath or "<model>", None,
+                    note=f"left out of the per-layer backward: {exc} (its parameters' end-to-end gradients are compared)")]
+    except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
+        return [_not_rerun(unit, exc)]
     label = unit.label
     agrees = all(_same_values(a, torch_side.to_numpy(o)) for a, o in zip(forward, call.outputs))
     note = said + LOCAL + label + ("" if agrees else FORWARD_DIFFERS)

@@ -142,12 +142,18 @@ def _train_check(port, tspec, steps) -> TrainReport:
         rows = structure_rows(session, torch_optimized, (check.model, check.opt))
         loss_probe = probe(session, tspec, batches[0])
         rows += loss_rows(loss_probe)
-        rows += bwd.local_rows(session, tspec, batches[0])
-        session.done_with_run_only()  # the runs below train them
+        local = bwd.LocalBackward(session, tspec, batches[0])  # torch's half of the per-layer backward
+        session.done_with_run_only("torch")  # the fp32 run below trains it
         fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
         t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
         tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
-        t64, p = _float64_beside_paddle(session, tspec, batches, fmt_p)
+
+        def paddle_side():  # paddle's half of the per-layer backward, then paddle's run on that copy
+            local_rows = local.rows()
+            session.done_with_run_only("paddle")
+            return local_rows, paddle_run(session, tspec, batches, fmt_p)
+        t64, (local_rows, p) = _float64_beside(session, tspec, batches, paddle_side)
+        rows += local_rows
         step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
         rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
         rows += final_rows(session, t32, t64, tfmt, p, check.drift)
@@ -161,21 +167,23 @@ def _train_check(port, tspec, steps) -> TrainReport:
         session.restore()
 
 
-def _float64_beside_paddle(session, tspec, batches, fmt_p) -> tuple:
-    """(torch's float64 run, paddle's run): the torch run on the worker thread while paddle's runs here
-    (paddle computes on one core on CPU; compare/overlap.py), in turn in serial mode. The float64
-    run makes what the forward makes in the default dtype float64 too (HF's masks), a setting of
-    the whole process: no torch runs here meanwhile. Torch's error is raised first, as in turn."""
+def _float64_beside(session, tspec, batches, paddle_side) -> tuple:
+    """(torch's float64 run, paddle_side()): the torch run on the worker thread while `paddle_side`,
+    paddle's and numpy's work, runs here (paddle computes on one core on CPU; compare/overlap.py), in
+    turn in serial mode. The float64 run makes what the forward makes in the default dtype float64
+    too (HF's masks), a setting of the whole process: nothing here makes a torch tensor in the default
+    dtype meanwhile.
+    Torch's error is raised first, as in turn."""
     def float64_run():
         with _float64_by_default():
             return torch_run(session, tspec, batches, _float64())
     with TorchWorker(session.port) as side:
         t64 = side.submit(float64_run)
         try:
-            p = paddle_run(session, tspec, batches, fmt_p)
+            here = paddle_side()
         finally:
             t64 = t64.result()
-    return t64, p
+    return t64, here
 
 
 def _float64():

@@ -179,12 +179,11 @@ class TrainSession:
         weights with its gradients dropped, rather than a new deep copy."""
         self._spare[side, dtype] = model
 
-    def done_with_run_only(self) -> None:
-        """The checks that only run the models are done: their shared copies (run_only_copy) are given
-        back (done_with); a later run_only_copy makes new ones."""
-        for side, model in self._run_only.items():
-            self.done_with(model, side)
-        self._run_only = {}
+    def done_with_run_only(self, side: str) -> None:
+        """The checks that only run the model of `side` are done: its shared copy (run_only_copy) is given
+        back (done_with); a later run_only_copy of that side makes a new one."""
+        if side in self._run_only:
+            self.done_with(self._run_only.pop(side), side)
 
     def run_only_copy(self, side: str):
         """A copy of the torch model (side "torch") or the paddle model ("paddle") at the initial weights, in
