@@ -319,9 +319,8 @@ class PortSession:
         model, whose rounding is then no drift of its kernels): against the paddle model's own,
         its fp32 drift, which its kernels make larger where they sum less exactly than torch's
         (paddle's CPU mean over 4096 values is eight times further from float64 than torch's). The
-        copy is made once, on first use; None where the paddle model is streamed or does not run in
-        float64."""
-
+        copy is made once, on first use (see _paddle_model64); None where it cannot be made or does not
+        run in float64."""
         from ..frameworks import paddle_side
         from .capture import capture_calls
         from .forced import _paddle_keeps_float64
