@@ -276,6 +276,7 @@ class PortSession:
         self.plan, self.ruleset, self.torch_state = weights.plan, weights.ruleset, self.checkpoint
         check_dtypes(self.plan, self.paddle_model)
         self.weight_source, self.weight_check = weights.source, weights.weight_check
+        self.paddle_from_plan = weights.from_plan
         if weights.streamed is not None:
             self.streams["paddle"] = weights.streamed
         self.plan.notes.extend([weights.note] + [self.build.note] * bool(self.build.note))
@@ -355,7 +356,7 @@ class PortSession:
             model = copy.deepcopy(self.paddle_model)
             model.to(dtype="float64")
             return model
-        if not self.weight_source.startswith("streamed from"):
+        if not self.paddle_from_plan:
             return None
         from .stream import stream_paddle
         with self.build.paddle():  # as the paddle model was built

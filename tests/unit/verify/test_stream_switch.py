@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from converter.compare.session import Options
+from converter.compare.session import Options, PortSession
 from converter.convert import convert_in_memory
 from converter.errors import UserError
 from converter.io import open_source
@@ -200,3 +200,20 @@ def test_a_checkpoint_that_cannot_stream_is_said_so_before_the_models_are_built(
     said = str(caught.value)
     assert "\n" not in said and "in memory the run needs about" in said and "one tensor at a time" in said, said
     assert built == {}
+
+
+@pytest.mark.parametrize("converted", [False, True])
+def test_paddles_float64_copy_holds_the_weights_the_paddle_model_runs_with(files, monkeypatch, converted):
+    """The float64 copy that measures paddle's own drift is streamed from the plan only where the
+    paddle model's weights come from the plan: where they are read from a file, a copy from the plan
+    would hold other weights (a planted difference would count as drift), and none is made."""
+    given = files["pdparams"] if converted else None
+    _available(monkeypatch, _between(files["safetensors"], given))
+    with PortSession(_spec({}), Options(device="cpu"), weights=files["safetensors"], converted=given) as session:
+        assert session.streams["paddle"] is not None
+        wide = session.paddle64_outputs(["head"])
+        if converted:
+            assert wide is None
+        else:
+            (y,) = wide["head"]
+            assert y.dtype == np.float64 and y.shape == (2, SEQ, VOCAB)
