@@ -60,10 +60,16 @@ def torch_flags() -> dict:
 
 
 def record_torch_flags() -> Restore:
+    """torch's TF32 settings and its thread count as they are now. The thread count is put back from
+    the thread that set the session up: a count set on another thread (the worker beside paddle's
+    passes, the analysis pool's threads) becomes, under OpenMP, the count every thread started
+    afterwards gets, the user's own ones too."""
     import torch
     before = torch_flags()
+    threads = torch.get_num_threads()
 
     def restore():
+        torch.set_num_threads(threads)
         torch.set_float32_matmul_precision(before["float32_matmul_precision"])
         torch.backends.cuda.matmul.allow_tf32 = before["cuda.matmul.allow_tf32"]
         torch.backends.cudnn.allow_tf32 = before["cudnn.allow_tf32"]
