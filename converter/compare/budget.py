@@ -118,65 +118,95 @@ def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: M
     if not math.isfinite(s2_peak):
         matmul = None  # the analytic model has no S2 to work with: the observed error stands in
     shape = np.shape(matmul.sum_sq) if matmul is not None else np.shape(e_ref)
-    e_ref, y = e_ref.ravel(), y.ravel()
-    wide = _peak(y) > WIDE or _peak(e_ref) > WIDE or (matmul is not None and s2_peak > WIDE * WIDE)
-    dt = np.float64 if wide else np.float32
-    e_ref = e_ref.astype(dt, copy=False)
+    e_ref, y = np.ravel(e_ref), np.ravel(y)
     n = max(e_ref.size, 1)
-    e_ref_ms = float(np.dot(e_ref, e_ref)) / n
+    with np.errstate(over="ignore", invalid="ignore"):
+        # a value above WIDE puts the sum of the squares above WIDE^2 / 2 (or at inf) in any width: the
+        # peaks are looked at only then
+        e = e_ref.astype(np.float32, copy=False)
+        e_sum = float(np.dot(e, e))
+        wide = ((e_sum > WIDE * WIDE / 2 and _peak(e_ref) > WIDE) or (_sum_sq(y) > WIDE * WIDE / 2 and _peak(y) > WIDE)
+                or (matmul is not None and s2_peak > WIDE * WIDE))
+    dt = np.float64 if wide else np.float32
+    if wide:
+        e = e_ref.astype(dt, copy=False)
+        e_sum = float(np.dot(e, e))
+    e_ms = e_sum / n
     y2 = np.square(y, dtype=dt)
     rounding = rounding or {}
-    kappa = 1.0
     if matmul is not None:
         s2 = matmul.sum_sq.astype(dt, copy=False).ravel()
         s2_mean = _mean(s2)
         acc_unit = C_ROUND * U32 * math.sqrt(max(matmul.k, 1.0) / 2.0)
         model_ms = acc_unit ** 2 * s2_mean
-        kappa = max(math.sqrt(e_ref_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
+        kappa = max(math.sqrt(e_ms / model_ms), KAPPA_FLOOR) if model_ms > 0 else 1.0
         coef = 0.0
         for side, fmt in formats.items():
             k_side = kappa if side == "torch" else max(kappa, SEQUENTIAL_KAPPA)
             coef += (k_side * acc_unit) ** 2 + (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2
         var = np.multiply(s2, dt(coef), dtype=dt)
         const = 0.0
-    else:
-        # where the torch layer's own fp32 error is large (ill-conditioned elements, late time
-        # steps of a recurrence), the other side's is expected to be large too
-        # each side's own observed error: torch's, and the other side's where it was measured
-        own = {side: e_ref for side in formats}
-        if e_other is not None and np.size(e_other) == e_ref.size:
-            own.update((side, np.asarray(e_other, dtype=dt).ravel()) for side in formats if side != "torch")
-        cond2 = np.square(np.asarray(condition, dtype=dt).ravel()) if condition is not None else None
-        var = np.zeros(e_ref.shape, dt)
-        const = 0.0
-        for e in own.values():
-            var += np.square(e, dtype=dt)
-            if cond2 is not None:
-                var += cond2
-            const += float(np.dot(e, e)) / n
-        y_ms = float(np.mean(y2, dtype=np.float64)) if y2.size else 0.0
-        for fmt in formats.values():  # a side in another format: its rounding's effect, per element and rms
-            effect = rounding.get(fmt) if fmt != "fp32" else None
-            if effect is None:
-                continue
-            with np.errstate(over="ignore"):
-                sq = np.square(np.asarray(effect, dtype=dt).ravel())
-            ms = float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
-            const += ms
-            if sq.size == var.size:
-                var += sq
-                # and in proportion to each element's own size, at the tensor's ratio of the two: a few
-                # draws per element may all come out small where the effect is large (a probability
-                # near 1), and it scales with the value it rounds
-                if y_ms > 0 and math.isfinite(ms / y_ms):
-                    var += y2 * dt(ms / y_ms)
-    if matmul is not None:  # its result stored in each side's format (bf16 under AMP: measured on a GPU)
+        # its result stored in each side's format (bf16 under AMP: measured on a GPU)
         y2 *= dt(sum(STORED_UNIT[fmt] ** 2 for fmt in formats.values()))
     else:
+        var, const = _observed(formats, e, e_ms, y2, dt, rounding, condition, e_other)
         y2 *= dt(U32 * U32 * len(formats))
     var += y2
     var += dt(const + float(np.finfo(np.float32).tiny))  # never 0: no division by it
     return Budget(var.reshape(shape), dict(formats))
+
+
+def _observed(formats: dict, e: np.ndarray, e_ms: float, y2: np.ndarray, dt, rounding: dict, condition,
+              e_other) -> tuple[np.ndarray, float]:
+    """(variance per element, constant) of a layer budgeted from observed errors: each side's own
+    observed error squared, and its mean square (torch's e, mean square e_ms; the other side's e_other
+    where it was measured), the condition per side, and the effect of a side's rounding in another
+    format. Where the torch layer's own fp32 error is large (ill-conditioned elements, late time steps
+    of a recurrence), the other side's is expected to be large too."""
+    n = max(e.size, 1)
+    other = None
+    if e_other is not None and np.size(e_other) == e.size:
+        other = np.asarray(e_other, dtype=dt).ravel()
+    # how many sides take torch's error as their own, and how many their own measured one
+    mine = sum(1 for side in formats if side == "torch" or other is None)
+    theirs = len(formats) - mine
+    var, const = None, 0.0
+    if mine:
+        var = np.square(e, dtype=dt)
+        if mine > 1:
+            var *= dt(mine)
+        const += mine * e_ms
+    if theirs:
+        sq = np.square(other)
+        if theirs > 1:
+            sq *= dt(theirs)
+        const += theirs * float(np.dot(other, other)) / n
+        var = sq if var is None else np.add(var, sq, out=var)
+    if var is None:
+        var = np.zeros(e.shape, dt)
+    if condition is not None:  # once per side
+        cond2 = np.square(np.asarray(condition, dtype=dt).ravel())
+        cond2 *= dt(len(formats))
+        var += cond2
+    y_ms = None
+    for fmt in formats.values():  # a side in another format: its rounding's effect, per element and rms
+        effect = rounding.get(fmt) if fmt != "fp32" else None
+        if effect is None:
+            continue
+        with np.errstate(over="ignore"):
+            sq = np.square(np.asarray(effect, dtype=dt).ravel())
+        ms = float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
+        const += ms
+        if sq.size == var.size:
+            var += sq
+            # and in proportion to each element's own size, at the tensor's ratio of the two: a few
+            # draws per element may all come out small where the effect is large (a probability
+            # near 1), and it scales with the value it rounds
+            if y_ms is None:
+                y_ms = float(np.mean(y2, dtype=np.float64)) if y2.size else 0.0
+            if y_ms > 0 and math.isfinite(ms / y_ms):
+                var += y2 * dt(ms / y_ms)
+    return var, const
 
 
 WIDE = 1e18  # above this magnitude, squares and their sums may overflow float32
@@ -186,6 +216,12 @@ def _peak(a) -> float:
     """max |a| (inf or nan where a holds one), without a temporary the size of a."""
     a = np.asarray(a)
     return max(float(np.max(a)), -float(np.min(a))) if a.size else 0.0
+
+
+def _sum_sq(a: np.ndarray) -> float:
+    """The sum of the squares of `a`'s elements, in its width (float32 at least): inf where one overflows."""
+    a = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)
+    return float(np.dot(a, a)) if a.size else 0.0
 
 
 def _mean(a: np.ndarray) -> float:
