@@ -3,12 +3,15 @@
 The baseline is N plain training steps on both sides (forward, loss, backward, optimizer step and
 scheduler step, on torch's model and on paddle's, with the spec's batches, losses and optimizers);
 --train's cost is the training checks alone (the forward check of verify-port is not counted).
-Printed as a ratio (target <= 4). Each figure is the best of --repeat runs (these machines are noisy).
+Printed as a ratio (target <= 4). Each figure is the best of --repeat rounds, each round running the
+three in turn (these machines are noisy).
 
-    python scripts/bench_train.py [--spec FILE | --width W] [--steps N] [--repeat R]
+    python scripts/bench_train.py [--spec FILE | --width W] [--steps N] [--repeat R] [--threads T]
 
 The default spec is tests/specs/train_bench.py: a 4-block residual MLP of width 256 (--width W: of
-width W), batches of 64.
+width W), batches of 64. --threads T sets torch's CPU thread count for everything measured (paddle
+computes on one core on CPU either way): --threads 1 measures the work alone, where torch's threads
+would wait for cores that other work on the machine holds.
 """
 
 from __future__ import annotations
@@ -79,7 +82,10 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--width", type=int, help="the default spec's hidden width (256)")
+    parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's own count)")
     args = parser.parse_args()
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
     if args.width is not None:
         if os.path.abspath(args.spec) != DEFAULT_SPEC:
             parser.error("--width sets the default spec's width; give --spec or --width, not both")
@@ -87,18 +93,24 @@ def main():
     warnings.simplefilter("ignore")
     from converter.lazy import import_paddle
     import_paddle()
+    if args.threads is not None:
+        import torch
+        torch.set_num_threads(args.threads)
     from converter.spec import PortSpec
-    plain = min(plain_steps(PortSpec.from_file(args.spec), args.steps) for _ in range(args.repeat))
-    # verify-port with --train and without, alternately, so that drift on a noisy machine hits both
-    # alike: the training checks' cost is the difference of the best of each
-    both, forward = [], []
+    # the plain steps and verify-port with --train and without, in turn in every round, so that drift
+    # on a noisy machine hits all three alike: the training checks' cost is the difference of the best
+    # of the two verify-port runs, against the best of the plain steps
+    plain, both, forward = [], [], []
     for _ in range(args.repeat):
+        plain.append(plain_steps(PortSpec.from_file(args.spec), args.steps))
         both.append(verify_seconds(PortSpec.from_file(args.spec), args.steps, True))
         forward.append(verify_seconds(PortSpec.from_file(args.spec), args.steps, False))
+    plain = min(plain)
     checked = min(both) - min(forward)
     ratio = checked / plain
     width = f", width {args.width}" if args.width is not None else ""
-    print(f"spec {os.path.relpath(args.spec, ROOT)}{width}, {args.steps} steps")
+    threads = f", {args.threads} torch thread(s)" if args.threads is not None else ""
+    print(f"spec {os.path.relpath(args.spec, ROOT)}{width}, {args.steps} steps{threads}")
     print(f"plain training, both sides: {plain:.3f} s")
     print(f"verify-port: {min(both):.3f} s with --train, {min(forward):.3f} s without (the forward check)")
     print(f"verify-port --train checks: {checked:.3f} s")
