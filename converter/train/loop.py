@@ -14,6 +14,7 @@ from ..compare.session import model_errors
 from ..frameworks import paddle_side
 from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
 from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove
+from .session import one_thread
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
@@ -186,16 +187,16 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
             with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
                 loss.backward()
             record.losses.append(loss_value(loss))
-            grads = {}
-            if k == 0 or on_step is not None:  # the gradients before clipping and the step change them
-                grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
-            if k == 0:
-                record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
-            before = None
-            if on_step is not None:
-                wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
-                before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
-                          "state": _state_copy(opt) if wanted else None}
+            grads, before = {}, None
+            with one_thread():
+                if k == 0 or on_step is not None:  # the gradients before clipping and the step change them
+                    grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
+                if k == 0:
+                    record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
+                if on_step is not None:
+                    wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
+                    before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
+                              "state": _state_copy(opt) if wanted else None}
             if tspec.clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.clip_grad_norm)
             opt.step()
@@ -205,7 +206,8 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
                 on_step(k, opt, model, before)
     finally:
         remove(handles)
-    record.final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
+    with one_thread():
+        record.final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
     return record
 
 

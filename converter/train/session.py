@@ -3,12 +3,33 @@ training mode, the parameter correspondence, and the initial states to start eve
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..compare.session import PortSession
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Torch's CPU work inside on one thread (this thread's count put back after): the checks' own
+    copies of tensors and their float64 reference steps, passes over each tensor that are not the
+    models' arithmetic. At a layer's size OpenMP's fork and join cost about what they save, and on a
+    machine whose cores other work holds every pass waits for a core (a copy of a 256 x 256 weight:
+    15 us on one thread, milliseconds on two beside other work). Elementwise results are the same on
+    any thread count."""
+    import torch
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass
@@ -122,7 +143,8 @@ class TrainSession:
         self.paddle_model = port.paddle_model
         self.precision = port.precision
         self.formats = port.formats
-        self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
+        with one_thread():
+            self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
         self.paddle_init = {k: np.array(v.numpy()) for k, v in self.paddle_model.state_dict().items()}
         self.pairs = self._pairs()
         self.dropout = DropoutState()
@@ -150,14 +172,15 @@ class TrainSession:
         a copy given back (done_with) reset, else a new one."""
         import torch
         model = self._spare.pop(("torch", dtype), None)
-        if model is not None:
-            model.zero_grad(set_to_none=True)
-            model.load_state_dict(self.torch_init)  # widened to float64 on the way, for a float64 model
-        else:
-            model = copy.deepcopy(self.torch_model)
-            model.load_state_dict(self.torch_init)
-            if dtype == torch.float64:
-                model = model.double().cpu()
+        with one_thread():
+            if model is not None:
+                model.zero_grad(set_to_none=True)
+                model.load_state_dict(self.torch_init)  # widened to float64 on the way, for a float64 model
+            else:
+                model = copy.deepcopy(self.torch_model)
+                model.load_state_dict(self.torch_init)
+                if dtype == torch.float64:
+                    model = model.double().cpu()
         model.train()
         return model
 
