@@ -17,6 +17,7 @@ import numpy as np
 from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
 from ..paths import join
+from ..tree import map_leaves
 from .backward import zero_note
 from .judge import judge
 from .result import LR_REL, Row, StepRow
@@ -74,10 +75,14 @@ def running_stats(session, record) -> dict:
     return out
 
 
-def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None) -> list:
+PADDLE_DRIFT = "budgeted with paddle's own drift from float64, measured on a float64 run of the paddle model"
+
+
+def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None, paddle_drift: dict | None = None) -> list:
     """The final weights and buffers, per tensor, in paddle's layout; `drift` is what the optimizer's
     conventions (float32 betas, clipping's + 1e-6) moved each weight by over the steps, added to its
-    budget."""
+    budget; `paddle_drift` (see paddle_own_drift), per paddle tensor, paddle's own drift from float64
+    over the steps, where it was measured (torch's stands in for it otherwise)."""
     fmt = session.formats.get("paddle")
     replay = {tag: running_stats(session, r) for tag, r in (("32", t32), ("64", t64), ("fmt", tfmt)) if r is not None}
     rows = []
@@ -93,12 +98,63 @@ def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None) -> li
         e_ref = (sources[0] - ref).astype(np.float32)
         replayed = any(t in replay["32"] for t in pair.torch)
         note = "replayed under paddle's rule (biased batch variance)" if replayed else ""
+        own = (paddle_drift or {}).get(pair.paddle)
+        if own is not None:
+            note = "; ".join(filter(None, (note, PADDLE_DRIFT)))
         # one drift sample per element is a weak estimate after many chaotic steps: the tensor's
         # largest drift is every element's floor (a band per tensor)
         floor = np.sqrt(float(np.max(np.abs(e_ref), initial=0.0)) ** 2 + np.square((drift or {}).get(pair.paddle, 0.0)))
         rows.append(judge("steps", len(t32.losses), pair.torch_name, pair.paddle, want, paddle.final[pair.paddle],
-                          e_ref, floor, formats=session.formats, fmt_err=fmt_err, note=note))
+                          e_ref, floor, formats=session.formats, fmt_err=fmt_err, note=note, e_other=own))
     return rows
+
+
+def paddle_own_drift(session, tspec, batches, paddle) -> dict | None:
+    """Per paddle tensor, how far paddle's fp32 run (`paddle`'s record) ended from a float64 run of the
+    paddle model on the same batches (casts to float32 inside kept in float64): its kernels' own drift,
+    which a few steps of an adaptive optimizer amplify, and which is larger than torch's where they sum
+    less exactly (AMD EPYC, AVX2: a clean Llama's gate_proj 1.3 times a budget taken from torch's drift
+    after 3 AdamW steps). None where the paddle model does not train in float64, or its side computes in
+    another format (whose own runs give its budget)."""
+    import paddle as paddle_fw
+
+    from ..compare.forced import _paddle_keeps_float64
+    from .loop import _batch_leaf, call_model, paddle_loss, paddle_optimizer
+    if session.formats.get("paddle") not in (None, "fp32"):
+        return None
+
+    def wide(value):  # a batch's arrays as paddle tensors, floating ones in float64 (loop.to_paddle's float32)
+        def tensor(leaf):
+            if leaf is None:
+                return None
+            array = np.array(leaf)
+            return paddle_fw.to_tensor(array.astype(np.float64) if np.issubdtype(array.dtype, np.floating) else array)
+        return map_leaves(value, tensor, _batch_leaf)
+
+    model = session.paddle_copy()
+    try:
+        model.to(dtype="float64")
+        opt, sched = paddle_optimizer(session, tspec, model)
+        with _paddle_keeps_float64(("float32",)):
+            for inputs, target in batches:
+                loss = paddle_loss(tspec, call_model(model, wide(inputs)), wide(target))
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                if sched is not None:
+                    sched.step()
+        final = {n: np.array(t.numpy()) for n, t in model.state_dict().items()}
+    except Exception:  # noqa: BLE001 - a model or loss that does not train in float64: nothing measured
+        return None
+    out = {}
+    for name, value64 in final.items():
+        got = paddle.final.get(name)
+        if got is None or not np.issubdtype(got.dtype, np.floating):
+            continue
+        if value64.dtype != np.float64:
+            return None  # it computed in float32 inside
+        out[name] = np.subtract(got, value64, dtype=np.float64).astype(np.float32)
+    return out
 
 
 def _final(pair, record, replayed: dict):
