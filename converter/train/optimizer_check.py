@@ -90,7 +90,12 @@ class OptimizerCheck:
         import paddle
         p = self.params[pair.paddle]
         p.set_value(contiguous(np.asarray(array, dtype=np.float32)))
-        p.grad = paddle.to_tensor(contiguous(np.asarray(grad, dtype=np.float32)))
+        grad = contiguous(np.asarray(grad, dtype=np.float32))
+        held = p.grad  # the gradient paddle's clear_grad zeroed: written in place where it fits
+        if held is not None and tuple(held.shape) == grad.shape and held.dtype == paddle.float32:
+            held.set_value(grad)
+        else:
+            p.grad = paddle.to_tensor(grad)
 
     def checks(self, k: int) -> bool:
         """Whether step k is teacher-forced: the first steps (fresh and filled state) and the last;
@@ -100,6 +105,8 @@ class OptimizerCheck:
     def __call__(self, k: int, opt, model, before: dict):
         with one_thread():  # its torch work: conversions and the float64 reference step
             self._step(k, opt, model, before)
+        if k == self.steps - 1 and self.failed is None:  # no what-if steps its paddle model again: the
+            self.session.done_with(self.model, "paddle")  # next paddle copy asked for is this one
 
     def _step(self, k: int, opt, model, before: dict):
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
@@ -174,8 +181,13 @@ class OptimizerCheck:
             for n, p in ref_params.items():
                 p.copy_(before["params"][n])  # widened to float64 on the way
                 g = before["grads"].get(n)
-                p.grad = None if g is None else g.double().cpu()
-        self.ref_opt.load_state_dict(own_state(before["state"], torch.float64))
+                if g is None:
+                    p.grad = None
+                elif p.grad is not None and p.grad.shape == g.shape:
+                    p.grad.copy_(g)  # the reference's own gradient from the last step, overwritten
+                else:
+                    p.grad = g.double().cpu()
+        load_own_state(self.ref_opt, before["state"], torch.float64)
         if self.tspec.clip_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.ref.parameters(), self.tspec.clip_grad_norm)
         self.ref_opt.step()
@@ -271,6 +283,52 @@ def own_state(state: dict, dtype) -> dict:
             return copy.deepcopy(value)
         return value.to(dtype, copy=True) if key != "step" and value.is_floating_point() else value.clone()
     return {**state, "state": {index: {k: own(k, v) for k, v in s.items()} for index, s in state["state"].items()}}
+
+
+def load_own_state(opt, state: dict, dtype) -> None:
+    """`state`, a torch optimizer's state dict, into `opt`, an optimizer over parameters of `dtype`, as
+    opt.load_state_dict(own_state(state, dtype)) leaves it: copied into the tensors `opt` already holds
+    where it holds state of the same form (the same keys, tensors of the same shapes, groups with the
+    same settings named), without a state dict's copies and checks; loaded as a state dict otherwise
+    (its first state, one of another form, an optimizer with hooks on loading). `state` stays as it was."""
+    import torch
+    params = [p for g in opt.param_groups for p in g["params"]]
+    saved, held = state["state"], opt.state
+    groups = state["param_groups"]
+    names = lambda g: set(g) - {"params", "param_names"}
+    hooked = getattr(opt, "_optimizer_load_state_dict_pre_hooks", None) or getattr(
+        opt, "_optimizer_load_state_dict_post_hooks", None)
+    same = (not hooked and len(groups) == len(opt.param_groups)
+            and all(names(g) == names(h) for g, h in zip(groups, opt.param_groups))
+            and len(saved) == len(held) and all(0 <= i < len(params) and params[i] in held for i in saved))
+    if same:
+        for i, values in saved.items():
+            own = held[params[i]]
+            if own.keys() != values.keys() or any(
+                    isinstance(v, torch.Tensor) != isinstance(own[k], torch.Tensor)
+                    or (isinstance(v, torch.Tensor) and (v.shape != own[k].shape or own[k].dtype != _held_dtype(k, v, dtype)))
+                    for k, v in values.items()):
+                same = False
+                break
+    if not same:
+        opt.load_state_dict(own_state(state, dtype))
+        return
+    for i, values in saved.items():
+        own = held[params[i]]
+        for k, v in values.items():
+            if isinstance(v, torch.Tensor):
+                own[k].copy_(v)  # widened to the reference's dtype on the way (a step count: as it is)
+            else:
+                own[k] = copy.deepcopy(v)
+    for g, h in zip(groups, opt.param_groups):
+        for k in names(g):
+            h[k] = copy.deepcopy(g[k])
+
+
+def _held_dtype(key: str, value, dtype):
+    """The dtype load_state_dict(own_state(...)) leaves a state tensor in, for parameters of `dtype`:
+    a step count's own, every other tensor's the parameters'."""
+    return value.dtype if key == "step" else dtype
 
 
 def _squared(a: np.ndarray) -> float:
