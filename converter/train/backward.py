@@ -708,6 +708,8 @@ def scale_of(torch_grad, paddle_grad) -> float | None:
     if not (math.isfinite(norm_a) and math.isfinite(norm_b)) or norm_a == 0 or norm_b == 0:
         return None
     factor = _sum_of(a, b) / norm_a
+    if abs(factor - 1) <= SCALE_FIT:  # 1 within the fit: no factor to say, whatever the rest
+        return None
     rest = np.multiply(a, a.dtype.type(-factor))
     rest += b
     fits = _sum_of(rest, rest) <= SCALE_FIT ** 2 * norm_b
