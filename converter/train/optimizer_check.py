@@ -59,7 +59,6 @@ class OptimizerCheck:
     """Teacher-forces paddle's optimizer on torch's steps (called from torch's fp32 run)."""
 
     def __init__(self, session, tspec, steps: int):
-        import torch
         self.session, self.tspec, self.steps = session, tspec, steps
         self.model = session.paddle_copy()
         self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
@@ -68,8 +67,9 @@ class OptimizerCheck:
         # several, a paddle tensor fused from several torch tensors (q|k|v) one, laid out as the plan says
         self.by_paddle = {pair.paddle: pair for pair in session.pairs
                           if pair.paddle in self.params and not self.params[pair.paddle].stop_gradient}
-        self.ref = session.torch_copy(torch.float64)
-        self.ref_opt, _ = tspec.torch_optimizer(self.ref)
+        # the float64 reference (a torch copy and the spec's optimizer on it), made at the first checked
+        # step: by then the per-layer backward has given its float64 copy back for it
+        self.ref, self.ref_opt = None, None
         self.rows: list = []
         self.failed = None  # what the first step over budget started from, for the what-ifs
         self.drift: dict = {}  # paddle name -> the conventions' accumulated effect on the weights
@@ -105,8 +105,10 @@ class OptimizerCheck:
     def __call__(self, k: int, opt, model, before: dict):
         with one_thread():  # its torch work: conversions and the float64 reference step
             self._step(k, opt, model, before)
-        if k == self.steps - 1 and self.failed is None:  # no what-if steps its paddle model again: the
-            self.session.done_with(self.model, "paddle")  # next paddle copy asked for is this one
+        if k == self.steps - 1 and self.failed is None:  # no what-if steps its models again: the next
+            self.session.done_with(self.model, "paddle")  # copies asked for are these
+            if self.ref is not None:
+                self.session.done_with(self.ref, "torch", _float64())
 
     def _step(self, k: int, opt, model, before: dict):
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
@@ -176,6 +178,9 @@ class OptimizerCheck:
     def _reference(self, before: dict, index: list):
         """Torch's step again in float64 from the same parameters, gradients and state."""
         import torch
+        if self.ref is None:
+            self.ref = self.session.torch_copy(torch.float64)
+            self.ref_opt, _ = self.tspec.torch_optimizer(self.ref)
         ref_params = dict(self.ref.named_parameters())
         with torch.no_grad():
             for n, p in ref_params.items():
@@ -283,6 +288,11 @@ def own_state(state: dict, dtype) -> dict:
             return copy.deepcopy(value)
         return value.to(dtype, copy=True) if key != "step" and value.is_floating_point() else value.clone()
     return {**state, "state": {index: {k: own(k, v) for k, v in s.items()} for index, s in state["state"].items()}}
+
+
+def _float64():
+    import torch
+    return torch.float64
 
 
 def load_own_state(opt, state: dict, dtype) -> None:
