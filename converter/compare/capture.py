@@ -1,9 +1,14 @@
 """Hook every module (torch) and layer (paddle), recording each call's inputs and outputs
 in execution order. Outputs of any structure (tuple, dict, dataclass) are flattened to
-their floating tensors."""
+their floating tensors.
+
+A pass that records only some modules need not run the model to its end: `stop_when_done` ends
+the forward once every call of them has completed (counted by an earlier pass that ran it whole),
+from a post-hook, with an exception of its own that the pass catches."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 
@@ -38,6 +43,71 @@ class Call:
 
 class CaptureTooLarge(Exception):
     """Recorded activations passed the memory limit: a low-memory strategy is needed."""
+
+
+class PassComplete(CaptureTooLarge):
+    """Every call a pass wants has completed: raised from a post-hook to end the forward there and
+    caught by the pass that armed it (stop_when_done). A kind of CaptureTooLarge, which the
+    handling of the model's own errors passes on as it is: both end a forward from this package's
+    hooks, and neither is the model's failure."""
+
+    def __init__(self, token):
+        super().__init__("every call wanted has completed")
+        self.token = token
+
+
+def wanted_calls(paths, counts: dict | None) -> dict[str, int] | None:
+    """path -> the calls of it a forward makes, for the paths of `paths` that `counts` holds (path
+    -> calls, as a pass that ran the forward whole counted them: Call.count; a module it never
+    called is not waited for); None where there are no counts or no such path (the forward runs to
+    its end)."""
+    if counts is None or paths is None:
+        return None
+    return {path: counts[path] for path in paths if path in counts} or None
+
+
+def call_counts(calls: dict) -> dict[str, int]:
+    """path -> how many times the module was called, from a pass's recorded calls."""
+    return {path: call.count for path, call in calls.items()}
+
+
+@contextlib.contextmanager
+def stop_when_done(side, model, until: dict[str, int] | None):
+    """While the block runs a forward of `model` (on this thread): once every module at a path of
+    `until` (path -> the calls of it the forward makes) has completed that many calls, the forward
+    ends there (PassComplete from the last one's post-hook, caught here), so that what runs after
+    them, which the pass does not record, does not run. A module's post-hooks run in the order they
+    were added: arm it after the pass's own hooks, and their call is recorded first. None: the
+    forward runs to its end. `side` is the framework's adapter."""
+    if not until:
+        yield
+        return
+    token = object()
+    left = dict(until)
+    layers = dict(side.named_layers(model))
+    handles = []
+
+    def done(path):
+        def post(layer, args, output):
+            if left.get(path, 0) <= 0:
+                return
+            left[path] -= 1
+            if left[path] == 0:
+                del left[path]
+                if not left:
+                    raise PassComplete(token)
+        return post
+    for path in until:
+        if path in layers:
+            handles += side.add_hooks(layers[path], post=done(path))
+    try:
+        yield
+    except PassComplete as stop:
+        if stop.token is not token:
+            raise
+    finally:
+        for h in handles:
+            h.remove()
 
 
 class Allowance:
@@ -183,33 +253,40 @@ def tensor_version(t) -> int | None:
     return version if isinstance(version, int) else None
 
 
-def _record_pass(side, model, run, recorder: Recorder) -> Recorder:
+def _record_pass(side, model, run, recorder: Recorder, until: dict | None = None) -> Recorder:
     record(side, model, recorder)
     try:
-        run()
+        with stop_when_done(side, model, until):
+            run()
     finally:
         recorder.remove()
     return recorder
 
 
-def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | None = None) -> Recorder:
+def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | None = None,
+                  until: dict | None = None) -> Recorder:
     """`run()` once with `model`'s modules at `paths` recorded; once more, recording as copies the
-    calls whose kept tensors an in-place operation changed afterwards (see Recorder)."""
-    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance))
+    calls whose kept tensors an in-place operation changed afterwards (see Recorder). `until`
+    (path -> calls; see stop_when_done): the forward ends once those calls have completed."""
+    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance), until)
     stale = recorder.stale() if keep else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
         recorder.release()  # the first pass's tensors go before the second pass holds its own
-        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)))
+        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)),
+                                until)
     return recorder
 
 
-def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
-    """One torch forward recording the modules at `paths` (all when None)."""
+def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None,
+                  until: dict | None = None) -> Recorder:
+    """One torch forward recording the modules at `paths` (all when None), ending once the calls
+    `until` counts have completed (see stop_when_done)."""
     from ..frameworks import torch_side
-    return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance)
+    return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance, until)
 
 
-def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None) -> Recorder:
-    """One paddle forward recording the layers at `paths` (all when None)."""
+def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None,
+                   until: dict | None = None) -> Recorder:
+    """One paddle forward recording the layers at `paths` (all when None), ending as capture_torch."""
     from ..frameworks import paddle_side
-    return capture_calls(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance)
+    return capture_calls(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance, until)

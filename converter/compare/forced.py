@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
-from .capture import Call, call_tensors, tensor_version
+from .capture import Call, call_tensors, stop_when_done, tensor_version
 from .fused import sliced
 from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
@@ -60,7 +60,9 @@ class Reference:
     condition: np.ndarray | None = None
 
 
-def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
+def forced_paddle(session, pairs, t_calls: dict, until: dict | None = None) -> dict[str, ForcedCall]:
+    """Every paired paddle layer on torch's recorded inputs, in one paddle pass; `until` (paddle
+    path -> calls; capture.stop_when_done): the pass ends once those calls have completed."""
     runs: dict[str, ForcedCall] = {}
     handed = TorchCopies()
     handles = []
@@ -81,7 +83,7 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
 
     for pair in pairs:
         t_call = t_calls[pair.torch]
-        layer = session.paddle_layer(pair.paddle)
+        layer = _layer_at(session.paddle_model, pair.paddle)  # hooked: its weights need not be made now
 
         def pre(lay, args, kwargs, _p=pair.paddle, _t=t_call):
             if _p in runs:
@@ -98,11 +100,21 @@ def forced_paddle(session, pairs, t_calls: dict) -> dict[str, ForcedCall]:
         # first in line: it must see the inputs as computed, before any emulation rounds them
         handles += paddle_side.add_hooks(layer, pre, post, first=True)
     try:
-        session.run_paddle(forced=True)
+        with stop_when_done(paddle_side, session.paddle_model, until):
+            session.run_paddle(forced=True)
     finally:
         for h in handles:
             h.remove()
     return runs
+
+
+def _layer_at(model, path: str):
+    """The paddle layer at `path`, as session.paddle_layer finds it, without making the weights of
+    its block where they are streamed."""
+    layer = model
+    for part in filter(None, path.split(".")):
+        layer = layer._sub_layers[part]
+    return layer
 
 
 def _stamp(v, r) -> tuple:
@@ -185,11 +197,12 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
 
 
 def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None,
-                   draw: int = 0) -> dict[str, Reference]:
+                   draw: int = 0, until: dict | None = None) -> dict[str, Reference]:
     """The float64 torch model, forced like the paddle side, with hooks on the modules at
     `paths`; matmul inputs rounded to `fmt` if given (see precision.torch_rounding for `draw`).
     Errors are kept for every input and output. `between()`, when given, is called before each
-    module, on the thread that runs the pass."""
+    module, on the thread that runs the pass. `until` (torch path -> calls;
+    capture.stop_when_done): the pass ends once those calls have completed."""
     refs: dict[str, Reference] = {}
     import torch
     known = ByIdentity("known")  # errors found so far in this pass
@@ -232,7 +245,8 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
 
         handles += torch_side.add_hooks(module, pre, post, first=True)
     try:
-        session.run_torch64(fmt, draw)
+        with stop_when_done(torch_side, session.torch64, until):
+            session.run_torch64(fmt, draw)
     finally:
         for h in handles:
             h.remove()
@@ -258,21 +272,23 @@ def _condition(module, args, out) -> np.ndarray | None:
     return torch.hypot(moved - out, args[0] * U32).float().numpy()
 
 
-def torch_references(session, paths, t_calls: dict, between=None) -> tuple[dict[str, Reference], dict]:
+def torch_references(session, paths, t_calls: dict, between=None,
+                     until: dict | None = None) -> tuple[dict[str, Reference], dict]:
     """The float64 references of the torch modules at `paths` (forced there, and only there,
     as the paddle side is), and per lower-precision format in use, the effect of rounding
     matmul inputs to it. Touches only the float64 model, so it can run beside the paddle
-    passes; `between()` is called before each module."""
-    return forced_torch64(session, paths, t_calls, None, between), \
-        {f: rounded_torch64(session, paths, t_calls, f, between) for f in set(session.formats.values()) - {"fp32"}}
+    passes; `between()` is called before each module; `until`: as in forced_torch64."""
+    return forced_torch64(session, paths, t_calls, None, between, until=until), \
+        {f: rounded_torch64(session, paths, t_calls, f, between, until) for f in set(session.formats.values()) - {"fp32"}}
 
 
-def rounded_torch64(session, paths, t_calls: dict, fmt: str, between=None) -> dict[str, Reference]:
+def rounded_torch64(session, paths, t_calls: dict, fmt: str, between=None,
+                    until: dict | None = None) -> dict[str, Reference]:
     """forced_torch64 rounded to `fmt`, its errors per element the rms over ROUNDING_DRAWS draws;
     one draw's errors are held at a time beside the sum."""
     squares: dict[str, Reference] = {}
     for draw in range(ROUNDING_DRAWS):
-        for path, ref in forced_torch64(session, paths, t_calls, fmt, between, draw).items():
+        for path, ref in forced_torch64(session, paths, t_calls, fmt, between, draw, until).items():
             total = squares.setdefault(path, Reference(input_err={i: None for i in ref.input_err}))
             total.output_err = [_add_square(t, e) for t, e in
                                 zip(total.output_err or [None] * len(ref.output_err), ref.output_err)]
@@ -348,11 +364,12 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
     out = {}
     for pair in passes.pairs:
         loc = passes.forced_p.get(pair.paddle)
-        layer = session.paddle_layer(pair.paddle)
+        layer = _layer_at(session.paddle_model, pair.paddle)  # weights made (streamed) only for a layer measured
         if loc is None or not loc.outputs or passes.matmul.get(pair.torch) is not None or layer._sub_layers \
                 or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_MEASURED_SIZE \
                 or _hands_on_its_input(passes.t_calls[pair.torch], loc.outputs):
             continue
+        layer = session.paddle_layer(pair.paddle)
         try:
             args, kwargs = forced_paddle_inputs(passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
             layer64 = copy.deepcopy(layer)

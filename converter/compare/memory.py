@@ -1,12 +1,18 @@
 """How much memory the forward check will need, estimated before it runs, against what is available.
 
 The peak is both models (held already; a model whose weights are streamed, its part outside the
-blocks and its two largest blocks), the float64 reference's part widened for the whole run
-(held already) and its largest blocks (widened as it runs, see compare/widen.py), and the
+blocks and its largest block), the float64 reference's part widened for the whole run (held
+already) and its largest blocks (widened as it runs, see compare/widen.py: one where they are
+read from the checkpoint or a block is more than BLOCK_SHARE of the memory available), and the
 activations the strategy keeps: under `auto` and `binary` at most twice the capture limit (the
 forced passes hold about as much again as the capture), which they keep to; under `full`, four
 times the floating outputs of one torch forward (torch's capture, paddle's, the forced paddle
 pass and the float64 references' errors), measured by such a forward without keeping them.
+
+The capture limit (`capture_limit`) is CAPTURE_SHARE of the memory available; where the weights
+are streamed, at most STREAMED_UNITS blocks' activations, measured on the first block by a torch
+forward that ends once it has run: a model larger than memory holds a few blocks' activations at
+a time, not a share of the memory that grows with the machine.
 
 Before the models are built (`before_build`), the same parts are estimated from the checkpoint's
 header (its keys, shapes and dtypes): the blocks are the families of keys `PREFIX.N.` that the
@@ -21,13 +27,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .widen import KEEP
+import numpy as np
+
+from .widen import KEEP, STREAMED_KEEP
 from ..errors import UserError
 
 GiB = 1 << 30
 NARROW = 0.8  # a run needing more than this share of what is available is said so in the report
 FULL_CAPTURE_COPIES = 4
 CAPTURE_SHARE = 0.2  # the capture limit of `auto` and `binary`: this share of the memory available (verify/run.py)
+STREAMED_UNITS = 4  # ... and where the weights are streamed, at most this many blocks' activations
+BLOCK_SHARE = 0.05  # a float64 block over this share of the memory available: the reference widens one at a time
 
 
 @dataclass
@@ -82,6 +92,42 @@ def _read_int(path: str) -> int | None:
         return None  # no such file, or "max": no limit
 
 
+def capture_limit(session, strategy: str = "auto") -> int:
+    """What the captures of `auto` and `binary` may hold (the forced passes hold about as much
+    again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at most
+    STREAMED_UNITS times what one block's calls record on both sides (block_activations; not
+    measured for `full`, which has no limit)."""
+    limit = int(available_memory()[0] * CAPTURE_SHARE)
+    if getattr(session, "streams", None) and strategy != "full":
+        block = block_activations(session)
+        if block:
+            limit = min(limit, STREAMED_UNITS * block)
+    return limit
+
+
+def block_activations(session) -> int | None:
+    """Bytes the captures of both models hold for the torch model's first block: its calls' floating
+    outputs, and inputs alike, in float32, on both sides (as the binary strategy's sweep counts a
+    unit's), from a torch forward that records shapes alone and ends once that block has run; None
+    for a model without blocks."""
+    from ..frameworks import torch_side
+    from ..paths import is_under
+    from .capture import capture_calls
+    from .widen import _blocks
+    model = session.torch_model
+    blocks = _blocks(model)
+    if not blocks:
+        return None
+    first = next(path for path, m in torch_side.named_layers(model) if m is blocks[0])
+    outline = capture_calls(torch_side, model, session.run_torch, None, keep=False, until={first: 1})
+    streamed = getattr(session, "streams", {}).get("torch")
+    if streamed is not None:  # this thread's block goes: the passes run the model on the worker thread
+        streamed.tensors.let_go()
+    elements = sum(int(np.prod(shape)) for call in outline.calls.values() if is_under(call.path, first)
+                   for shape in call.shapes)
+    return 2 * 2 * 4 * elements
+
+
 def estimate(session, strategy: str, limit: int) -> Estimate:
     reference, blocks = session.reference64.most_bytes()
     if strategy == "full":
@@ -105,8 +151,9 @@ def check(session, strategy: str, limit: int) -> list[str]:
     """The report's note when the run fits narrowly; a UserError when it does not fit. Where it fits
     with room to spare, the float64 reference and the streamed models keep as many blocks as half
     that room holds, in equal shares."""
-    est = estimate(session, strategy, limit)
     available, source = available_memory()
+    one_block(session, available)
+    est = estimate(session, strategy, limit)
     if est.more > available:
         hint = "run with --strategy binary (one unit's activations at a time), give smaller inputs, or free memory" \
             if strategy == "full" else "give smaller inputs, or free memory"
@@ -119,11 +166,21 @@ def check(session, strategy: str, limit: int) -> list[str]:
             tensors.hold_within(tensors.most_bytes()[1] + int(room / 2 / len(held)))
     notes = [f"memory: the {side} model's streamed weights are kept {s.tensors.keep} of {s.tensors.blocks} blocks at "
              f"a time, as the memory available leaves room" for side, s in getattr(session, "streams", {}).items()
-             if s.tensors.keep > KEEP]
+             if s.tensors.keep > STREAMED_KEEP]
     if est.more > NARROW * available:
         notes.append(f"memory: the run needs about {est.more / GiB:.1f} GiB beyond the set-up's, of "
                      f"{available / GiB:.1f} GiB available by {source} (peak about {est.peak / GiB:.1f} GiB: {est.parts()})")
     return notes
+
+
+def one_block(session, available: int) -> None:
+    """The float64 reference widens one block at a time where a block of it is more than BLOCK_SHARE
+    of the memory available (a streamed model's already does)."""
+    tensors = session.reference64.tensors
+    pinned = {id(r) for r in tensors._pinned}
+    largest = max((sum(r.nbytes for r in records if id(r) not in pinned) for records in tensors._blocks), default=0)
+    if largest > BLOCK_SHARE * available:
+        tensors.keep = min(tensors.keep, 1)
 
 
 def _torch_bytes(model) -> int:
@@ -243,21 +300,24 @@ class Planned:
 
 
 def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "float32", paddle_infos: dict | None = None,
-                 paddle_dtype: str | None = None, paddle_streams: bool = True, keep: int = 2) -> Planned:
+                 paddle_dtype: str | None = None, paddle_streams: bool = True, keep: int = KEEP,
+                 streamed_keep: int = STREAMED_KEEP) -> Planned:
     """The peaks of a run from its checkpoint's header: torch's tensors (`torch_infos`, floating
     ones held in `torch_dtype`), paddle's (`paddle_infos`, floating ones in `paddle_dtype`: a paddle
     weights file; None: converted from torch's, the same bytes), the float64 reference's part
-    outside the blocks and `keep` blocks, and the activations `auto` and `binary` keep at most.
-    `paddle_streams`: the streamed run streams paddle's weights too (else it holds them all)."""
+    outside the blocks and `keep` blocks (`streamed_keep` where streamed, as each side's), and the
+    activations `auto` and `binary` keep at most. `paddle_streams`: the streamed run streams
+    paddle's weights too (else it holds them all)."""
     torch_held = held_from_header(torch_infos, torch_dtype)
     paddle_held = torch_held if paddle_infos is None else held_from_header(paddle_infos, paddle_dtype)
     wide = held_from_header(torch_infos, width=8)
-    reference, blocks = wide.outside, wide.streamed(keep) - wide.outside
+    reference = wide.outside
+    blocks = wide.streamed(keep) - reference
     models = torch_held.whole + paddle_held.whole
     activations = int(2 * CAPTURE_SHARE * max(0, available - models - reference))
     in_memory = Estimate(models, reference, blocks, activations)
-    paddle_streamed = paddle_held.streamed(keep) if paddle_streams else paddle_held.whole
-    streamed_models = torch_held.streamed(keep) + paddle_streamed
-    streamed = Estimate(streamed_models, reference, blocks,
+    paddle_streamed = paddle_held.streamed(streamed_keep) if paddle_streams else paddle_held.whole
+    streamed_models = torch_held.streamed(streamed_keep) + paddle_streamed
+    streamed = Estimate(streamed_models, reference, wide.streamed(streamed_keep) - reference,
                         int(2 * CAPTURE_SHARE * max(0, available - streamed_models - reference)))
     return Planned(in_memory, models + paddle_held.whole, streamed)

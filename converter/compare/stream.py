@@ -3,11 +3,12 @@
 A torch model built on the meta device (its tensors have shapes, no data) and a paddle model
 built under paddle.LazyGuard (its parameters take no memory) are verified with the weights of the
 checkpoint (--weights), read one tensor at a time (safetensors: memory-mapped). Each side holds its
-tensors outside the blocks for the whole run and two blocks at a time, made when one of the
-block's modules is called and dropped after (the machinery of compare/widen.py): torch's read from
-the checkpoint in the dtype the model was built in (a bf16 checkpoint computed in float32),
-paddle's computed from the conversion plan's entries for the block's keys. The float64 reference
-reads its tensors from the same checkpoint.
+tensors outside the blocks for the whole run and one block at a time (STREAMED_KEEP), made when
+one of the block's modules is called and dropped before the next block is made (the machinery of
+compare/widen.py): torch's read from the checkpoint in the dtype the model was built in (a bf16
+checkpoint computed in float32), paddle's computed from the conversion plan's entries for the
+block's keys. The float64 reference reads its tensors from the same checkpoint, one block at a
+time too.
 
 A buffer the model computes itself (a rotary table, position ids, a causal mask: kept out of the
 state dict, or in it and not in the checkpoint) is the model's own: `computed_buffers()`, around
@@ -29,7 +30,7 @@ import numpy as np
 from ..errors import UserError
 from ..io.base import Source, TensorInfo
 from ..lazy import import_paddle, import_torch
-from .widen import KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
+from .widen import STREAMED_KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
 
 
 def on_meta_device(model) -> bool:
@@ -241,7 +242,7 @@ class Streamed:
         self.tensors.close()
 
 
-def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
+def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> Streamed:
     """The torch model (on the meta device) with its tensors read from `checkpoint` as they run."""
     names = tensor_names(model)
     off = [names[id(t)] for m in model.modules() for kind in KINDS for t in getattr(m, kind).values()
@@ -266,10 +267,12 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = KEEP) -> Streamed:
               for m in model.modules()]
     handles = []
     hook = lambda m, h: handles.append(m.register_forward_pre_hook(h, prepend=True))
-    return Streamed(model, block_tensors(places, len(_blocks(model)), hook, keep), handles, block_of)
+    tensors = block_tensors(places, len(_blocks(model)), hook, keep)
+    handles.append(model.register_forward_hook(tensors.done_hook()))  # a whole forward done: its last block goes
+    return Streamed(model, tensors, handles, block_of)
 
 
-def stream_paddle(model, plan, read, keep: int = KEEP, dtype: str | None = None) -> Streamed:
+def stream_paddle(model, plan, read, keep: int = STREAMED_KEEP, dtype: str | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with the tensors the plan writes computed from
     `read` (the torch state's storage arrays) as its layers run; `dtype`: its floating tensors made
     in that dtype instead of their own (a float64 copy of the model)."""
@@ -280,7 +283,7 @@ def stream_paddle(model, plan, read, keep: int = KEEP, dtype: str | None = None)
     return stream_paddle_arrays(model, arrays, keep, dtype)
 
 
-def stream_paddle_arrays(model, arrays: dict, keep: int = KEEP, dtype: str | None = None) -> Streamed:
+def stream_paddle_arrays(model, arrays: dict, keep: int = STREAMED_KEEP, dtype: str | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with each tensor whose state-dict key `arrays` has
     made by it (a function returning its storage array) as its layers run; `dtype`: as in
     stream_paddle."""
@@ -305,7 +308,9 @@ def stream_paddle_arrays(model, arrays: dict, keep: int = KEEP, dtype: str | Non
         places.append((layer, block_of.get(id(layer), []), found))
     handles = []
     hook = lambda layer, h: handles.append(layer.register_forward_pre_hook(h))
-    return Streamed(model, block_tensors(places, len(blocks), hook, keep), handles, block_of)
+    tensors = block_tensors(places, len(blocks), hook, keep)
+    handles.append(model.register_forward_post_hook(tensors.done_hook()))  # a whole forward done: its last block goes
+    return Streamed(model, tensors, handles, block_of)
 
 
 @dataclass
@@ -336,19 +341,20 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     from .weights import check_loaded
     plan_for = plan_for_loaded if loaded else plan_in_memory
     plan, ruleset, _ = plan_for(torch_model, paddle_model, rules, source=checkpoint)
-    keep = KEEP
+    keep = STREAMED_KEEP
+    held = "one block" if keep == 1 else f"{keep} blocks"
     where = f"'{checkpoint.path}'"
     if converted is None and loaded:
         return PaddleWeights(plan, ruleset, None, False, check_loaded(plan, checkpoint, paddle_model), "as loaded",
                              f"weights: torch_model() is on the meta device: its weights are streamed from {where} "
-                             f"block by block ({keep} blocks held at a time), the paddle model keeps the weights it "
+                             f"block by block ({held} held at a time), the paddle model keeps the weights it "
                              "was loaded with", lambda: None)
     if converted is None:
         streamed = stream_paddle(paddle_model, plan, checkpoint.read, keep)
         return PaddleWeights(plan, ruleset, streamed, True, None, f"streamed from {where}",
                              f"weights: torch_model() is on the meta device: both models' weights are streamed from "
-                             f"{where} block by block (the part outside the blocks and {keep} blocks per side held at "
-                             "a time)", streamed.close)
+                             f"{where} block by block (the part outside the blocks and {held} per side held at a "
+                             "time)", streamed.close)
     source = _paddle_source(converted, paddle_model)
     try:
         check = _check_file(plan, checkpoint, source) if loaded else None
@@ -363,8 +369,8 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
         source.close()
     return PaddleWeights(plan, ruleset, streamed, False, check, f"streamed from '{converted}'",
                          f"weights: torch_model() is on the meta device: its weights are streamed from {where} and the "
-                         f"paddle model's from '{converted}', block by block (the part outside the blocks and {keep} "
-                         "blocks per side held at a time)", close)
+                         f"paddle model's from '{converted}', block by block (the part outside the blocks and {held} "
+                         "per side held at a time)", close)
 
 
 def _paddle_source(converted: str, paddle_model):

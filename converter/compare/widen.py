@@ -6,7 +6,8 @@ layers). Each tensor of the tree has a placeholder, which its places hold while 
 needed, and a way to make the tensor itself. A hook on every module inside a block makes the
 whole block's tensors when one of them is called, so that a call into the middle of a block finds
 its siblings there too; the blocks used least recently go back to their placeholders once more
-than KEEP are held (`hold_within` keeps all of them where an allowance of bytes holds them).
+than KEEP are held (STREAMED_KEEP, one, where the tensors are read from a checkpoint; `hold_within`
+keeps all of them where an allowance of bytes holds them), before the entered block is made.
 Tensors outside every block (embeddings, heads, final norms, tables a parent reads without
 calling their module) are made once and held for the whole run. A tensor shared
 between modules is one tensor shared the same way, counted by the blocks that hold it. Two
@@ -32,6 +33,7 @@ from typing import Callable
 from ..lazy import import_torch
 
 KEEP = 2  # blocks kept: a forced reference calls many modules of one block in a row
+STREAMED_KEEP = 1  # blocks kept where they are read from a checkpoint: one block of a model larger than memory
 KINDS = ("_parameters", "_buffers")
 
 
@@ -75,21 +77,70 @@ class BlockTensors:
         return enter_block
 
     def enter(self, block: int) -> None:
-        """Block `block` held for this thread, which keeps it until it enters another."""
+        """Block `block` held for this thread, which keeps it until it enters another. The blocks
+        it leaves over `keep` are dropped before its tensors are made (a tensor it shares with one
+        of them is kept), so that `keep` blocks are the most held at any moment."""
         with self._lock:
             me = threading.current_thread()
             self._entered[me] = block
-            if block in self._resident:
+            made = block in self._resident
+            if made:
                 self._resident.remove(block)
-            else:
-                for record in self._blocks[block]:
-                    self._acquire(record)
             self._resident.append(block)
             self._entered = {t: b for t, b in self._entered.items() if t.is_alive()}
             held = set(self._entered.values())
             dropped = [b for b in self._resident if b not in held][:max(0, len(self._resident) - self.keep)]
+            shared = [] if made else [r for r in self._blocks[block] if r.users]  # made already: no making
+            for record in shared:
+                self._acquire(record)
             for old in dropped:
                 self._resident.remove(old)
+                for record in self._blocks[old]:
+                    self._release(record)
+            if not made:
+                taken = {id(r) for r in shared}
+                for record in self._blocks[block]:
+                    if id(record) not in taken:
+                        self._acquire(record)
+        if dropped:
+            give_back_freed()
+
+    def done_hook(self):
+        """A forward post-hook for the tree's root (torch's and paddle's alike): once a forward of
+        the whole tree has returned, this thread leaves it (see leave)."""
+        def leave_tree(module, args, output):
+            self.leave()
+        leave_tree.block_tensors = self
+        return leave_tree
+
+    def leave(self) -> None:
+        """This thread is done with the tree: the block it entered last is held no longer, and the
+        blocks no other thread holds are dropped (the next forward starts from the first block
+        anyway). Nothing where every block is kept (hold_within)."""
+        with self._lock:
+            self._entered.pop(threading.current_thread(), None)
+            if self.keep >= len(self._blocks):
+                return
+            held = {b for t, b in self._entered.items() if t.is_alive()}
+            dropped = [b for b in self._resident if b not in held]
+            for old in dropped:
+                self._resident.remove(old)
+                for record in self._blocks[old]:
+                    self._release(record)
+        if dropped:
+            give_back_freed()
+
+    def let_go(self) -> None:
+        """Where no thread runs the tree or reads its tensors: every block dropped and no thread's
+        last block held any longer (a thread keeps the block it entered last while it lives, and
+        a long-lived one would keep it beside the blocks another thread runs later). Nothing where
+        every block is kept (hold_within)."""
+        with self._lock:
+            self._entered.clear()
+            if self.keep >= len(self._blocks):
+                return
+            dropped, self._resident = self._resident, []
+            for old in dropped:
                 for record in self._blocks[old]:
                     self._release(record)
         if dropped:
@@ -203,10 +254,12 @@ class Float64Reference:
     """`model` (a torch module, float32 or narrower, left as it is) as a float64 reference model:
     `.model` runs like a float64 copy of it, bit for bit. `read` (a state-dict key -> its tensor
     from the checkpoint, on the CPU): the tensors are widened from it instead of from the model's
-    own (a model on the meta device, whose weights are streamed)."""
+    own (a model on the meta device, whose weights are streamed). `keep`: the blocks widened at a
+    time; by default KEEP, one (STREAMED_KEEP) where read from the checkpoint."""
 
-    def __init__(self, model, keep: int = KEEP, read=None):
+    def __init__(self, model, keep: int | None = None, read=None):
         torch = import_torch()
+        keep = keep or (KEEP if read is None else STREAMED_KEEP)
         self.keep = keep
         nan = torch.full((), float("nan"), dtype=torch.float64)
         names = tensor_names(model)
@@ -226,8 +279,9 @@ class Float64Reference:
                         memo[id(t)] = _like(t, data.to("cpu", copy=True))
         self.model = copy.deepcopy(model, memo)
         for module64 in self.model.modules():  # hooks that stream the model's own weights are not the reference's
-            for key in [k for k, h in module64._forward_pre_hooks.items() if hasattr(h, "block_tensors")]:
-                del module64._forward_pre_hooks[key]
+            for hooks in (module64._forward_pre_hooks, module64._forward_hooks):
+                for key in [k for k, h in hooks.items() if hasattr(h, "block_tensors")]:
+                    del hooks[key]
         blocks = _blocks(model)
         block_of = {}  # id of a module of the model -> the indices of the blocks it is in
         for i, block in enumerate(blocks):
@@ -238,6 +292,8 @@ class Float64Reference:
                     if t is not None and id(t) in records])
                   for module, module64 in zip(model.modules(), self.model.modules())]
         self.tensors = block_tensors(places, len(blocks), _torch_hook, keep)
+        if read is not None:  # read from the checkpoint, as the streamed models: a whole forward done, its last block goes
+            self.model.register_forward_hook(self.tensors.done_hook())
 
     def enter(self, block: int) -> None:
         """Block `block` widened for this thread, which holds it until it enters another."""

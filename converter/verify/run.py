@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from .analyze import culprit_evidence
 from .strategies import BinarySearch, StrategyResult, choose
-from ..compare.capture import CaptureTooLarge
+from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
-from ..compare.memory import available_memory, check as check_memory
+from ..compare.memory import capture_limit as default_limit, check as check_memory
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict
@@ -29,13 +29,16 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
 
 def run_on(session: PortSession, options: Options, bisect: bool = False, capture_limit: int | None = None) -> Report:
     """The Report of the forward check on a set-up session (whose restore is the caller's)."""
-    # the forced passes hold about as much again as the capture
-    limit = capture_limit if capture_limit is not None else int(available_memory()[0] * 0.2)
+    # a share of the memory available, a few blocks' activations where the weights are streamed (the
+    # forced passes hold about as much again as the capture)
+    limit = capture_limit if capture_limit is not None else default_limit(session, options.strategy)
     strategy = choose(options.strategy, limit)
     notes = check_memory(session, options.strategy, limit)  # a run that cannot fit stops here
     try:
         found = strategy.run(session)
-    except CaptureTooLarge:
+    except CaptureTooLarge as exc:
+        if isinstance(exc, PassComplete):  # ends one pass, caught by the pass that armed it: never here
+            raise
         notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
         strategy = BinarySearch(limit)
         found = strategy.run(session)

@@ -10,7 +10,8 @@
   records its own). Errors persist from unit to unit, so the first bad unit is found in
   ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
   smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; the unit
-  boundaries and O(1) units' insides held.
+  boundaries and O(1) units' insides held. A pass that records some units alone ends once they
+  have run (capture.stop_when_done, counted from the outline pass's calls).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..compare.fused import sliced
 from ..compare.overlap import TorchWorker
 from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
-from ..compare.capture import Allowance, capture_calls, capture_paddle, capture_torch
+from ..compare.capture import Allowance, call_counts, capture_calls, capture_paddle, capture_torch, wanted_calls
 from ..compare.matching import masked_alike, masked_by_torch, pair_outputs
 from ..compare.metrics import compare, rms, rms_over
 from ..compare.precision import ROUNDING_DRAWS
@@ -113,13 +114,30 @@ class Strategy(Protocol):
     def run(self, session) -> StrategyResult: ...
 
 
-def _capture(session, torch_paths=None, paddle_paths=None, keep=True):
+def _capture(session, torch_paths=None, paddle_paths=None, keep=True, counts: tuple[dict, dict] | None = None):
     """Both sides' calls at the paths given (every module's where None), the two captures at once
-    (paddle computes on one core on CPU)."""
+    (paddle computes on one core on CPU); `counts` (per side, path -> the calls a forward makes, from
+    a pass that ran it whole): each forward ends once the calls at its paths have completed."""
+    t_counts, p_counts = counts or (None, None)
+    let_go(session)
     with TorchWorker(session) as side:
-        rt = side.submit(capture_torch, session, torch_paths, keep)
-        rp = capture_paddle(session, paddle_paths, keep)
+        rt = side.submit(capture_torch, session, torch_paths, keep, None, wanted_calls(torch_paths, t_counts))
+        rp = capture_paddle(session, paddle_paths, keep, None, wanted_calls(paddle_paths, p_counts))
         return rt.result().calls, rp.calls
+
+
+def let_go(session, sides=("torch", "paddle", "float64")) -> None:
+    """The blocks of the session's trees held block by block (the float64 reference; the models whose
+    weights are streamed) dropped, and no thread's last block held any longer: called where no
+    thread runs those trees, before a pass group, so that a block the main thread read last is not
+    held beside the blocks the worker thread runs (widen.BlockTensors.let_go)."""
+    trees = {side: s.tensors for side, s in getattr(session, "streams", {}).items()}
+    reference = getattr(session, "reference64", None)
+    if reference is not None:
+        trees["float64"] = reference.tensors
+    for side in sides:
+        if side in trees:
+            trees[side].let_go()
 
 
 def first_bad(results: list[LayerResult]) -> LayerResult | None:
@@ -137,34 +155,41 @@ class FullCapture:
         return StrategyResult(found.results, first_bad(found.results), found.outputs, found.passes,
                               calls=found.calls, pairs=found.pairs)
 
-    def capture(self, session, paths: tuple[set, set] | None = None) -> StrategyResult:
+    def capture(self, session, paths: tuple[set, set] | None = None,
+                counts: tuple[dict, dict] | None = None) -> StrategyResult:
         """Results for every pair (only the torch and paddle layers at `paths` when given), and,
-        for the whole model, its final outputs' row; its first_bad is left for the caller."""
+        for the whole model, its final outputs' row; its first_bad is left for the caller.
+        `counts` (per side, path -> the calls a forward makes, from a pass that ran it whole): every
+        pass ends once the calls it records have completed (see capture.stop_when_done)."""
         t_paths, p_paths = paths or (None, None)
+        t_counts, p_counts = counts or (None, None)
         whole = paths is None
         allowance = Allowance(self.limit_bytes)  # what both captures may hold between them
+        let_go(session)
         # the captures run at once (paddle computes on one core on CPU); then torch work that
         # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
         outputs = None
         with TorchWorker(session) as side:
-            rt = side.submit(capture_torch, session, t_paths, True, allowance)
+            rt = side.submit(capture_torch, session, t_paths, True, allowance, wanted_calls(t_paths, t_counts))
             paddle_captured = threading.Event()
             matmul = {}  # S2 and K of the torch matmul modules: the worker's until paddle's capture ends
             matmul_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, matmul, paddle_captured.is_set))
             try:
-                rp = capture_paddle(session, p_paths, True, allowance)
+                rp = capture_paddle(session, p_paths, True, allowance, wanted_calls(p_paths, p_counts))
             finally:
                 paddle_captured.set()
             passes = Passes(rt.result().calls, rp.calls, [], matmul=matmul)
             if whole:
                 same_outputs(session, passes.t_calls[""], passes.p_calls[""])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
-            references = side.submit(torch_references, session, [p.torch for p in passes.pairs], passes.t_calls,
-                                     side.widen_when_alone)
+            t_paired, p_paired = [p.torch for p in passes.pairs], [p.paddle for p in passes.pairs]
+            references = side.submit(torch_references, session, t_paired, passes.t_calls, side.widen_when_alone,
+                                     wanted_calls(t_paired, t_counts))
             free = side.submit(free_references, session, [""]) if whole else None
-            passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls)
+            passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls, wanted_calls(p_paired, p_counts))
             passes.paddle_err = paddle_own_errors(session, passes)
             matmul_first.result()
+            let_go(session, ("torch",))  # the worker is done with the torch model: its last block goes
             with side.on_cores_left():
                 matmul_stats_all(session, passes.t_calls, matmul)  # the rest
             end_to_end_until(session, passes, references.done)
@@ -233,21 +258,25 @@ def same_outputs(session, t_call, p_call) -> None:
                     "no hidden states or attentions; or wrap one model to return what the other does)")
 
 
-def free_reference(session, paths, fmt: str | None = None, draw: int = 0) -> dict[str, list[np.ndarray]]:
+def free_reference(session, paths, fmt: str | None = None, draw: int = 0,
+                   counts: dict | None = None) -> dict[str, list[np.ndarray]]:
     """Per path in `paths`, the float64 torch model's outputs there, free-running (nothing forced),
     in one pass, with matmul inputs rounded to `fmt` if given (see precision.torch_rounding for
-    `draw`)."""
-    ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt, draw), set(paths))
+    `draw`); `counts` (torch path -> the calls a forward makes): the pass ends once those at
+    `paths` have completed."""
+    ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt, draw), set(paths),
+                        until=wanted_calls(paths, counts))
     return {path: to_numpy_list(ref.calls[path].outputs, "torch") for path in paths}
 
 
-def free_references(session, paths) -> dict[str, dict]:
+def free_references(session, paths, counts: dict | None = None) -> dict[str, dict]:
     """Per path, free_reference in float64 (key None), and per lower-precision format in use, a
-    list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths."""
-    out = {path: {None: outputs} for path, outputs in free_reference(session, paths).items()}
+    list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths; `counts`: as in
+    free_reference."""
+    out = {path: {None: outputs} for path, outputs in free_reference(session, paths, counts=counts).items()}
     for f in sorted(set(session.formats.values()) - {"fp32"}):
         for draw in range(ROUNDING_DRAWS):
-            for path, outputs in free_reference(session, paths, f, draw).items():
+            for path, outputs in free_reference(session, paths, f, draw, counts).items():
                 out[path].setdefault(f, []).append(outputs)
     return out
 
@@ -319,11 +348,14 @@ def _first_non_finite(t_calls: dict) -> str | None:
 
 
 def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, note: str,
-                     condition: np.ndarray | None = None, t_calls: dict | None = None) -> LayerResult:
+                     condition: np.ndarray | None = None, t_calls: dict | None = None,
+                     paddle64=None) -> LayerResult:
     """`unit`'s outputs as both models computed them, free-running, against the end-to-end
     budget: the torch model's own fp32 drift from float64 there (observed), grown by the
     formats each side uses (the rms effect of rounding matmul inputs to them), on both sides,
-    and by the last op's condition where the unit is elementwise (see forced._condition)."""
+    and by the last op's condition where the unit is elementwise (see forced._condition).
+    `paddle64`: what gives the float64 paddle copy's outputs at paddle paths (by default
+    session.paddle64_outputs)."""
     # the model's own outputs pair by position (same_outputs checked their structures): by value,
     # a port that swaps two outputs would pass
     pairs = pair_outputs([tuple(a.shape) for a in t_out], [tuple(b.shape) for b in p_out]) if unit.torch == "" \
@@ -354,7 +386,7 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     diff = np.abs(np.nan_to_num(y_p - y_t, nan=np.inf))
     ratio, tolerance = budget.ratio(diff)
     if ratio > 1:  # the budget took paddle's drift to be torch's: measure paddle's own, as its kernels sum
-        own = session.paddle64_outputs([unit.paddle])
+        own = (paddle64 or session.paddle64_outputs)([unit.paddle])
         if own is not None:
             y_p64 = laid_out(pairs.of_paddle(sliced(unit, own[unit.paddle])), shapes)
             e_paddle = unmasked(masked, np.subtract(y_p, y_p64, dtype=np.float64).astype(np.float32))[0]
@@ -376,8 +408,10 @@ class BinarySearch:
         self.limit_bytes = limit_bytes  # what one sweep's captures may hold (see _sweep)
 
     def run(self, session) -> StrategyResult:
-        self.passes, self.notes, self.inside = 1, [], None
+        self.passes, self.notes, self.inside, self._own64 = 1, [], None, {}
         t_calls, p_calls = _capture(session, keep=False)
+        self.counts = call_counts(t_calls), call_counts(p_calls)  # the calls of a whole forward: later passes
+        # that record some modules end once theirs have completed
         same_outputs(session, t_calls[""], p_calls[""])
         pairs = align(t_calls, p_calls, session.plan)
         # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
@@ -385,7 +419,7 @@ class BinarySearch:
         self.units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
         self.boundaries = self._boundaries(session, t_calls)
         results, bad = self._search(session, pairs)
-        self.boundaries = None  # what the probes read is no longer needed
+        self.boundaries, self._own64 = None, {}  # what the probes read is no longer needed
         outputs = self.outputs
         if bad is None:
             # no unit's boundary is over the end-to-end budget, yet a difference whose effect stays
@@ -399,7 +433,10 @@ class BinarySearch:
     def _sweep(self, session, pairs, t_calls, p_calls):
         """Full captures of the units in execution order, as many at once as `limit_bytes` holds
         (estimated from the outline pass's shapes), and of the modules holding them (their own
-        code, between the units) with the last; (every row judged, the first over budget)."""
+        code, between the units) with the last, which records every earlier unit's own module too
+        (their outputs alone): the code between the units is judged on the same calls as one
+        capture of every unit records, whatever the chunks; (every row judged, the first over
+        budget)."""
         units = [u for u in self.units if u.torch != ""]
         holders = [p for p in pairs if p.torch not in {u.torch for u in units}
                    and not any(is_under(p.torch, u.torch) for u in units)]
@@ -418,12 +455,14 @@ class BinarySearch:
             t_paths = {p for p in t_calls if any(is_under(p, u.torch) for u in chunk)}
             p_paths = {p for p in p_calls if any(is_under(p, u.paddle) for u in chunk)}
             if i == len(chunks) - 1:
-                t_paths |= {h.torch for h in holders}
-                p_paths |= {h.paddle for h in holders}
-            self.inside = FullCapture().capture(session, (t_paths, p_paths))
+                t_paths |= {h.torch for h in holders} | {u.torch for u in units}
+                p_paths |= {h.paddle for h in holders} | {u.paddle for u in units}
+            self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts)
             self.passes += self.inside.passes
-            results += self.inside.results
-            bad = first_bad(self.inside.results)
+            judged = {r.torch for r in results}  # an earlier unit, recorded again for the code around it
+            found = [r for r in self.inside.results if r.torch not in judged]
+            results += found
+            bad = first_bad(found)
             if bad is not None:
                 break
         self.notes.append(f"binary search: no unit's boundary is over the end-to-end budget; every layer was then "
@@ -436,11 +475,12 @@ class BinarySearch:
         pass's shapes): the probes read them instead of running passes of their own. None where
         they do not fit: each probe then records its unit alone."""
         draws = len(set(session.formats.values()) - {"fp32"}) * ROUNDING_DRAWS
-        per_element = 4 + 4 + 8 * (1 + draws)  # torch's and paddle's float32, the float64 references
+        per_element = 4 + 4 + 8 * (2 + draws)  # torch's and paddle's float32, the float64 references (paddle's copy's too)
         need = sum(per_element * int(np.prod(s)) for u in self.units for s in t_calls[u.torch].shapes)
         if self.limit_bytes is not None and need > self.limit_bytes:
             return None
         self.passes += 1
+        let_go(session)
         with TorchWorker(session) as side:  # the float64 pass beside both captures, which run in turn
             free = side.submit(free_references, session, [u.torch for u in self.units])
             p_found = capture_paddle(session, {u.paddle for u in self.units}).calls
@@ -451,15 +491,26 @@ class BinarySearch:
     def _probe(self, session, unit) -> tuple[bool, LayerResult]:
         """`unit`'s output against the end-to-end budget: from the boundaries recorded at once, or
         one paired pass recording only it."""
+        paddle64 = None
         if self.boundaries is None:
             self.passes += 1
-            t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle})
-            free = free_references(session, [unit.torch])
+            t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle}, counts=self.counts)
+            free = free_references(session, [unit.torch], self.counts[0])
         else:
             t_calls, p_calls, free = self.boundaries
+            paddle64 = lambda paths: self._paddle64_boundaries(session)
         result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
-                                  free[unit.torch], "end to end at this unit's output (a binary-search probe)")
+                                  free[unit.torch], "end to end at this unit's output (a binary-search probe)",
+                                  paddle64=paddle64)
         return result.verdict is Verdict.FAIL, result
+
+    def _paddle64_boundaries(self, session) -> dict | None:
+        """The float64 paddle copy's outputs at every unit, from one pass of it, made when a probe
+        first needs paddle's own drift and kept with the boundaries (their allowance counts
+        them): one pass of the copy for every probe, not one each."""
+        if "units" not in self._own64:
+            self._own64["units"] = session.paddle64_outputs([u.paddle for u in self.units])
+        return self._own64["units"]
 
     def _mark(self, session, marker, probes: dict) -> int | None:
         """Probes the units `marker` asks for, into `probes`, until it stops; the unit it found."""
@@ -547,7 +598,7 @@ class BinarySearch:
         """Full capture of one unit: (its results, the first over budget or None)."""
         paths = ({p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, unit.torch)},
                  {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, unit.paddle)})
-        self.inside = FullCapture().capture(session, paths)
+        self.inside = FullCapture().capture(session, paths, self.counts)
         self.passes += self.inside.passes
         return self.inside.results, first_bad(self.inside.results)
 

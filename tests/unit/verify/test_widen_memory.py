@@ -51,6 +51,7 @@ def test_full_captures_activations_grow_with_the_inputs(session):
 
 
 def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
+    monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
     est = memory.estimate(session, "full", 0)
     monkeypatch.setattr(memory, "available_memory", lambda: (est.more - 1, "the cgroup's limit (test)"))
     with pytest.raises(UserError) as caught:
@@ -62,6 +63,7 @@ def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
 
 def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session, monkeypatch):
     limit = 1 << 20
+    monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
     est = memory.estimate(session, "binary", limit)
     monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
     notes = memory.check(session, "binary", limit)
@@ -70,16 +72,26 @@ def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session,
     assert memory.check(session, "binary", limit) == []
 
 
-def test_room_to_spare_keeps_more_widened_blocks_and_none_keeps_two(session, monkeypatch):
+def test_room_to_spare_keeps_more_widened_blocks_and_none_keeps_one(session, monkeypatch):
     limit = 1 << 20
     tensors = session.reference64.tensors
     est = memory.estimate(session, "binary", limit)
     monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
     memory.check(session, "binary", limit)
-    assert tensors.keep == 2
+    assert tensors.keep == 1  # a block is far more than BLOCK_SHARE of so little memory
     monkeypatch.setattr(memory, "available_memory", lambda: (100 * est.more, "available memory"))
     memory.check(session, "binary", limit)
     assert tensors.keep == tensors.blocks > 2
+
+
+def test_a_block_over_its_share_of_the_memory_is_widened_alone(session):
+    tensors = session.reference64.tensors
+    block = memory.estimate(session, "binary", 0).blocks // 2
+    memory.one_block(session, int(block / memory.BLOCK_SHARE) + 1)
+    assert tensors.keep == 2
+    memory.one_block(session, int(block / memory.BLOCK_SHARE) - 1)
+    assert tensors.keep == 1
+    assert memory.estimate(session, "binary", 0).blocks == block
 
 
 def test_the_available_memory_is_the_systems_or_less():
