@@ -47,16 +47,16 @@ def to_torch(value, dtype, device):
     return map_leaves(value, tensor, _batch_leaf)
 
 
-def to_paddle(value):
-    """A batch's arrays as paddle tensors, floating ones in float32 as torch's fp32 runs take them
-    (to_torch); None stays None."""
+def to_paddle(value, dtype=np.float32):
+    """A batch's arrays as paddle tensors, floating ones in `dtype` (float32 as torch's fp32 runs take
+    them, to_torch); None stays None."""
     import paddle
 
     def tensor(leaf):
         if leaf is None:
             return None
         array = np.array(leaf)
-        return paddle.to_tensor(array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array)
+        return paddle.to_tensor(array.astype(dtype) if np.issubdtype(array.dtype, np.floating) else array)
     return map_leaves(value, tensor, _batch_leaf)
 
 

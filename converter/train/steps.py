@@ -17,7 +17,6 @@ import numpy as np
 from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
 from ..paths import join
-from ..tree import map_leaves
 from .backward import zero_note
 from .judge import judge
 from .result import LR_REL, Row, StepRow
@@ -116,20 +115,10 @@ def paddle_own_drift(session, tspec, batches, paddle) -> dict | None:
     less exactly (AMD EPYC, AVX2: a clean Llama's gate_proj 1.3 times a budget taken from torch's drift
     after 3 AdamW steps). None where the paddle model does not train in float64, or its side computes in
     another format (whose own runs give its budget)."""
-    import paddle as paddle_fw
-
     from ..compare.forced import _paddle_keeps_float64
-    from .loop import _batch_leaf, call_model, paddle_loss, paddle_optimizer
+    from .loop import call_model, paddle_loss, paddle_optimizer, to_paddle
     if session.formats.get("paddle") not in (None, "fp32"):
         return None
-
-    def wide(value):  # a batch's arrays as paddle tensors, floating ones in float64 (loop.to_paddle's float32)
-        def tensor(leaf):
-            if leaf is None:
-                return None
-            array = np.array(leaf)
-            return paddle_fw.to_tensor(array.astype(np.float64) if np.issubdtype(array.dtype, np.floating) else array)
-        return map_leaves(value, tensor, _batch_leaf)
 
     model = session.paddle_copy()
     try:
@@ -137,7 +126,7 @@ def paddle_own_drift(session, tspec, batches, paddle) -> dict | None:
         opt, sched = paddle_optimizer(session, tspec, model)
         with _paddle_keeps_float64(("float32",)):
             for inputs, target in batches:
-                loss = paddle_loss(tspec, call_model(model, wide(inputs)), wide(target))
+                loss = paddle_loss(tspec, call_model(model, to_paddle(inputs, np.float64)), to_paddle(target, np.float64))
                 loss.backward()
                 opt.step()
                 opt.clear_grad()

@@ -17,6 +17,7 @@ from converter.errors import UserError
 from converter.spec import PortSpec
 from converter.train import loop
 from helpers.train import train_check
+from helpers.threads import threads_of_a_new_thread
 
 STEPS = 2
 
@@ -135,24 +136,13 @@ def test_an_error_in_the_users_model_in_training_exits_2_at_the_command_line(tmp
     assert "internal error" not in r.output and "Traceback" not in r.output
 
 
-def _threads_of_a_new_thread() -> int:
-    import threading
-
-    import torch
-    seen = []
-    thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
-    thread.start()
-    thread.join()
-    return seen[0]
-
-
 def test_the_checks_copies_run_on_one_thread_and_torchs_thread_count_is_put_back():
     """one_thread holds torch's CPU work to one thread and puts the count back, on an error too; a
     --train run leaves the count as it found it, on this thread and on a thread started afterwards."""
     import torch
 
     from converter.train.session import one_thread
-    before = (torch.get_num_threads(), _threads_of_a_new_thread())
+    before = (torch.get_num_threads(), threads_of_a_new_thread())
     with one_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before[0]
@@ -161,4 +151,4 @@ def test_the_checks_copies_run_on_one_thread_and_torchs_thread_count_is_put_back
     assert torch.get_num_threads() == before[0]
     report = verify_port(_mlp(), VerifyOptions(device="cpu", train=True, steps=STEPS))
     assert report.train.verdict == "pass"
-    assert (torch.get_num_threads(), _threads_of_a_new_thread()) == before
+    assert (torch.get_num_threads(), threads_of_a_new_thread()) == before

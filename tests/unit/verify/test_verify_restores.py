@@ -11,6 +11,7 @@ from converter import PortSpec, VerifyOptions, verify_port
 from converter.convert import convert_in_memory
 from converter.errors import UserError
 from converter.compare.restore import record_torch_flags
+from helpers.threads import threads_of_a_new_thread
 
 PADDLE_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
 
@@ -138,20 +139,11 @@ def test_a_run_that_fails_puts_them_back_too(tf32_allowed, strategy):
     assert model_state(torch_model, paddle_model) == state
 
 
-def _threads_of_a_new_thread() -> int:
-    import threading
-    seen = []
-    thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
-    thread.start()
-    thread.join()
-    return seen[0]
-
-
 def test_threads_started_after_a_run_get_torchs_thread_count_as_before():
     """The run sets thread counts on its worker threads; OpenMP hands the last one set to every thread
     started afterwards, unless the run puts it back."""
     spec, _, _ = _port()
-    before = (torch.get_num_threads(), _threads_of_a_new_thread())
+    before = (torch.get_num_threads(), threads_of_a_new_thread())
     report = verify_port(spec, VerifyOptions(device="cpu", bisect=True)).forward
     assert report.verdict == "pass", report.to_json()["first_bad_layer"]
-    assert (torch.get_num_threads(), _threads_of_a_new_thread()) == before
+    assert (torch.get_num_threads(), threads_of_a_new_thread()) == before
