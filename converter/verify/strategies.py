@@ -475,9 +475,11 @@ class BinarySearch:
         pass's shapes): the probes read them instead of running passes of their own. None where
         they do not fit: each probe then records its unit alone."""
         draws = len(set(session.formats.values()) - {"fp32"}) * ROUNDING_DRAWS
-        per_element = 4 + 4 + 8 * (2 + draws)  # torch's and paddle's float32, the float64 references (paddle's copy's too)
-        need = sum(per_element * int(np.prod(s)) for u in self.units for s in t_calls[u.torch].shapes)
-        if self.limit_bytes is not None and need > self.limit_bytes:
+        per_element = 4 + 4 + 8 * (1 + draws)  # torch's and paddle's float32, the float64 references
+        elements = sum(int(np.prod(s)) for u in self.units for s in t_calls[u.torch].shapes)
+        # the float64 paddle copy's outputs at every unit, where a probe needs them, fit beside them
+        self._own64["fits"] = self.limit_bytes is None or (per_element + 8) * elements <= self.limit_bytes
+        if self.limit_bytes is not None and per_element * elements > self.limit_bytes:
             return None
         self.passes += 1
         let_go(session)
@@ -498,7 +500,8 @@ class BinarySearch:
             free = free_references(session, [unit.torch], self.counts[0])
         else:
             t_calls, p_calls, free = self.boundaries
-            paddle64 = lambda paths: self._paddle64_boundaries(session)
+            if self._own64["fits"]:
+                paddle64 = lambda paths: self._paddle64_boundaries(session)
         result = judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
                                   free[unit.torch], "end to end at this unit's output (a binary-search probe)",
                                   paddle64=paddle64)
@@ -506,8 +509,8 @@ class BinarySearch:
 
     def _paddle64_boundaries(self, session) -> dict | None:
         """The float64 paddle copy's outputs at every unit, from one pass of it, made when a probe
-        first needs paddle's own drift and kept with the boundaries (their allowance counts
-        them): one pass of the copy for every probe, not one each."""
+        first needs paddle's own drift and kept with the boundaries where they fit beside them in
+        the capture limit: one pass of the copy for every probe, not one each."""
         if "units" not in self._own64:
             self._own64["units"] = session.paddle64_outputs([u.paddle for u in self.units])
         return self._own64["units"]

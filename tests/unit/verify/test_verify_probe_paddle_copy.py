@@ -1,0 +1,62 @@
+"""The binary search's probes read the float64 paddle copy's outputs (paddle's own drift, where a
+budget that takes paddle's drift to be torch's is exceeded) at every unit from one pass of the
+copy where they fit beside the units' boundaries in the capture limit, and one pass per probe
+where they do not; the probes' rows are the same either way. The pair is the Llama-shaped one
+4096 wide with bf16-valued weights, whose paddle side drifts further than torch's."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from converter.compare.session import Options, PortSession
+from converter.spec import spec_from_functions
+from converter.verify.strategies import PADDLE_DRIFT, BinarySearch, _capture
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
+import llama_pair as L  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def shape():
+    before = dict(L.SHAPE)
+    L.resize(hidden=4096, layers=2, ffn=2048, heads=32, seq=64)
+    yield
+    L.SHAPE.update(before)
+
+
+def _bf16_valued():
+    model = L.torch_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.bfloat16().float())
+    return model
+
+
+def _search(session, limit, monkeypatch):
+    asked = []
+    own = session.paddle64_outputs
+    monkeypatch.setattr(session, "paddle64_outputs", lambda paths: asked.append(list(paths)) or own(paths))
+    search = BinarySearch(limit)
+    found = search.run(session)
+    monkeypatch.setattr(session, "paddle64_outputs", own)
+    return search, found, asked
+
+
+def test_the_probes_read_paddles_copy_at_every_unit_from_one_pass(monkeypatch):
+    with PortSession(spec_from_functions(_bf16_valued, L.paddle_model, L.inputs),
+                     Options(device="cpu", strategy="binary")) as session:
+        search, once, asked_once = _search(session, None, monkeypatch)
+        t_calls, _ = _capture(session, keep=False)
+        elements = sum(int(np.prod(s)) for u in search.units for s in t_calls[u.torch].shapes)
+        # the boundaries fit (16 bytes an element in fp32: both sides' float32, the float64 reference's),
+        # the copy's outputs beside them (8 more) do not
+        _, each, asked_each = _search(session, 20 * elements, monkeypatch)
+    assert len(asked_once) == 1 and len(asked_once[0]) == len(search.units)
+    assert len(asked_each) > 1 and all(len(paths) == 1 for paths in asked_each)
+    assert repr(once.outputs) == repr(each.outputs) and PADDLE_DRIFT in once.outputs.note
+    assert once.outputs.ratio < 1
