@@ -226,12 +226,43 @@ def scale(sizes=SCALES):
 STREAM_SIZES = ((1024, 8, 2752), (2048, 16, 5504))
 
 
+FORWARDS = {"run_torch": "torch", "run_paddle": "paddle", "run_torch64": "torch float64",
+            "paddle64_outputs": "paddle float64"}  # the session's forwards, by what they run
+
+
+def _count_forwards(session) -> dict:
+    """The session's whole-model forwards counted and timed as they run, per kind: [forwards, ended
+    early (a pass that records some modules ends once they have run), seconds on their threads]."""
+    seen = {name: [0, 0, 0.0] for name in FORWARDS.values()}
+
+    def counted(name, run):
+        def forward(*args, **kwargs):
+            t0 = time.perf_counter()
+            done = False
+            try:
+                out = run(*args, **kwargs)
+                done = True
+                return out
+            finally:
+                figures = seen[name]
+                figures[0] += 1
+                figures[1] += not done
+                figures[2] += time.perf_counter() - t0
+        return forward
+    for method, name in FORWARDS.items():
+        setattr(session, method, counted(name, getattr(session, method)))
+    return seen
+
+
 def stream_one(mode, hidden, layers, ffn, path):
     """Run in a fresh process: the forward check (--bisect, strategy binary) of a Llama-shaped pair whose
     weights are the checkpoint at `path`: `stream`, the torch model on the meta device (both models'
     weights streamed block by block); `memory`, both built whole. Two plain forwards of the same
-    models (streamed ones for `stream`), best of two; the process's peak RSS; a digest of the rows."""
+    models (streamed ones for `stream`), best of two; the process's peak RSS; a digest of the rows;
+    the forward check's whole-model forwards per kind (how many, how many ended early, their
+    seconds, in units of the plain forward of their side; the float64 ones in torch's or paddle's)."""
     import hashlib
+    import json
     import resource
 
     import llama_pair as L
@@ -244,18 +275,24 @@ def stream_one(mode, hidden, layers, ffn, path):
     t_setup, session = _timed(lambda: PortSession(spec, options, weights=path))
     with session:
         session.run_torch(), session.run_paddle()  # warm up
-        plain = min(_timed(session.run_torch)[0] + _timed(session.run_paddle)[0] for _ in range(2))
+        rounds = [(_timed(session.run_torch)[0], _timed(session.run_paddle)[0]) for _ in range(2)]
+        t_torch, t_paddle = min(rounds, key=sum)
+        plain = t_torch + t_paddle
+        seen = _count_forwards(session)
         t_verify, report = _timed(lambda: run_on(session, options, bisect=True))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     digest = hashlib.sha256(repr([report.layers, report.outputs]).encode()).hexdigest()[:12]
     worst = max((r.ratio for r in report.layers if r.ratio is not None), default=0.0)
-    print(L.parameters(), t_setup, plain, t_verify, peak, worst, digest, report.verdict)
+    unit = {"torch": t_torch, "torch float64": t_torch, "paddle": t_paddle, "paddle float64": t_paddle}
+    print(json.dumps({name: [n, early, round(t, 1), round(t / unit[name], 2)] for name, (n, early, t) in seen.items()}))
+    print(L.parameters(), t_setup, plain, t_verify, peak, worst, report.passes, digest, report.verdict)
 
 
 def stream(sizes=STREAM_SIZES, folder=None):
     """Each size: a bf16 checkpoint written tensor by tensor, then the forward check with both models'
     weights streamed from it (and, at the first size, in memory too: the same rows), in fresh
     processes: time against two plain streamed forwards, peak RSS against the checkpoint's size."""
+    import json
     import subprocess
     import tempfile
 
@@ -268,13 +305,18 @@ def stream(sizes=STREAM_SIZES, folder=None):
         print(f"checkpoint: hidden {hidden}, {layers} layers, {L.parameters() / 1e6:.0f} M parameters, bf16 "
               f"{size / 2**30:.2f} GiB (fp32 {2 * size / 2**30:.2f} GiB), written in {t_write:.1f} s", flush=True)
         for mode in ("stream", "memory") if i == 0 else ("stream",):
-            out = subprocess.run([sys.executable, __file__, "stream-one", mode, str(hidden), str(layers), str(ffn),
-                                  path], capture_output=True, text=True, check=True).stdout.split()
-            t_setup, plain, t_verify, peak, worst = map(float, out[-7:-2])
-            digest, verdict = out[-2], out[-1]
+            lines = subprocess.run([sys.executable, __file__, "stream-one", mode, str(hidden), str(layers), str(ffn),
+                                    path], capture_output=True, text=True, check=True).stdout.splitlines()
+            out = lines[-1].split()
+            t_setup, plain, t_verify, peak, worst = map(float, out[-8:-3])
+            passes, digest, verdict = out[-3:]
+            forwards = json.loads(lines[-2])
             print(f"  {mode:6s}: set-up {t_setup:.1f} s; verification {t_verify:.1f} s, {t_verify / plain:.1f} x the "
                   f"two plain forwards ({plain:.2f} s); peak RSS {peak / 2**30:.2f} GiB, {peak / size:.2f} x the "
-                  f"checkpoint; worst ratio {worst:.3g}; rows {digest}; {verdict}", flush=True)
+                  f"checkpoint; worst ratio {worst:.3g}; {passes} paired passes; rows {digest}; {verdict}", flush=True)
+            print("          whole-model forwards (count, ended early, seconds, in plain forwards of their side): "
+                  + "; ".join(f"{name} {n}, {early}, {t} s, {units}" for name, (n, early, t, units) in forwards.items()),
+                  flush=True)
         os.remove(path)
 
 
