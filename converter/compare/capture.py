@@ -39,6 +39,8 @@ class Call:
     shapes: list = field(default_factory=list)
     module: object = None  # the module or layer called
     count: int = 1  # how many times the module was called in the forward (the first call is recorded)
+    returned: object = None  # what it returned, as it returned it (where its outputs are kept as the tensors
+    # themselves): the structure that `outputs`, its floating tensors in flatten's order, sit in
 
 
 class CaptureTooLarge(Exception):
@@ -199,6 +201,8 @@ class Recorder:
             else:
                 call.outputs = [t.detach() for t in tensors]
                 self._versions += [(t, tensor_version(t), path) for t in call.outputs]
+            if not self.attached and path not in self.copies:  # a copy's original is not held for it
+                call.returned = output
             nbytes = sum(int(t.numel()) * t.element_size() for t in tensors) * 2  # inputs alike
             self.taken += nbytes
             self.allowance.take(nbytes)

@@ -11,11 +11,15 @@
   ceil(log2 L) probes; a last full capture of that unit alone (two paired passes) names the
   smallest module over budget inside it. At most ceil(log2 L) + 3 paired passes; the unit
   boundaries and O(1) units' insides held. A pass that records some units alone ends once they
-  have run (capture.stop_when_done, counted from the outline pass's calls).
+  have run (capture.stop_when_done, counted from the outline pass's calls). Where no unit's
+  boundary is over budget, every layer is judged against its own budget a few units at a time
+  (the sweep); the units before a chunk return their recorded boundaries there instead of
+  running (compare/known.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +32,7 @@ from .analyze import (Passes, analyze_all, end_to_end_until, laid_out, matmul_st
                       unmasked)
 from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
 from ..compare.fused import sliced
+from ..compare.known import returnable, returning_recorded
 from ..compare.overlap import TorchWorker
 from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
@@ -408,7 +413,7 @@ class BinarySearch:
         self.limit_bytes = limit_bytes  # what one sweep's captures may hold (see _sweep)
 
     def run(self, session) -> StrategyResult:
-        self.passes, self.notes, self.inside, self._own64 = 1, [], None, {}
+        self.passes, self.notes, self.inside, self._own64, self.boundary_bytes = 1, [], None, {}, 0
         t_calls, p_calls = _capture(session, keep=False)
         self.counts = call_counts(t_calls), call_counts(p_calls)  # the calls of a whole forward: later passes
         # that record some modules end once theirs have completed
@@ -419,33 +424,37 @@ class BinarySearch:
         self.units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
         self.boundaries = self._boundaries(session, t_calls)
         results, bad = self._search(session, pairs)
-        self.boundaries, self._own64 = None, {}  # what the probes read is no longer needed
+        self._own64 = {}  # what the probes read is no longer needed; the boundaries spare the sweep work
         outputs = self.outputs
         if bad is None:
             # no unit's boundary is over the end-to-end budget, yet a difference whose effect stays
             # within it (a LayerNorm epsilon of 1e-7 against 1e-5, a bug below bf16 noise) is over its
             # own layer's budget: every layer is judged against its own, a few units at a time
             results, bad = self._sweep(session, pairs, t_calls, p_calls)
+        self.boundaries = None
         inside = self.inside
         return StrategyResult(results, bad, outputs, self.passes, self.notes,
                               None if inside is None else inside.calls, None if inside is None else inside.pairs)
 
     def _sweep(self, session, pairs, t_calls, p_calls):
         """Full captures of the units in execution order, as many at once as `limit_bytes` holds
-        (estimated from the outline pass's shapes), and of the modules holding them (their own
-        code, between the units) with the last, which records every earlier unit's own module too
-        (their outputs alone): the code between the units is judged on the same calls as one
-        capture of every unit records, whatever the chunks; (every row judged, the first over
-        budget)."""
+        (estimated from the outline pass's shapes, less the boundaries held), and of the modules
+        holding them (their own code, between the units) with the last, which records every
+        earlier unit's own module too (their outputs alone): the code between the units is judged
+        on the same calls as one capture of every unit records, whatever the chunks; (every row
+        judged, the first over budget). Where the boundaries were recorded, the units before a
+        chunk return their recorded outputs in its passes instead of running (known.py), but in
+        the last, whose holders' forced passes run every unit."""
         units = [u for u in self.units if u.torch != ""]
         holders = [p for p in pairs if p.torch not in {u.torch for u in units}
                    and not any(is_under(p.torch, u.torch) for u in units)]
         size = lambda calls, root: sum(4 * 2 * int(np.prod(s)) for c in calls.values()
                                        if is_under(c.path, root) for s in c.shapes)
+        limit = None if self.limit_bytes is None else self.limit_bytes - self.boundary_bytes
         chunks, chunk, held = [], [], 0
         for unit in units:
             need = size(t_calls, unit.torch) + size(p_calls, unit.paddle)
-            if chunk and self.limit_bytes is not None and held + need > self.limit_bytes:
+            if chunk and limit is not None and held + need > limit:
                 chunks.append(chunk)
                 chunk, held = [], 0
             chunk, held = chunk + [unit], held + need
@@ -454,10 +463,13 @@ class BinarySearch:
         for i, chunk in enumerate(chunks):
             t_paths = {p for p in t_calls if any(is_under(p, u.torch) for u in chunk)}
             p_paths = {p for p in p_calls if any(is_under(p, u.paddle) for u in chunk)}
+            before = units[:units.index(chunk[0])]
             if i == len(chunks) - 1:
                 t_paths |= {h.torch for h in holders} | {u.torch for u in units}
                 p_paths |= {h.paddle for h in holders} | {u.paddle for u in units}
-            self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts)
+                before = []
+            with self._returned(session, before):
+                self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts)
             self.passes += self.inside.passes
             judged = {r.torch for r in results}  # an earlier unit, recorded again for the code around it
             found = [r for r in self.inside.results if r.torch not in judged]
@@ -468,6 +480,15 @@ class BinarySearch:
         self.notes.append(f"binary search: no unit's boundary is over the end-to-end budget; every layer was then "
                           f"judged against its own budget, {len(units)} units in {i + 1} capture(s)")
         return results, bad
+
+    def _returned(self, session, before):
+        """The context under which the units of `before` that the boundaries hold return them
+        (known.returning_recorded); nothing where the boundaries were not recorded."""
+        if self.boundaries is None or not before:
+            return contextlib.nullcontext()
+        t_found, p_found, free = self.boundaries
+        units = [u for u in before if returnable(u, t_found, p_found, free, self.counts)]
+        return returning_recorded(session, units, t_found, p_found, free)
 
     def _boundaries(self, session, t_calls) -> tuple[dict, dict, dict] | None:
         """Every unit's outputs, torch's, paddle's and the free-running float64 model's, from one
@@ -481,6 +502,7 @@ class BinarySearch:
         self._own64["fits"] = self.limit_bytes is None or (per_element + 8) * elements <= self.limit_bytes
         if self.limit_bytes is not None and per_element * elements > self.limit_bytes:
             return None
+        self.boundary_bytes = per_element * elements
         self.passes += 1
         let_go(session)
         with TorchWorker(session) as side:  # the float64 pass beside both captures, which run in turn

@@ -1,0 +1,118 @@
+"""The binary search's sweep, where every unit's boundary was recorded: the units before a chunk
+return their recorded outputs in the chunk's passes instead of running (compare/known.py), in
+the torch model, the paddle model and the float64 reference; the rows are those of passes that run
+every unit from the model's inputs."""
+
+import contextlib
+
+import numpy as np
+import paddle
+import pytest
+import torch
+
+from converter.compare.precision import ROUNDING_DRAWS
+from converter.compare.session import Options, PortSession
+from converter.spec import spec_from_functions
+from converter.verify import strategies
+from converter.verify.strategies import BinarySearch
+
+D, LAYERS, BATCH = 16, 4, 8
+UNIT_BYTES = 6 * D * BATCH * 4 * 2  # a block's three calls on both sides, float32, inputs alike
+
+
+def boundary_bytes(formats: int) -> int:
+    """Every unit's and the model's outputs: float32 twice, float64 once and once per rounding draw
+    of each format other than fp32."""
+    return (LAYERS + 2) * D * BATCH * (16 + 8 * ROUNDING_DRAWS * formats)
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.GELU())
+                                           for _ in range(LAYERS)])
+        self.tail = torch.nn.Linear(D, D)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x) * 0.5  # the model's own code between the units
+        return {"out": self.tail(x)}
+
+
+class PaddleNet(paddle.nn.Layer):
+    def __init__(self, tanh_in=None):
+        super().__init__()
+        self.blocks = paddle.nn.LayerList([paddle.nn.Sequential(paddle.nn.Linear(D, D),
+                                                                paddle.nn.GELU(approximate=i == tanh_in))
+                                           for i in range(LAYERS)])
+        self.tail = paddle.nn.Linear(D, D)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x) * 0.5
+        return {"out": self.tail(x)}
+
+
+def _session(tanh_in=None, emulate=None):
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchNet().eval()
+    inputs = lambda: (np.random.default_rng(0).standard_normal((BATCH, D)).astype("float32"),)
+    spec = spec_from_functions(torch_model, lambda: PaddleNet(tanh_in), inputs)
+    return PortSession(spec, Options(device="cpu", strategy="binary", emulate=emulate or {}))
+
+
+def _first_linears(session) -> list:
+    """blocks.0's Linear in the torch model, the float64 reference and the paddle model."""
+    return [session.torch_model.blocks[0][0], session.torch64_module("blocks.0.0"), session.paddle_model.blocks[0][0]]
+
+
+def _search(session, limit):
+    """BinarySearch(limit).run, and the forwards that reached blocks.0's Linear, per model."""
+    calls = [0, 0, 0]
+    handles = []
+    for i, layer in enumerate(_first_linears(session)):
+        def count(called, *_, _i=i, _layer=layer):
+            calls[_i] += called is _layer  # not a copy of it (paddle's own errors run one, hooks and all)
+        handles.append(layer.register_forward_pre_hook(count))
+    try:
+        return BinarySearch(limit_bytes=limit).run(session), calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _rows(found) -> list:
+    return [repr(r) for r in found.results]
+
+
+@pytest.mark.parametrize("tanh_in,emulate,float64_returned", [(None, None, True), (2, {"paddle": "bf16"}, False)])
+def test_chunks_after_the_first_do_not_run_the_units_before_them_and_give_the_same_rows(
+        monkeypatch, tanh_in, emulate, float64_returned):
+    """A limit that holds the boundaries and one unit's calls: one chunk per unit. fp32: a clean pair,
+    every layer swept; bf16 on paddle's side: a tanh GELU in blocks.2 within the end-to-end budget,
+    named by the sweep (the float64 reference's dithered draws compute every unit there)."""
+    limit = boundary_bytes(len(emulate or {})) + UNIT_BYTES
+    with _session(tanh_in, emulate) as session:
+        known, fewer = _search(session, limit)
+    monkeypatch.setattr(strategies, "returning_recorded", lambda *args: contextlib.nullcontext())
+    with _session(tanh_in, emulate) as session:  # a session of its own: copies made once (paddle's float64 one) alike
+        whole, more = _search(session, limit)
+    captures = LAYERS + 1 if tanh_in is None else tanh_in + 1  # the sweep stops at the chunk it names
+    assert f"5 units in {captures} capture(s)" in " ".join(known.notes), known.notes
+    assert _rows(known) == _rows(whole)
+    # each swept block's Sequential, Linear and GELU; with a clean pair, the tail and the model too
+    assert len(known.results) == (3 * LAYERS + 2 if tanh_in is None else 3 * captures)
+    named = lambda found: None if found.first_bad is None else found.first_bad.torch
+    assert named(known) == named(whole) == (None if tanh_in is None else f"blocks.{tanh_in}.1")
+    # chunks 1 to 3 (blocks.1 to blocks.3, before the bug where there is one) ran blocks.0 in torch's
+    # capture, paddle's capture and forced pass, and the float64 reference's forced pass
+    later = LAYERS - 1 if tanh_in is None else tanh_in
+    assert [b - a for a, b in zip(fewer, more)] == [later, later * float64_returned, 2 * later], (fewer, more)
+
+
+def test_without_room_for_the_boundaries_every_chunk_runs_from_the_inputs():
+    with _session() as session:
+        found, calls = _search(session, UNIT_BYTES)
+    assert "5 units in 5 capture(s)" in " ".join(found.notes) and found.first_bad is None
+    assert calls[0] >= LAYERS + 1  # every chunk's torch capture ran blocks.0
