@@ -194,6 +194,7 @@ class PortSession:
             self.inputs = spec.inputs()
         check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
+        self.forcing = False  # a forced paddle pass is running (run_paddle(forced=True))
 
     def _emulation_on(self) -> None:
         """The forward check's emulation of --emulate: every forward of the torch model under
@@ -309,8 +310,12 @@ class PortSession:
         which, hint = ("paddle_model() with torch's inputs handed to its layers", "this is a limit of teacher "
                        "forcing for this model: run with --strategy binary, and report it") if forced \
             else ("paddle_model()", "fix the model or the inputs")
-        with _forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
-            out = paddle_side.forward(self.paddle_model, self.inputs, self.device)
+        self.forcing = forced
+        try:
+            with _forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
+                out = paddle_side.forward(self.paddle_model, self.inputs, self.device)
+        finally:
+            self.forcing = False
         self.returned.setdefault("paddle", returned(out, paddle_side))
         return out
 

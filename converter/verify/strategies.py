@@ -32,7 +32,7 @@ from .analyze import (Passes, analyze_all, end_to_end_until, laid_out, matmul_st
                       unmasked)
 from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
 from ..compare.fused import sliced
-from ..compare.known import returnable, returning_recorded
+from ..compare.known import Recorded, float64_returned, recording_forced, returning_recorded
 from ..compare.overlap import TorchWorker
 from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
@@ -414,6 +414,7 @@ class BinarySearch:
 
     def run(self, session) -> StrategyResult:
         self.passes, self.notes, self.inside, self._own64, self.boundary_bytes = 1, [], None, {}, 0
+        self._recorded = None  # what the sweep's chunks return instead of running (known.Recorded)
         t_calls, p_calls = _capture(session, keep=False)
         self.counts = call_counts(t_calls), call_counts(p_calls)  # the calls of a whole forward: later passes
         # that record some modules end once theirs have completed
@@ -431,7 +432,7 @@ class BinarySearch:
             # within it (a LayerNorm epsilon of 1e-7 against 1e-5, a bug below bf16 noise) is over its
             # own layer's budget: every layer is judged against its own, a few units at a time
             results, bad = self._sweep(session, pairs, t_calls, p_calls)
-        self.boundaries = None
+        self.boundaries, self._recorded = None, None
         inside = self.inside
         return StrategyResult(results, bad, outputs, self.passes, self.notes,
                               None if inside is None else inside.calls, None if inside is None else inside.pairs)
@@ -443,8 +444,8 @@ class BinarySearch:
         earlier unit's own module too (their outputs alone): the code between the units is judged
         on the same calls as one capture of every unit records, whatever the chunks; (every row
         judged, the first over budget). Where the boundaries were recorded, the units before a
-        chunk return their recorded outputs in its passes instead of running (known.py), but in
-        the last, whose holders' forced passes run every unit."""
+        chunk return their recorded outputs in its passes instead of running (known.py); in the
+        last, which forces every unit, what they returned in their own chunks' forced passes."""
         units = [u for u in self.units if u.torch != ""]
         holders = [p for p in pairs if p.torch not in {u.torch for u in units}
                    and not any(is_under(p.torch, u.torch) for u in units)]
@@ -463,12 +464,11 @@ class BinarySearch:
         for i, chunk in enumerate(chunks):
             t_paths = {p for p in t_calls if any(is_under(p, u.torch) for u in chunk)}
             p_paths = {p for p in p_calls if any(is_under(p, u.paddle) for u in chunk)}
-            before = units[:units.index(chunk[0])]
-            if i == len(chunks) - 1:
+            before, last = units[:units.index(chunk[0])], i == len(chunks) - 1
+            if last:
                 t_paths |= {h.torch for h in holders} | {u.torch for u in units}
                 p_paths |= {h.paddle for h in holders} | {u.paddle for u in units}
-                before = []
-            with self._returned(session, before):
+            with self._returned(session, before, chunk, last):
                 self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts)
             self.passes += self.inside.passes
             judged = {r.torch for r in results}  # an earlier unit, recorded again for the code around it
@@ -481,14 +481,22 @@ class BinarySearch:
                           f"judged against its own budget, {len(units)} units in {i + 1} capture(s)")
         return results, bad
 
-    def _returned(self, session, before):
-        """The context under which the units of `before` that the boundaries hold return them
-        (known.returning_recorded); nothing where the boundaries were not recorded."""
-        if self.boundaries is None or not before:
-            return contextlib.nullcontext()
-        t_found, p_found, free = self.boundaries
-        units = [u for u in before if returnable(u, t_found, p_found, free, self.counts)]
-        return returning_recorded(session, units, t_found, p_found, free)
+    @contextlib.contextmanager
+    def _returned(self, session, before, chunk, last: bool):
+        """The context of a sweep chunk's capture: the units `before` it return what they returned
+        where that was recorded (known.returning_recorded: their boundaries; in the `last` chunk,
+        which forces them, their own chunks' forced outputs, which the others keep); every unit runs
+        where the boundaries were not recorded."""
+        if self.boundaries is None:
+            yield
+            return
+        if self._recorded is None:
+            self._recorded = Recorded(*self.boundaries, self.counts)
+        recorded = self._recorded
+        units = [u for u in before if recorded.returnable(u, forced=last)]
+        with returning_recorded(session, units, recorded, forced=last), \
+                (contextlib.nullcontext() if last else recording_forced(session, chunk, recorded)):
+            yield
 
     def _boundaries(self, session, t_calls) -> tuple[dict, dict, dict] | None:
         """Every unit's outputs, torch's, paddle's and the free-running float64 model's, from one
@@ -502,7 +510,8 @@ class BinarySearch:
         self._own64["fits"] = self.limit_bytes is None or (per_element + 8) * elements <= self.limit_bytes
         if self.limit_bytes is not None and per_element * elements > self.limit_bytes:
             return None
-        self.boundary_bytes = per_element * elements
+        # and, for the sweep's last chunk, the units' outputs in their chunks' forced passes (known.py)
+        self.boundary_bytes = (per_element + (4 + 8) * float64_returned(session)) * elements
         self.passes += 1
         let_go(session)
         with TorchWorker(session) as side:  # the float64 pass beside both captures, which run in turn

@@ -1,7 +1,8 @@
 """The binary search's sweep, where every unit's boundary was recorded: the units before a chunk
 return their recorded outputs in the chunk's passes instead of running (compare/known.py), in
 the torch model, the paddle model and the float64 reference; the rows are those of passes that run
-every unit from the model's inputs."""
+every unit from the model's inputs; the last chunk, which forces every unit, is handed their own
+chunks' forced outputs."""
 
 import contextlib
 
@@ -22,8 +23,8 @@ UNIT_BYTES = 6 * D * BATCH * 4 * 2  # a block's three calls on both sides, float
 
 def boundary_bytes(formats: int) -> int:
     """Every unit's and the model's outputs: float32 twice, float64 once and once per rounding draw
-    of each format other than fp32."""
-    return (LAYERS + 2) * D * BATCH * (16 + 8 * ROUNDING_DRAWS * formats)
+    of each format other than fp32; with none, the forced passes' too (paddle's float32, float64)."""
+    return (LAYERS + 2) * D * BATCH * (16 + 8 * ROUNDING_DRAWS * formats + (12 if formats == 0 else 0))
 
 
 class TorchNet(torch.nn.Module):
@@ -68,15 +69,24 @@ def _first_linears(session) -> list:
 
 
 def _search(session, limit):
-    """BinarySearch(limit).run, and the forwards that reached blocks.0's Linear, per model."""
-    calls = [0, 0, 0]
+    """BinarySearch(limit).run; the forwards that reached blocks.0's Linear, per model; blocks.3's
+    outputs in paddle's forced passes and in the float64 reference's passes, in order: what the
+    model's code between the units hands the tail there, and what judges that code."""
+    calls, handed = [0, 0, 0], {"paddle": [], "float64": []}
     handles = []
     for i, layer in enumerate(_first_linears(session)):
         def count(called, *_, _i=i, _layer=layer):
             calls[_i] += called is _layer  # not a copy of it (paddle's own errors run one, hooks and all)
         handles.append(layer.register_forward_pre_hook(count))
+
+    def forced_paddle(layer, args, out):
+        if session.forcing:
+            handed["paddle"].append(out.numpy())
+    handles.append(session.paddle_model.blocks[3].register_forward_post_hook(forced_paddle))
+    handles.append(session.torch64_module("blocks.3").register_forward_hook(
+        lambda module, args, out: handed["float64"].append(out.numpy().copy())))
     try:
-        return BinarySearch(limit_bytes=limit).run(session), calls
+        return BinarySearch(limit_bytes=limit).run(session), calls, handed
     finally:
         for h in handles:
             h.remove()
@@ -94,25 +104,33 @@ def test_chunks_after_the_first_do_not_run_the_units_before_them_and_give_the_sa
     named by the sweep (the float64 reference's dithered draws compute every unit there)."""
     limit = boundary_bytes(len(emulate or {})) + UNIT_BYTES
     with _session(tanh_in, emulate) as session:
-        known, fewer = _search(session, limit)
-    monkeypatch.setattr(strategies, "returning_recorded", lambda *args: contextlib.nullcontext())
+        known, fewer, handed = _search(session, limit)
+    monkeypatch.setattr(strategies, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
     with _session(tanh_in, emulate) as session:  # a session of its own: copies made once (paddle's float64 one) alike
-        whole, more = _search(session, limit)
+        whole, more, handed_whole = _search(session, limit)
     captures = LAYERS + 1 if tanh_in is None else tanh_in + 1  # the sweep stops at the chunk it names
     assert f"5 units in {captures} capture(s)" in " ".join(known.notes), known.notes
     assert _rows(known) == _rows(whole)
+    if tanh_in is None and float64_returned:
+        # the last chunk (the tail's) forces every unit and hands the tail what blocks.3 returned in
+        # its own chunk's forced passes (forced inside too): the float64 reference's free pass (the
+        # boundaries), then blocks.3's chunk, then the tail's
+        assert [len(v) for v in handed.values()] == [len(v) for v in handed_whole.values()] == [2, 3]
+        assert all(np.array_equal(v[-1], v[-2]) for v in handed.values())
     # each swept block's Sequential, Linear and GELU; with a clean pair, the tail and the model too
     assert len(known.results) == (3 * LAYERS + 2 if tanh_in is None else 3 * captures)
     named = lambda found: None if found.first_bad is None else found.first_bad.torch
     assert named(known) == named(whole) == (None if tanh_in is None else f"blocks.{tanh_in}.1")
-    # chunks 1 to 3 (blocks.1 to blocks.3, before the bug where there is one) ran blocks.0 in torch's
-    # capture, paddle's capture and forced pass, and the float64 reference's forced pass
-    later = LAYERS - 1 if tanh_in is None else tanh_in
+    # the chunks after the first (blocks.1 to blocks.3 and the tail, up to the bug where there is one)
+    # ran blocks.0 in torch's capture, paddle's capture and forced pass, and the float64 reference's
+    # forced pass; the last (the tail's), which forces every unit, returns its forced outputs where
+    # the float64 reference is returned (fp32)
+    later = LAYERS if tanh_in is None else tanh_in
     assert [b - a for a, b in zip(fewer, more)] == [later, later * float64_returned, 2 * later], (fewer, more)
 
 
 def test_without_room_for_the_boundaries_every_chunk_runs_from_the_inputs():
     with _session() as session:
-        found, calls = _search(session, UNIT_BYTES)
+        found, calls, _ = _search(session, UNIT_BYTES)
     assert "5 units in 5 capture(s)" in " ".join(found.notes) and found.first_bad is None
     assert calls[0] >= LAYERS + 1  # every chunk's torch capture ran blocks.0
