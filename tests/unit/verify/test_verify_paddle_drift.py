@@ -6,38 +6,17 @@ paddle's drift to be torch's puts the clean pair's final outputs over it. Paddle
 measured on a float64 copy of the paddle model, is what the budget takes then; a real difference
 is still named."""
 
-import os
-import sys
-
 import paddle
 import pytest
-import torch
 
 from converter.compare.session import Options
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
 from converter.verify.strategies import PADDLE_DRIFT
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
-import llama_pair as L  # noqa: E402
+from helpers.wide_llama import L, bf16_valued, wide_shape  # noqa: F401 - wide_shape: the fixture, found by name
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def shape():
-    before = dict(L.SHAPE)
-    L.resize(hidden=4096, layers=2, ffn=2048, heads=32, seq=64)
-    yield
-    L.SHAPE.update(before)
-
-
-def _bf16_valued():
-    model = L.torch_model()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.bfloat16().float())
-    return model
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("wide_shape")]
 
 
 class EpsilonNorm(paddle.nn.Layer):
@@ -57,7 +36,7 @@ def _paddle_with_epsilon():
 
 @pytest.mark.parametrize("strategy", ["full", "binary"])
 def test_a_clean_pair_whose_paddle_side_drifts_further_passes_against_its_own_drift(strategy):
-    report = verify(spec_from_functions(_bf16_valued, L.paddle_model, L.inputs), Options(device="cpu", strategy=strategy),
+    report = verify(spec_from_functions(bf16_valued, L.paddle_model, L.inputs), Options(device="cpu", strategy=strategy),
                     bisect=True)
     assert report.verdict == "pass", (report.first_bad, report.diagnosis)
     final = report.outputs
@@ -65,6 +44,6 @@ def test_a_clean_pair_whose_paddle_side_drifts_further_passes_against_its_own_dr
 
 
 def test_a_difference_beyond_paddles_own_drift_is_still_named():
-    report = verify(spec_from_functions(_bf16_valued, _paddle_with_epsilon, L.inputs), Options(device="cpu", strategy="full"),
+    report = verify(spec_from_functions(bf16_valued, _paddle_with_epsilon, L.inputs), Options(device="cpu", strategy="full"),
                     bisect=True)
     assert report.verdict == "fail" and report.first_bad.torch == "norm", report.first_bad

@@ -4,37 +4,16 @@ copy where they fit beside the units' boundaries in the capture limit, and one p
 where they do not; the probes' rows are the same either way. The pair is the Llama-shaped one
 4096 wide with bf16-valued weights, whose paddle side drifts further than torch's."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
-import torch
 
 from converter.compare.session import Options, PortSession
 from converter.spec import spec_from_functions
 from converter.verify.strategies import PADDLE_DRIFT, BinarySearch, _capture
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
-import llama_pair as L  # noqa: E402
+from helpers.wide_llama import L, bf16_valued, wide_shape  # noqa: F401 - wide_shape: the fixture, found by name
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def shape():
-    before = dict(L.SHAPE)
-    L.resize(hidden=4096, layers=2, ffn=2048, heads=32, seq=64)
-    yield
-    L.SHAPE.update(before)
-
-
-def _bf16_valued():
-    model = L.torch_model()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.bfloat16().float())
-    return model
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("wide_shape")]
 
 
 def _search(session, limit, monkeypatch):
@@ -48,7 +27,7 @@ def _search(session, limit, monkeypatch):
 
 
 def test_the_probes_read_paddles_copy_at_every_unit_from_one_pass(monkeypatch):
-    with PortSession(spec_from_functions(_bf16_valued, L.paddle_model, L.inputs),
+    with PortSession(spec_from_functions(bf16_valued, L.paddle_model, L.inputs),
                      Options(device="cpu", strategy="binary")) as session:
         search, once, asked_once = _search(session, None, monkeypatch)
         t_calls, _ = _capture(session, keep=False)
