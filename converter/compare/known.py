@@ -17,7 +17,9 @@ hand on forced throughout, on both sides alike (its difference from torch, its f
 so that its own error is not mixed with the units' insides.
 
 A unit is returned so only where that is the same thing: called once per forward on both sides,
-its recorded structure kept (capture.Call.returned), as many float64 outputs as float32 ones. The
+its recorded structure kept (capture.Call.returned) and holding tensors and plain values alone (an
+object with state of its own, such as a cache the next layers extend, belongs to the pass that
+made it), as many float64 outputs as float32 ones. The
 float64 reference's units compute where a format rounds its products: a dithered draw's random
 numbers run through every product before (precision.torch_rounding).
 """
@@ -28,7 +30,8 @@ import contextlib
 from dataclasses import dataclass, field
 
 from ..frameworks import paddle_side, torch_side
-from ..tree import flatten, replace
+from .replay import PLAIN
+from ..tree import _children, flatten, is_tensor, replace
 
 
 @dataclass
@@ -53,10 +56,17 @@ class Recorded:
             return False
         if self.counts[0].get(unit.torch) != 1 or self.counts[1].get(unit.paddle) != 1:
             return False
+        if flatten((t_call.returned, p_call.returned), _stateful):
+            return False
         wide = self.forced.get(unit.torch, {}).get("float64") if forced else self.free.get(unit.torch, {}).get(None)
         if forced and len(self.forced.get(unit.torch, {}).get("paddle") or ()) != len(p_call.outputs):
             return False
         return wide is not None and len(wide) == len(t_call.outputs)
+
+
+def _stateful(value) -> bool:
+    """A value inside a returned structure that is neither a container, a tensor nor a plain value."""
+    return _children(value) is None and not is_tensor(value) and not isinstance(value, PLAIN)
 
 
 def float64_returned(session) -> bool:
