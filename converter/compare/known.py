@@ -91,6 +91,7 @@ def returning_recorded(session, units, recorded: Recorded, forced: bool):
         def forward(*args, **kwargs):
             made = forced_outputs if forced_outputs is not None and session.forcing else outputs
             return replace(call.returned, [make() for make in made], is_float)
+        forward.returns_recorded = True  # a streamed model's block is not made for it (widen.BlockTensors.hook)
         patched.append((module, module.__dict__.get("forward")))
         object.__setattr__(module, "forward", forward)
 

@@ -66,10 +66,12 @@ class BlockTensors:
 
     def hook(self, owners: list[int]):
         """A forward pre-hook (torch's and paddle's alike) entering the first of `owners` unless
-        this thread is inside one of them already."""
+        this thread is inside one of them already or the module returns recorded outputs."""
         first = owners[0]
 
         def enter_block(module, args):
+            if getattr(vars(module).get("forward"), "returns_recorded", False):
+                return  # it returns what an earlier pass recorded (compare/known.py): its weights are not used
             entered = self._entered.get(threading.current_thread())
             if entered not in owners:
                 self.enter(first)

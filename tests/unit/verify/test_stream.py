@@ -4,6 +4,7 @@ made when one of its modules runs and dropped after. Streamed and in-memory runs
 rows bit for bit, the tensors held stay within the part outside the blocks and two blocks per
 side, and a planted bug is named at its module."""
 
+import contextlib
 import math
 
 import numpy as np
@@ -257,3 +258,39 @@ def test_paddles_float64_copy_of_a_streamed_model_is_another_model_and_leaves_it
         assert session._paddle64 is not session.paddle_model
     assert wide.dtype == np.float64 and np.array_equal(before, after)
     assert 0 < np.abs(wide - before).max() < 1e-4  # float64 against float32: apart by rounding alone
+
+
+def _count_makes(session) -> dict:
+    """How many times each block's tensors are made, per side (torch, paddle, the float64 reference)."""
+    made = {}
+    for side, tensors in (("torch", session.streams["torch"].tensors), ("paddle", session.streams["paddle"].tensors),
+                          ("float64", session.reference64.tensors)):
+        for i, records in enumerate(tensors._blocks):
+            record = records[0]
+            record.make = lambda make=record.make, key=(side, i): made.__setitem__(key, made.get(key, 0) + 1) or make()
+    return made
+
+
+def test_the_sweep_makes_no_block_for_the_units_it_returns_recorded(checkpoint, monkeypatch):
+    """The binary search's sweep with room for the boundaries, one unit a chunk: a block before a
+    chunk returns its recorded outputs there (compare/known.py) without its weights being made, on
+    every side; the rows are those of a sweep whose chunks run every block."""
+    from converter.verify import strategies
+    from converter.verify.strategies import BinarySearch
+    spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
+
+    def sweep():
+        with PortSession(spec, Options(device="cpu", strategy="binary"), weights=checkpoint) as session:
+            made = _count_makes(session)
+            found = BinarySearch(limit_bytes=1 << 17).run(session)
+        return found, made
+    returned, fewer = sweep()
+    monkeypatch.setattr(strategies, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
+    run, more = sweep()
+    assert f"{LAYERS + 3} units in {LAYERS + 3} capture(s)" in " ".join(returned.notes), returned.notes
+    assert [repr(r) for r in returned.results] == [repr(r) for r in run.results] and returned.first_bad is None
+    assert fewer.keys() == more.keys() and len(fewer) == 3 * LAYERS
+    # blocks.0 runs in its own chunk and returns recorded in the later ones: made that many times fewer
+    for side in ("torch", "paddle", "float64"):
+        assert more[side, 0] - fewer[side, 0] >= LAYERS, (side, fewer, more)
+        assert all(fewer[side, i] <= more[side, i] for i in range(LAYERS)), (side, fewer, more)
