@@ -53,7 +53,10 @@ class VerifyOptions:
     that side round its matmul/conv inputs and weights to the format. strategy: auto, full or
     binary. bisect: name the first layer over budget and diagnose it. train: also run the training
     checks of verify-port --train (loss, backward, optimizer and `steps` training steps), before
-    the forward check and on the same session."""
+    the forward check and on the same session. max_memory: the most the process may hold, in
+    bytes (None: the memory available); within it, as within the memory available, a run whose
+    weights come from a checkpoint or model directories streams them block by block where holding
+    both models would not fit, and the blocks kept made and the activations kept are sized to it."""
 
     device: str = "auto"
     precision: str = "as-is"
@@ -62,6 +65,7 @@ class VerifyOptions:
     bisect: bool = False
     train: bool = False
     steps: int = DEFAULT_STEPS
+    max_memory: int | None = None
 
     def __post_init__(self) -> None:
         _one_of("device", "device", self.device, DEVICES)
@@ -81,12 +85,16 @@ class VerifyOptions:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
             raise OptionError("steps", self.steps,
                               f"steps must be a whole number from 1 to {MAX_STEPS}; got {self.steps!r}")
+        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not isinstance(self.max_memory, int)
+                                            or self.max_memory <= 0):
+            raise OptionError("max_memory", self.max_memory,
+                              f"max_memory must be a number of bytes above 0, or None; got {self.max_memory!r}")
 
     def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect, train and steps)."""
         from .compare.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),
-                       strategy=self.strategy)
+                       strategy=self.strategy, max_memory=self.max_memory)
 
 
 def _one_of(option: str, what: str, value, allowed: tuple) -> None:
@@ -147,7 +155,7 @@ def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | No
     from .hfpair import directory_spec
     from .spec import LOADED
     options = options if options is not None else VerifyOptions()
-    run = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet)
+    run = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet, options.max_memory)
     return verify_port(run.spec, options, weights=run.weights, converted=run.converted, mapping=LOADED)
 
 

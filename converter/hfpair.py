@@ -74,14 +74,15 @@ class DirectoryRun:
 
 
 def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, train: bool = False,
-                   log: Callable[[str], None] = lambda line: None) -> DirectoryRun:
+                   log: Callable[[str], None] = lambda line: None, max_memory: int | None = None) -> DirectoryRun:
     """The run that builds both models from their directories: verify_port(run.spec, weights=run.weights,
     converted=run.converted, mapping=LOADED). `mapping`: a rule-set name or file; default the
     one convert-weights HF_DIR OUT_DIR uses for config.json's model_type and the paddle library.
     Its training parts (verify-port --train): the architecture's loss (training_loss) and AdamW;
     `train` only says them in the log. Both models stream where the run would not fit in memory
-    (not with `train`: training holds both models). Bad input, and a run that fits in memory
-    neither way, raise UserError before any model is built."""
+    (not with `train`: training holds both models), or holding at most `max_memory` bytes would
+    not. Bad input, and a run that fits in memory neither way, raise UserError before any model is
+    built."""
     hf_config = _model_directory(hf_dir, "HF_DIR", "the directory save_pretrained wrote")
     paddle_config = _model_directory(paddle_dir, "PADDLE_DIR", "the directory convert-weights HF_DIR OUT_DIR wrote")
     architecture = _architecture(hf_config, hf_dir)
@@ -94,7 +95,7 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
         f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
         f"{quoted(ruleset.name) if ruleset is not None else 'inferred from the two models'}")
     inputs = token_inputs(hf_config)
-    checkpoint, why = streamed_checkpoint(hf_dir, paddle_dir, hf_config, paddle_config, train)
+    checkpoint, why = streamed_checkpoint(hf_dir, paddle_dir, hf_config, paddle_config, train, max_memory)
     if checkpoint is not None:
         log(why)
 
@@ -147,11 +148,11 @@ def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_confi
 
 
 def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict,
-                        train: bool) -> tuple[str | None, str]:
-    """(HF_DIR's checkpoint, why) where both models stream (the run would not fit in memory), else
-    (None, ''); a UserError where it fits neither way."""
+                        train: bool, max_memory: int | None = None) -> tuple[str | None, str]:
+    """(HF_DIR's checkpoint, why) where both models stream (the run would not fit in memory, or
+    within `max_memory`), else (None, ''); a UserError where it fits neither way."""
     from .compare import memory
-    available, where = memory.available_memory()
+    available, where = memory.available_memory(max_memory)
     planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
     if planned.in_memory_peak <= available:
         return None, ""

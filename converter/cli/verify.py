@@ -4,6 +4,7 @@ by its verdict."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import click
@@ -37,9 +38,11 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--train", is_flag=True, help="Also check training: loss, backward, optimizer and N steps.")
 @click.option("--steps", default=api.DEFAULT_STEPS, show_default=True, help="Training steps for --train.")
 @click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
+@click.option("--max-memory", metavar="SIZE", help="The most memory the run may hold, e.g. 6GiB or 6500MiB (powers "
+              "of 1024); it streams the weights and keeps fewer blocks to stay within it. Default: what is available.")
 @one_line_errors
 def verify_port(directories, spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect,
-                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer):
+                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer, max_memory):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis.
 
@@ -48,7 +51,7 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     if directories:
         _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
                             json_path, html_path, _options(device, precision_mode, emulate, strategy, bisect, train,
-                                                           steps))
+                                                           steps, max_memory))
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
     if converted and not os.path.exists(converted):
@@ -63,11 +66,25 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     spec = api.PortSpec.from_file(spec_path)
     if not mapping and isinstance(spec.mapping, str):  # the spec's own rule file is an input too
         check_outputs(outputs, [spec.mapping], force)
-    options = _options(device, precision_mode, emulate, strategy, bisect, train, steps)
+    options = _options(device, precision_mode, emulate, strategy, bisect, train, steps, max_memory)
     if emit_optimizer:
         api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
     report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
     _report(report, rows, emit_optimizer, json_path, html_path, force)
+
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def memory_size(text: str) -> int:
+    """--max-memory's SIZE in bytes: a number with K, M, G or T (powers of 1024; KiB, KB and K alike)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", text, re.IGNORECASE)
+    size = float(match.group(1)) * UNITS[match.group(2).upper()] if match else 0.0
+    size = int(size) if size < 1 << 62 else 0  # more digits than any machine's memory: refused as such
+    if size <= 0:
+        raise UserError(f"--max-memory takes a size above 0 (and below 4 EiB) such as 6GiB, 6.5G or 6500MiB (powers of 1024); got "
+                        f"'{text}'")
+    return size
 
 
 def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
@@ -98,12 +115,13 @@ def _verify_directories(directories, spec_path, weights, converted, emit_optimiz
     _report(report, rows, None, json_path, html_path, force)
 
 
-def _options(device, precision, emulate, strategy, bisect, train, steps) -> api.VerifyOptions:
+def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory) -> api.VerifyOptions:
     """The API's options from the command's; a value they refuse is said in the command's words."""
     given = {tuple(value.partition("=")[::2]): value for value in emulate}  # (side, mode) -> SIDE=MODE
     try:
         return api.VerifyOptions(device=device, precision=precision, emulate=dict(given.keys()), strategy=strategy,
-                                 bisect=bisect, train=train, steps=steps if train else api.DEFAULT_STEPS)
+                                 bisect=bisect, train=train, steps=steps if train else api.DEFAULT_STEPS,
+                                 max_memory=None if max_memory is None else memory_size(max_memory))
     except api.OptionError as exc:
         if exc.option == "emulate":
             raise UserError("--emulate takes SIDE=MODE with SIDE torch or paddle and MODE tf32, bf16 or fp16; "

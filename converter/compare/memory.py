@@ -61,16 +61,35 @@ class Estimate:
                 f"reference, {self.activations / GiB:.1f} GiB activations")
 
 
-def available_memory() -> tuple[int, str]:
+def available_memory(cap: int | None = None) -> tuple[int, str]:
     """(bytes available, where the figure comes from): the system's available memory, or what the
-    cgroup's limit leaves (v2 memory.max, v1 memory.limit_in_bytes) where that is less."""
+    cgroup's limit leaves (v2 memory.max, v1 memory.limit_in_bytes) where that is less, or what
+    `cap` (the most this process may hold, --max-memory) leaves beside what it holds now."""
     found = [(n, "available memory") for n in [_meminfo_available()] if n is not None]
+    if cap is not None:
+        held = _resident_bytes()
+        found.append((max(0, cap - held), f"--max-memory {_size(cap)} less the {_size(held)} this process holds"))
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         cap, used = _read_int(limit), _read_int(usage)
         if cap is not None and used is not None and cap < 1 << 60:
             found.append((max(0, cap - used), f"the cgroup's limit ({cap / GiB:.1f} GiB in {limit})"))
     return min(found) if found else (8 * GiB, "a guess (no /proc/meminfo)")
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB // 10 else f"{n / (1 << 20):.0f} MiB"
+
+
+def _resident_bytes() -> int:
+    """What this process holds in memory now (its resident set)."""
+    import os
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak: an upper bound
 
 
 def _meminfo_available() -> int | None:
@@ -97,7 +116,7 @@ def capture_limit(session, strategy: str = "auto") -> int:
     again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at most
     STREAMED_UNITS times what one block's calls record on both sides (block_activations; not
     measured for `full`, which has no limit)."""
-    limit = int(available_memory()[0] * CAPTURE_SHARE)
+    limit = int(available_memory(session.options.max_memory)[0] * CAPTURE_SHARE)
     if getattr(session, "streams", None) and strategy != "full":
         block = block_activations(session)
         if block:
@@ -151,10 +170,10 @@ def check(session, strategy: str, limit: int) -> list[str]:
     """The report's note when the run fits narrowly; a UserError when it does not fit. Where it fits
     with room to spare, the float64 reference and the streamed models keep as many blocks as half
     that room holds, in equal shares."""
-    available, source = available_memory()
+    available, source = available_memory(session.options.max_memory)
     one_block(session, available)
     est = estimate(session, strategy, limit)
-    if est.more > available:
+    if est.more > available or available == 0:
         hint = "run with --strategy binary (one unit's activations at a time), give smaller inputs, or free memory" \
             if strategy == "full" else "give smaller inputs, or free memory"
         raise UserError(f"verify-port needs about {est.peak / GiB:.1f} GiB ({est.parts()}): {est.more / GiB:.1f} GiB "

@@ -25,6 +25,7 @@ class Options:
     # one thread for everything: no torch work beside the paddle passes, no analysis threads
     # (the same report, slower; for debugging the speed machinery). T2P_SERIAL=1 sets it.
     serial: bool = field(default_factory=lambda: os.environ.get("T2P_SERIAL", "") == "1")
+    max_memory: int | None = None  # the most the process may hold, in bytes (--max-memory); None: what is available
 
 
 @contextlib.contextmanager
@@ -153,7 +154,8 @@ class PortSession:
         from ..spec import LOADED
         from .stream import on_meta_device, plan_build
         # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
-        self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded))
+        self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded),
+                                options.max_memory)
         with spec_call_errors(spec.path, "torch_model"), self.build.torch():
             self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))

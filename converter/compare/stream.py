@@ -114,14 +114,16 @@ class Build:
         return import_paddle().LazyGuard() if self.paddle_lazy else contextlib.nullcontext()
 
 
-def plan_build(weights: str | None, converted: str | None = None, loaded: bool = False) -> Build:
+def plan_build(weights: str | None, converted: str | None = None, loaded: bool = False,
+               max_memory: int | None = None) -> Build:
     """How to build the models of a run with `weights` (a torch checkpoint), decided from its header
     before anything is built: as the spec builds them where the in-memory run fits (a torch model
     built on the meta device streams all the same), streamed where it does not and the checkpoint
     is read one tensor at a time (read_tensor_by_tensor); a UserError where neither fits. The floating
     tensors are taken as float32 (the dtype a model computes in unless it is built in another).
     `converted`: paddle's weights read from that file; `loaded`: the paddle model loads its own
-    weights (streamed only when `converted` gives them)."""
+    weights (streamed only when `converted` gives them); `max_memory`: the most the process may hold
+    (--max-memory)."""
     if not weights:
         return Build(False)
     from ..io import open_source
@@ -133,7 +135,7 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
         with _paddle_file(converted) as source:
             paddle_infos = dict(source.infos)
     paddle_streams = converted is not None or not loaded
-    available, where = memory.available_memory()
+    available, where = memory.available_memory(max_memory)
     planned = memory.before_build(torch_infos, available, paddle_infos=paddle_infos, paddle_streams=paddle_streams)
     if planned.in_memory_peak <= available:
         return Build(True)

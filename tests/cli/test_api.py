@@ -197,6 +197,9 @@ def test_convert_weights_refuses_bad_input_and_writes_nothing(tmp_path):
     ({"train": True, "steps": 0}, "steps must be a whole number from 1 to 10000; got 0"),
     ({"train": True, "steps": "3"}, "steps must be a whole number from 1 to 10000; got '3'"),
     ({"train": True, "steps": True}, "steps must be a whole number from 1 to 10000; got True"),
+    ({"max_memory": 0}, "max_memory must be a number of bytes above 0, or None; got 0"),
+    ({"max_memory": "6GiB"}, "max_memory must be a number of bytes above 0, or None; got '6GiB'"),
+    ({"max_memory": True}, "max_memory must be a number of bytes above 0, or None; got True"),
 ])
 def test_bad_options_are_one_clear_error(kwargs, message):
     with pytest.raises(UserError, match=message):

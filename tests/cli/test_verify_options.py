@@ -32,3 +32,18 @@ def test_the_emulation_asked_for_is_the_one_run(tmp):
     assert r.code in (0, 1), r
     precision = json.loads((tmp / "r.json").read_text())["precision"]
     assert (precision["paddle"]["emulated"], precision["torch"]["emulated"]) == ("bf16", "fp16"), precision
+
+
+@pytest.mark.parametrize("size", ["abc", "0", "-1G", "6 parsecs", "9" * 40])
+def test_a_memory_size_it_does_not_take_is_said_as_the_option(size):
+    r = run_verify("--spec", spec_path("train_mlp"), "--device", "cpu", "--max-memory", size)
+    assert r.code == 2, r
+    assert r.stderr.startswith("error: --max-memory takes a size above 0") and r.stderr.endswith(f"got '{size}'\n"), r
+    assert r.stdout == "" and r.stderr.count("\n") == 1
+
+
+def test_a_run_that_does_not_fit_in_the_memory_given_says_so_before_it_runs():
+    r = run_verify("--spec", spec_path("train_mlp"), "--device", "cpu", "--max-memory", "1MiB")
+    assert r.code == 2, r
+    assert r.stderr.startswith("error: verify-port needs about ") and "0.0 GiB is available by --max-memory 1 MiB less the" in r.stderr, r
+    assert r.stdout == "" and r.stderr.count("\n") == 1

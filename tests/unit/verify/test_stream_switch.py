@@ -120,7 +120,7 @@ def _between(weights, converted=None):
 
 
 def _available(monkeypatch, figure):
-    monkeypatch.setattr(memory, "available_memory", lambda: (figure, "the figure this test sets"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (figure, "the figure this test sets"))
 
 
 def _rows(report):
@@ -217,3 +217,23 @@ def test_paddles_float64_copy_holds_the_weights_the_paddle_model_runs_with(files
         else:
             (y,) = wide["head"]
             assert y.dtype == np.float64 and y.shape == (2, SEQ, VOCAB)
+
+
+def test_a_run_given_less_memory_than_it_needs_in_memory_streams_within_it(files):
+    """Options.max_memory (--max-memory): the most the process may hold. What it leaves beside what
+    the process holds is the memory available, on a machine with room to spare: a run that would
+    not fit in it streams, with the in-memory run's rows."""
+    options = Options(device="cpu", strategy="full")
+    in_memory = verify(_spec({}), options, weights=files["safetensors"], bisect=True)
+    with open_source(files["safetensors"]) as source:
+        infos = dict(source.infos)
+    low = _between(files["safetensors"])  # the least figure where the streamed run fits
+    room = low + (memory.before_build(infos, low).in_memory_peak - low) // 2  # and the in-memory run does not
+    assert memory.before_build(infos, room).in_memory_peak > room >= memory.before_build(infos, room).streamed.peak
+    built = {}
+    capped = Options(device="cpu", strategy="full", max_memory=memory._resident_bytes() + room)
+    streamed = verify(_spec(built), capped, weights=files["safetensors"], bisect=True)
+    assert _rows(streamed) == _rows(in_memory) and repr(streamed.outputs) == repr(in_memory.outputs)
+    why = [n for n in streamed.notes if n.startswith("weights: streamed block by block")]
+    assert len(why) == 1 and "by --max-memory" in why[0] and "this process holds" in why[0], streamed.notes
+    assert all(p.is_meta for p in built["torch"].parameters())

@@ -53,7 +53,7 @@ def test_full_captures_activations_grow_with_the_inputs(session):
 def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
     monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
     est = memory.estimate(session, "full", 0)
-    monkeypatch.setattr(memory, "available_memory", lambda: (est.more - 1, "the cgroup's limit (test)"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (est.more - 1, "the cgroup's limit (test)"))
     with pytest.raises(UserError) as caught:
         run_on(session, Options(device="cpu", strategy="full"), capture_limit=0)
     said = str(caught.value)
@@ -65,10 +65,10 @@ def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session,
     limit = 1 << 20
     monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
     est = memory.estimate(session, "binary", limit)
-    monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (int(est.more / 0.9), "available memory"))
     notes = memory.check(session, "binary", limit)
     assert len(notes) == 1 and notes[0].startswith("memory: the run needs about")
-    monkeypatch.setattr(memory, "available_memory", lambda: (10 * est.more, "available memory"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (10 * est.more, "available memory"))
     assert memory.check(session, "binary", limit) == []
 
 
@@ -76,10 +76,10 @@ def test_room_to_spare_keeps_more_widened_blocks_and_none_keeps_one(session, mon
     limit = 1 << 20
     tensors = session.reference64.tensors
     est = memory.estimate(session, "binary", limit)
-    monkeypatch.setattr(memory, "available_memory", lambda: (int(est.more / 0.9), "available memory"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (int(est.more / 0.9), "available memory"))
     memory.check(session, "binary", limit)
     assert tensors.keep == 1  # a block is far more than BLOCK_SHARE of so little memory
-    monkeypatch.setattr(memory, "available_memory", lambda: (100 * est.more, "available memory"))
+    monkeypatch.setattr(memory, "available_memory", lambda cap=None: (100 * est.more, "available memory"))
     memory.check(session, "binary", limit)
     assert tensors.keep == tensors.blocks > 2
 
