@@ -352,15 +352,6 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
     Casts inside to a lower precision are kept in float64 (see _paddle_keeps_float64). Layers that
     do not run in float64, return another dtype, or come out exactly equal are left out: torch's
     error stands in for theirs."""
-    import copy
-
-    import paddle
-
-    from .replay import forced_paddle_inputs
-
-    wide = lambda value: map_leaves(value, lambda t: t.astype("float64") if t.dtype == paddle.float32 else t,
-                                    is_paddle_tensor)
-
     out = {}
     for pair in passes.pairs:
         loc = passes.forced_p.get(pair.paddle)
@@ -369,22 +360,83 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
                 or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_MEASURED_SIZE \
                 or _hands_on_its_input(passes.t_calls[pair.torch], loc.outputs):
             continue
-        layer = session.paddle_layer(pair.paddle)
-        try:
-            args, kwargs = forced_paddle_inputs(passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
-            layer64 = copy.deepcopy(layer)
-            layer64.to(dtype="float64")
-            with paddle.no_grad(), _paddle_keeps_float64():
-                ys = flatten(layer64(*wide(args), **wide(kwargs)), paddle_side.is_float_tensor)
-        except Exception:  # a layer that does not run in float64: not measured
-            continue
-        if len(ys) != len(loc.outputs) or any(y.dtype != paddle.float64 for y in ys) \
-                or any(tuple(y.shape) != a.shape for y, a in zip(ys, loc.outputs)):
-            continue
-        # as torch's module computes them (a fused layer's slice, a gate's logits read as a router's
-        # probabilities): a reading that is not linear must see both outputs, not their difference
-        errs = [np.subtract(a, b).astype(np.float32) for a, b in
-                zip(sliced(pair, list(loc.outputs)), sliced(pair, [paddle_side.to_numpy(y) for y in ys]))]
-        if any(np.any(e) for e in errs):  # exactly 0: the copy computed in float32 inside, or the layer is exact
+        errs = _own_output_errors(pair, loc, _run_float64(session, pair, passes.t_calls[pair.torch],
+                                                          passes.p_calls[pair.paddle]))
+        if errs is not None:
             out[pair.paddle] = errs
     return out
+
+
+def _run_float64(session, pair, t_call, p_call, inside=()):
+    """The float32 outputs of a float64 copy of `pair`'s paddle layer on torch's recorded inputs
+    (casts inside to lower floats kept in float64), and, per layer path relative to it in `inside`,
+    the floating inputs of its first call there; None where the copy does not run in float64."""
+    import copy
+
+    import paddle
+
+    from .replay import forced_paddle_inputs
+
+    wide = lambda value: map_leaves(value, lambda t: t.astype("float64") if t.dtype == paddle.float32 else t,
+                                    is_paddle_tensor)
+    seen, handles = {}, []
+    layer = session.paddle_layer(pair.paddle)
+    try:
+        args, kwargs = forced_paddle_inputs(t_call, p_call)
+        layer64 = copy.deepcopy(layer)
+        layer64.to(dtype="float64")
+        for path in inside:
+            def pre(lay, a, kw, _path=path):
+                seen.setdefault(_path, [paddle_side.to_numpy(t) for t in call_tensors(a, kw, paddle_side.is_tensor)])
+            handles += paddle_side.add_hooks(_layer_at(layer64, path), pre)
+        with paddle.no_grad(), _paddle_keeps_float64():
+            ys = flatten(layer64(*wide(args), **wide(kwargs)), paddle_side.is_float_tensor)
+    except Exception:  # a layer that does not run in float64: not measured
+        return None
+    finally:
+        for h in handles:
+            h.remove()
+    if any(y.dtype != paddle.float64 for y in ys):
+        return None
+    return [paddle_side.to_numpy(y) for y in ys], seen
+
+
+def _own_output_errors(pair, loc: ForcedCall, run) -> list | None:
+    """The forced outputs less the float64 copy's (_run_float64), as torch's module computes them;
+    None where not measured, of other shapes, or exactly equal (the copy computed in float32 inside,
+    or the layer is exact)."""
+    if run is None:
+        return None
+    ys = run[0]
+    if len(ys) != len(loc.outputs) or any(y.shape != a.shape for y, a in zip(ys, loc.outputs)):
+        return None
+    # as torch's module computes them (a fused layer's slice, a gate's logits read as a router's
+    # probabilities): a reading that is not linear must see both outputs, not their difference
+    errs = [np.subtract(a, b).astype(np.float32) for a, b in zip(sliced(pair, list(loc.outputs)), sliced(pair, ys))]
+    return errs if any(np.any(e) for e in errs) else None
+
+
+def paddle_own_inside(session, pair, passes, children) -> tuple[list | None, dict]:
+    """A paired paddle layer with layers inside (an attention computing its products and its
+    softmax in its own code), measured as paddle_own_errors measures a leaf: its own fp32 error at
+    its outputs, and the float64 values of the inputs its code computes for its paired `children`
+    ((torch path of the child, torch input index) -> array, in paddle's layout, as differing_inputs
+    keys them); (None, {}) where the copy does not run in float64 or gives other shapes."""
+    loc = passes.forced_p.get(pair.paddle)
+    if loc is None or not loc.outputs:
+        return None, {}
+    relative = {c.torch: c.paddle[len(pair.paddle):].lstrip(".") for c in children if c.paddle != pair.paddle}
+    run = _run_float64(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle], relative.values())
+    errs = _own_output_errors(pair, loc, run)
+    if errs is None:
+        return None, {}
+    inputs = {}
+    for child in children:
+        forced = passes.forced_p.get(child.paddle)
+        seen = run[1].get(relative.get(child.torch))
+        if forced is None or forced.forcing is None or seen is None:
+            continue
+        for m in forced.forcing.matches:
+            if m.index < len(seen):
+                inputs[child.torch, m.source] = seen[m.index]
+    return errs, inputs

@@ -250,9 +250,10 @@ def _children(pairs) -> dict[str, list]:
     return out
 
 
-def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: dict):
+def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: dict, paddle64: dict):
     """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`, where
-    they differ from torch's; None when none does."""
+    they differ from torch's; None when none does. `paddle64`: (child, input) -> the value a float64
+    copy of the parent computed there (forced.paddle_own_inside), paddle's own error where measured."""
     ref = forced_64.get(child.torch)
     if ref is None:
         return None
@@ -266,7 +267,10 @@ def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: d
         else:
             rounding = {f: lay_out(r[child.torch].input_err[i], t.shape) for f, r in rounded_64.items()
                         if child.torch in r and r[child.torch].input_err.get(i) is not None}
-            budget = budget_from_error(session.formats, t, lay_out(ref.input_err[i], t.shape), None, rounding)
+            wide = paddle64.get((child.torch, i))
+            own = None if wide is None or wide.size != got.size else \
+                np.subtract(got, lay_out(wide, t.shape), dtype=np.float64).astype(np.float32)
+            budget = budget_from_error(session.formats, t, lay_out(ref.input_err[i], t.shape), None, rounding, e_other=own)
             diff = np.abs(got - t)
             ratio, tol = budget.ratio(diff)
             found = (ratio, tol, float(diff.max()) if diff.size else 0.0)
@@ -289,6 +293,8 @@ class Passes:
     rounded_64: dict = field(default_factory=dict)
     matmul: dict = field(default_factory=dict)  # torch path -> MatmulStats (S2 and K), None if not a matmul
     paddle_err: dict = field(default_factory=dict)  # paddle path -> its own fp32 errors (forced.paddle_own_errors)
+    # (torch path, input index) -> a float64 copy of the enclosing paddle layer's value there (paddle_own_inside)
+    paddle_inputs64: dict = field(default_factory=dict)
     e2e: dict = field(default_factory=dict)
 
 
@@ -333,10 +339,35 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
     import torch
     from concurrent.futures import ThreadPoolExecutor
     if session.options.serial:
-        return [one(pair) for pair in passes.pairs]
-    workers = max(1, min(torch.get_num_threads(), ANALYSIS_THREADS))
-    with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        return list(pool.map(one, passes.pairs))
+        rows = [one(pair) for pair in passes.pairs]
+    else:
+        workers = max(1, min(torch.get_num_threads(), ANALYSIS_THREADS))
+        with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            rows = list(pool.map(one, passes.pairs))
+    return [_measured_inside(session, pair, passes, children[pair.torch], row, one) for pair, row in zip(passes.pairs, rows)]
+
+
+PADDLE_OWN_INSIDE = "budgeted with paddle's own error, measured on a float64 copy of the layer on the same inputs"
+
+
+def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again) -> LayerResult:
+    """`row` judged again where it is over its budget and its paddle layer computes in its own code
+    between layers inside it (an attention's products and softmax): torch's observed error stood in
+    for paddle's there, and paddle's kernels may sum in another order (its CPU matmuls and softmax
+    on AVX2 against torch's); paddle's own error is measured on a float64 copy of the layer
+    (forced.paddle_own_inside) and budgets the layer's outputs and the inputs its code hands its
+    children. A difference of the port's own stays: the copy computes what paddle's code does."""
+    from ..compare.forced import _layer_at, paddle_own_inside
+    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err \
+            or not _layer_at(session.paddle_model, pair.paddle)._sub_layers:
+        return row
+    errs, inputs = paddle_own_inside(session, pair, passes, children)
+    if errs is None:
+        return row
+    passes.paddle_err[pair.paddle] = errs
+    passes.paddle_inputs64.update(inputs)
+    judged_again = again(pair)
+    return replace(judged_again, note=joined(judged_again.note, PADDLE_OWN_INSIDE))
 
 
 def _analyze_forced(session, pair, passes: Passes, children, differing) -> LayerResult:
@@ -363,7 +394,7 @@ def _worst_input(session, own: Local, children, differing, passes: Passes) -> Lo
     over its budget than the layer's output (the worst such input)."""
     local = own
     for child in children:
-        found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64)
+        found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64, passes.paddle_inputs64)
         if found is not None and found[0] > local.ratio:
             ratio, budget, max_abs = found
             local = replace(local, ratio=ratio, budget=budget, max_abs=max_abs, worst_input=child.torch).noted(
