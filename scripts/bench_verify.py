@@ -12,6 +12,7 @@
     python scripts/bench_verify.py caches   # what each table in compare/identity.py saves
     python scripts/bench_verify.py --scale  # Llama-shaped pairs of growing size: time and peak RSS
     python scripts/bench_verify.py --stream [HIDDEN,LAYERS,FFN ...]  # weights streamed from a bf16 checkpoint
+    "$(scripts/side_env.sh)" scripts/bench_verify.py --deberta [FOLDER [capped]]  # DeBERTa-v2-xlarge streamed
 """
 
 import os
@@ -254,24 +255,19 @@ def _count_forwards(session) -> dict:
     return seen
 
 
-def stream_one(mode, hidden, layers, ffn, path):
-    """Run in a fresh process: the forward check (--bisect, strategy binary) of a Llama-shaped pair whose
-    weights are the checkpoint at `path`: `stream`, the torch model on the meta device (both models'
-    weights streamed block by block); `memory`, both built whole. Two plain forwards of the same
-    models (streamed ones for `stream`), best of two; the process's peak RSS; a digest of the rows;
-    the forward check's whole-model forwards per kind (how many, how many ended early, their
-    seconds, in units of the plain forward of their side; the float64 ones in torch's or paddle's)."""
+def _streamed_check(spec, strategy, path, max_memory=None):
+    """The forward check (--bisect) of `spec` with the weights at `path`, after two plain forwards
+    (best of two, after one to warm up); prints the check's whole-model forwards per kind (how
+    many, how many ended early, their seconds, in units of the plain forward of their side; the
+    float64 ones in torch's or paddle's), then set-up and check times, the plain forwards, the
+    process's peak RSS, the worst ratio, the paired passes, a digest of the rows, the verdict and
+    the first layer over budget. `max_memory`: the run's --max-memory, in bytes."""
     import hashlib
     import json
     import resource
 
-    import llama_pair as L
-
     from converter.verify.run import run_on
-    L.resize(hidden=hidden, layers=layers, ffn=ffn, heads=hidden // 64)
-    torch_model = L.meta_torch_model if mode == "stream" else L.torch_model
-    spec = spec_from_functions(torch_model, L.paddle_model, L.inputs, label="llama")
-    options = Options(device="cpu", strategy="binary")
+    options = Options(device="cpu", strategy=strategy, max_memory=max_memory)
     t_setup, session = _timed(lambda: PortSession(spec, options, weights=path))
     with session:
         session.run_torch(), session.run_paddle()  # warm up
@@ -284,8 +280,74 @@ def stream_one(mode, hidden, layers, ffn, path):
     digest = hashlib.sha256(repr([report.layers, report.outputs]).encode()).hexdigest()[:12]
     worst = max((r.ratio for r in report.layers if r.ratio is not None), default=0.0)
     unit = {"torch": t_torch, "torch float64": t_torch, "paddle": t_paddle, "paddle float64": t_paddle}
+    named = report.first_bad.torch if report.first_bad is not None else "-"
     print(json.dumps({name: [n, early, round(t, 1), round(t / unit[name], 2)] for name, (n, early, t) in seen.items()}))
-    print(L.parameters(), t_setup, plain, t_verify, peak, worst, report.passes, digest, report.verdict)
+    print(t_setup, plain, t_verify, peak, worst, report.passes, digest, report.verdict, named or "<model>")
+
+
+def _check_line(out: list[str]) -> dict:
+    """_streamed_check's last line, read back."""
+    t_setup, plain, t_verify, peak, worst = map(float, out[:5])
+    return dict(t_setup=t_setup, plain=plain, t_verify=t_verify, peak=peak, worst=worst, passes=out[5], digest=out[6],
+                verdict=out[7], named=out[8])
+
+
+def stream_one(mode, hidden, layers, ffn, path):
+    """Run in a fresh process: the forward check (strategy binary) of a Llama-shaped pair whose
+    weights are the checkpoint at `path`: `stream`, the torch model on the meta device (both models'
+    weights streamed block by block); `memory`, both built whole (_streamed_check's figures)."""
+    import llama_pair as L
+    L.resize(hidden=hidden, layers=layers, ffn=ffn, heads=hidden // 64)
+    torch_model = L.meta_torch_model if mode == "stream" else L.torch_model
+    _streamed_check(spec_from_functions(torch_model, L.paddle_model, L.inputs, label="llama"), "binary", path)
+
+
+def deberta_one(strategy, bug, path, max_memory="-"):
+    """Run in a fresh process, in the side environment: the forward check of DeBERTa-v2-xlarge's
+    full shape, HF's model on the meta device against PaddleNLP's under LazyGuard, both streamed
+    from the fp32 checkpoint at `path`; `bug`: "bug" plants deberta_xl_pair.BUG; `max_memory`:
+    bytes, or "-" for none."""
+    import deberta_xl_pair as D
+    spec = spec_from_functions(D.meta_torch_model, lambda: D.paddle_model(bug == "bug"), D.inputs, label="deberta-xl")
+    _streamed_check(spec, strategy, path, None if max_memory == "-" else int(max_memory))
+
+
+def deberta(folder=None, uncapped=True):
+    """DeBERTa-v2-xlarge's full shape verified streamed, under full and binary, clean and with a
+    planted bug, without a memory cap and with --max-memory at the target, each in a fresh process
+    (the side environment's python: HF transformers and PaddleNLP): time against two plain
+    streamed forwards, peak RSS against one model's fp32 weights (target: at most 1.5 x plus
+    2 GiB), the layer named. `uncapped`: False runs those with --max-memory alone."""
+    import subprocess
+    import tempfile
+
+    import deberta_xl_pair as D
+    folder = folder or tempfile.mkdtemp(prefix="bench_deberta_")
+    path = os.path.join(folder, "deberta-v2-xlarge.safetensors")
+    written = not os.path.exists(path)  # a checkpoint left in `folder` is used as it is, and left
+    if written:
+        t_write, size = _timed(lambda: D.write_checkpoint(path))
+        print(f"checkpoint written in {t_write:.1f} s", flush=True)
+    size = os.path.getsize(path)
+    target = int(1.5 * size + 2 * 2**30)
+    print(f"checkpoint: DeBERTa-v2-xlarge, {D.parameters() / 1e6:.0f} M parameters, fp32 {size / 2**30:.2f} GiB; "
+          f"target peak RSS {target / 2**30:.2f} GiB", flush=True)
+    try:
+        for cap in ("-", str(target)) if uncapped else (str(target),):
+            for strategy, bug in (("full", "clean"), ("full", "bug"), ("binary", "clean"), ("binary", "bug")):
+                lines = subprocess.run([sys.executable, __file__, "deberta-one", strategy, bug, path, cap],
+                                       capture_output=True, text=True, check=True).stdout.splitlines()
+                got = _check_line(lines[-1].split())
+                expected = D.BUG if bug == "bug" else "-"
+                print(f"  {'--max-memory' if cap != '-' else 'no cap':12s} {strategy:6s} {bug:5s}: "
+                      f"verification {got['t_verify']:.1f} s, "
+                      f"{got['t_verify'] / got['plain']:.1f} x the two plain forwards ({got['plain']:.1f} s); peak RSS "
+                      f"{got['peak'] / 2**30:.2f} GiB, {(got['peak'] - 2 * 2**30) / size:.2f} x the fp32 weights "
+                      f"beyond 2 GiB; {got['verdict']}, named {got['named']} (expected {expected}); worst ratio "
+                      f"{got['worst']:.3g}", flush=True)
+    finally:
+        if written:
+            os.remove(path)
 
 
 def stream(sizes=STREAM_SIZES, folder=None):
@@ -307,13 +369,12 @@ def stream(sizes=STREAM_SIZES, folder=None):
         for mode in ("stream", "memory") if i == 0 else ("stream",):
             lines = subprocess.run([sys.executable, __file__, "stream-one", mode, str(hidden), str(layers), str(ffn),
                                     path], capture_output=True, text=True, check=True).stdout.splitlines()
-            out = lines[-1].split()
-            t_setup, plain, t_verify, peak, worst = map(float, out[-8:-3])
-            passes, digest, verdict = out[-3:]
+            got = _check_line(lines[-1].split())
             forwards = json.loads(lines[-2])
-            print(f"  {mode:6s}: set-up {t_setup:.1f} s; verification {t_verify:.1f} s, {t_verify / plain:.1f} x the "
-                  f"two plain forwards ({plain:.2f} s); peak RSS {peak / 2**30:.2f} GiB, {peak / size:.2f} x the "
-                  f"checkpoint; worst ratio {worst:.3g}; {passes} paired passes; rows {digest}; {verdict}", flush=True)
+            print(f"  {mode:6s}: set-up {got['t_setup']:.1f} s; verification {got['t_verify']:.1f} s, "
+                  f"{got['t_verify'] / got['plain']:.1f} x the two plain forwards ({got['plain']:.2f} s); peak RSS "
+                  f"{got['peak'] / 2**30:.2f} GiB, {got['peak'] / size:.2f} x the checkpoint; worst ratio "
+                  f"{got['worst']:.3g}; {got['passes']} paired passes; rows {got['digest']}; {got['verdict']}", flush=True)
             print("          whole-model forwards (count, ended early, seconds, in plain forwards of their side): "
                   + "; ".join(f"{name} {n}, {early}, {t} s, {units}" for name, (n, early, t, units) in forwards.items()),
                   flush=True)
@@ -327,6 +388,10 @@ if __name__ == "__main__":
         scale_one(sys.argv[2], *map(int, sys.argv[3:6]))
     elif sys.argv[1:2] == ["stream-one"]:
         stream_one(sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6])
+    elif sys.argv[1:2] == ["deberta-one"]:
+        deberta_one(*sys.argv[2:6])
+    elif sys.argv[1:2] == ["--deberta"]:
+        deberta(*sys.argv[2:3], uncapped=sys.argv[3:4] != ["capped"])
     elif sys.argv[1:2] == ["--stream"]:
         stream(tuple(tuple(map(int, a.split(","))) for a in sys.argv[2:]) or STREAM_SIZES)
     elif sys.argv[1:2] == ["--scale"]:
