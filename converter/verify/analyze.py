@@ -347,6 +347,7 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
     return [_measured_inside(session, pair, passes, children[pair.torch], row, one) for pair, row in zip(passes.pairs, rows)]
 
 
+PADDLE_INSIDE_SIZE = 1 << 28  # the most parameters a layer measured inside may have (2 GiB in float64)
 PADDLE_OWN_INSIDE = "budgeted with paddle's own error, measured on a float64 copy of the layer on the same inputs"
 
 
@@ -357,9 +358,15 @@ def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, 
     on AVX2 against torch's); paddle's own error is measured on a float64 copy of the layer
     (forced.paddle_own_inside) and budgets the layer's outputs and the inputs its code hands its
     children. A difference of the port's own stays: the copy computes what paddle's code does."""
+    import paddle
+
     from ..compare.forced import _layer_at, paddle_own_inside
-    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err \
-            or not _layer_at(session.paddle_model, pair.paddle)._sub_layers:
+    layer = _layer_at(session.paddle_model, pair.paddle)
+    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err or not layer._sub_layers:
+        return row
+    # a layer holding a list of layers (the model, an encoder: its blocks) is not copied to float64
+    if any(isinstance(inner, paddle.nn.LayerList) for inner in layer.sublayers()) \
+            or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_INSIDE_SIZE:
         return row
     errs, inputs = paddle_own_inside(session, pair, passes, children)
     if errs is None:
