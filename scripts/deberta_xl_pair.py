@@ -10,9 +10,14 @@ streamed from the checkpoint by verify-port), `paddle_model` PaddleNLP's under L
 planted bug where asked: a LayerNorm epsilon of 1e-5 (the model's is 1e-7) in the middle layer's
 attention output."""
 
-import warnings
+import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "real_models"))
+
+from families import _hf, _nlp  # noqa: E402  (the side environment's libraries, quietly)
 
 CONFIG = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
               intermediate_size=6144, max_position_embeddings=512, hidden_act="gelu", type_vocab_size=0,
@@ -22,23 +27,6 @@ CONFIG = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_att
 BATCH, SEQ = 2, 128
 BUG_LAYER = 12
 BUG = f"encoder.layer.{BUG_LAYER}.attention.output.LayerNorm"
-
-
-def _hf():
-    warnings.filterwarnings("ignore")
-    import transformers
-    transformers.logging.set_verbosity_error()
-    return transformers
-
-
-def _nlp():
-    warnings.filterwarnings("ignore")
-    import logging
-    from paddlenlp import transformers as nlp
-    from paddlenlp.utils.log import logger
-    logger.set_level("ERROR")
-    logging.getLogger("paddlenlp").setLevel(logging.ERROR)
-    return nlp
 
 
 def parameters() -> int:
