@@ -173,7 +173,9 @@ def check(session, strategy: str, limit: int) -> list[str]:
     available, source = available_memory(session.options.max_memory)
     one_block(session, available)
     est = estimate(session, strategy, limit)
-    if est.more > available or available == 0:
+    if available == 0:
+        raise UserError(f"verify-port: {source} leaves no memory for the run: raise that limit, or free memory")
+    if est.more > available:
         hint = "run with --strategy binary (one unit's activations at a time), give smaller inputs, or free memory" \
             if strategy == "full" else "give smaller inputs, or free memory"
         raise UserError(f"verify-port needs about {est.peak / GiB:.1f} GiB ({est.parts()}): {est.more / GiB:.1f} GiB "

@@ -45,5 +45,5 @@ def test_a_memory_size_it_does_not_take_is_said_as_the_option(size):
 def test_a_run_that_does_not_fit_in_the_memory_given_says_so_before_it_runs():
     r = run_verify("--spec", spec_path("train_mlp"), "--device", "cpu", "--max-memory", "1MiB")
     assert r.code == 2, r
-    assert r.stderr.startswith("error: verify-port needs about ") and "0.0 GiB is available by --max-memory 1 MiB less the" in r.stderr, r
+    assert r.stderr.startswith("error: verify-port: --max-memory 1 MiB less the ") and "leaves no memory for the run" in r.stderr, r
     assert r.stdout == "" and r.stderr.count("\n") == 1

@@ -82,3 +82,29 @@ def test_a_weight_changed_in_a_streamed_paddle_directory_is_named(pairs, monkeyp
     assert [d.to_json() for d in streamed.forward.weights.differ] == [d.to_json() for d in in_memory.forward.weights.differ]
     assert streamed.exit_code == in_memory.exit_code == 1
     assert [repr(r) for r in streamed.forward.layers] == [repr(r) for r in in_memory.forward.layers]
+
+
+def test_a_directory_pair_given_less_memory_than_it_needs_in_memory_streams_within_it(pairs, monkeypatch):
+    """VerifyOptions.max_memory (--max-memory): what it leaves beside what the process holds is the
+    memory available, on a machine with room to spare; a pair that would not fit in it streams.
+    What the process holds is set to a figure: a tiny pair's window between the two estimates is
+    a few MB, less than what a set-up's allocations move the resident set by."""
+    import json
+
+    from converter import VerifyOptions, hfpair, verify_directories
+    from converter.compare import memory
+    hf_dir, out_dir = pairs["LlamaForCausalLM"]
+    configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, out_dir)]
+    planned = lambda figure: hfpair.directory_memory(str(hf_dir), str(out_dir), *configs, figure)[0]
+    low = least_memory_streamed(hf_dir, out_dir)
+    room = low + (planned(low).in_memory_peak - low) // 2
+    assert planned(room).in_memory_peak > room >= planned(room).streamed.peak
+    in_memory = _in_memory(hf_dir, out_dir)
+    monkeypatch.setattr(memory, "_resident_bytes", lambda: 1 << 30)
+    said = []
+    options = VerifyOptions(device="cpu", strategy="full", bisect=True, max_memory=(1 << 30) + room)
+    streamed = verify_directories(str(hf_dir), str(out_dir), options, log=said.append)
+    assert [repr(r) for r in streamed.forward.layers] == [repr(r) for r in in_memory.forward.layers]
+    assert streamed.verdict == in_memory.verdict == "pass"
+    why = [line for line in said if line.startswith("weights: streamed block by block from both directories")]
+    assert len(why) == 1 and "by --max-memory" in why[0] and "this process holds" in why[0], said
