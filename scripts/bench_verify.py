@@ -32,13 +32,9 @@ from converter.examples import bert_port as B  # noqa: E402
 from converter.spec import spec_from_functions  # noqa: E402
 from converter.verify.strategies import choose  # noqa: E402
 from converter.compare.session import Options, PortSession  # noqa: E402
+from converter.compare.memory import resident_bytes as rss  # noqa: E402
 
 MB = 1 << 20
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class PeakRss:

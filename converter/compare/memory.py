@@ -67,7 +67,7 @@ def available_memory(cap: int | None = None) -> tuple[int, str]:
     `cap` (the most this process may hold, --max-memory) leaves beside what it holds now."""
     found = [(n, "available memory") for n in [_meminfo_available()] if n is not None]
     if cap is not None:
-        held = _resident_bytes()
+        held = resident_bytes()
         found.append((max(0, cap - held), f"--max-memory {_size(cap)} less the {_size(held)} this process holds"))
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
@@ -81,7 +81,7 @@ def _size(n: int) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB // 10 else f"{n / (1 << 20):.0f} MiB"
 
 
-def _resident_bytes() -> int:
+def resident_bytes() -> int:
     """What this process holds in memory now (its resident set)."""
     import os
     try:
@@ -171,10 +171,10 @@ def check(session, strategy: str, limit: int) -> list[str]:
     with room to spare, the float64 reference and the streamed models keep as many blocks as half
     that room holds, in equal shares."""
     available, source = available_memory(session.options.max_memory)
+    if available == 0:  # said before the estimate, whose `full` measures a forward
+        raise UserError(f"verify-port: {source} leaves no memory for the run: raise that limit, or free memory")
     one_block(session, available)
     est = estimate(session, strategy, limit)
-    if available == 0:
-        raise UserError(f"verify-port: {source} leaves no memory for the run: raise that limit, or free memory")
     if est.more > available:
         hint = "run with --strategy binary (one unit's activations at a time), give smaller inputs, or free memory" \
             if strategy == "full" else "give smaller inputs, or free memory"

@@ -357,7 +357,9 @@ def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, 
     for paddle's there, and paddle's kernels may sum in another order (its CPU matmuls and softmax
     on AVX2 against torch's); paddle's own error is measured on a float64 copy of the layer
     (forced.paddle_own_inside) and budgets the layer's outputs and the inputs its code hands its
-    children. A difference of the port's own stays: the copy computes what paddle's code does."""
+    children. A difference of the port's own stays where the copy computes it too; one that runs
+    in float32 alone (code branching on the dtype) is taken for paddle's own error up to
+    forced.OWN_ERROR_MOST of the values (a known gap)."""
     import paddle
 
     from ..compare.forced import _layer_at, paddle_own_inside

@@ -100,7 +100,7 @@ def test_a_directory_pair_given_less_memory_than_it_needs_in_memory_streams_with
     room = low + (planned(low).in_memory_peak - low) // 2
     assert planned(room).in_memory_peak > room >= planned(room).streamed.peak
     in_memory = _in_memory(hf_dir, out_dir)
-    monkeypatch.setattr(memory, "_resident_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 1 << 30)
     said = []
     options = VerifyOptions(device="cpu", strategy="full", bisect=True, max_memory=(1 << 30) + room)
     streamed = verify_directories(str(hf_dir), str(out_dir), options, log=said.append)

@@ -235,9 +235,9 @@ def test_a_run_given_less_memory_than_it_needs_in_memory_streams_within_it(files
     room = low + (memory.before_build(infos, low).in_memory_peak - low) // 2  # and the in-memory run does not
     assert memory.before_build(infos, room).in_memory_peak > room >= memory.before_build(infos, room).streamed.peak
     built = {}
-    held = memory._resident_bytes()
+    held = memory.resident_bytes()
     assert 0 < held <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    monkeypatch.setattr(memory, "_resident_bytes", lambda: held)
+    monkeypatch.setattr(memory, "resident_bytes", lambda: held)
     capped = Options(device="cpu", strategy="full", max_memory=held + room)
     streamed = verify(_spec(built), capped, weights=files["safetensors"], bisect=True)
     assert _rows(streamed) == _rows(in_memory) and repr(streamed.outputs) == repr(in_memory.outputs)
