@@ -29,6 +29,7 @@ from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs, with_own_state
+from ..paths import is_under
 from ..tree import flatten, is_paddle_tensor, map_leaves
 
 
@@ -416,12 +417,15 @@ def _own_output_errors(pair, loc: ForcedCall, run) -> list | None:
     return errs if any(np.any(e) for e in errs) else None
 
 
-def paddle_own_inside(session, pair, passes, children) -> tuple[list | None, dict]:
+def paddle_own_inside(session, pair, passes, children, torch_own: float) -> tuple[list | None, dict]:
     """A paired paddle layer with layers inside (an attention computing its products and its
     softmax in its own code), measured as paddle_own_errors measures a leaf: its own fp32 error at
     its outputs, and the float64 values of the inputs its code computes for its paired `children`
     ((torch path of the child, torch input index) -> array, in paddle's layout, as differing_inputs
-    keys them); (None, {}) where the copy does not run in float64 or gives other shapes."""
+    keys them); (None, {}) where the copy does not run in float64, gives other shapes, or its error
+    is beyond what rounding gives: more than OWN_ERROR_TIMES torch's own over the whole module
+    (`torch_own`, torch_own_relative), a difference that runs in float32 alone (a branch on the
+    dtype, a round trip through float16 that the copy keeps in float64), not paddle's kernels."""
     loc = passes.forced_p.get(pair.paddle)
     if loc is None or not loc.outputs:
         return None, {}
@@ -429,7 +433,10 @@ def paddle_own_inside(session, pair, passes, children) -> tuple[list | None, dic
     t_call, p_call = passes.t_calls[pair.torch], passes.p_calls[pair.paddle]
     run = _run_float64(session, pair, t_call, p_call, relative.values())
     errs = _own_output_errors(pair, loc, run)
-    if errs is None or not all(_rounding_sized(e, a) for e, a in zip(errs, sliced(pair, list(loc.outputs)))):
+    if errs is None:
+        return None, {}
+    most = OWN_ERROR_TIMES * max(torch_own, U32)
+    if not all(_rounding_sized(e, a, most) for e, a in zip(errs, sliced(pair, list(loc.outputs)))):
         return None, {}
     again = _run_float64(session, pair, t_call, p_call, relative.values())
     if again is None or not _same_run(run, again):  # random inside (a dropout left on): no error of its own
@@ -442,22 +449,52 @@ def paddle_own_inside(session, pair, passes, children) -> tuple[list | None, dic
             continue
         for m in forced.forcing.matches:
             got = forced.computed[m.index] if m.index < len(forced.computed) else None
-            if m.index < len(seen) and isinstance(got, np.ndarray) and got.shape == seen[m.index].shape \
-                    and _rounding_sized(np.subtract(got, seen[m.index], dtype=np.float64), got):
+            if m.index < len(seen) and isinstance(got, np.ndarray) and got.shape == seen[m.index].shape:
+                if not _rounding_sized(np.subtract(got, seen[m.index], dtype=np.float64), got, most):
+                    return None, {}  # the copy does not compute what the layer does in float32
                 inputs[child.torch, m.source] = seen[m.index]
     return errs, inputs
 
 
-OWN_ERROR_MOST = 1e-3  # paddle's own error, rms against the values' rms, beyond which it is no rounding
+OWN_ERROR_TIMES = 16  # paddle's own error inside a layer against torch's own there, beyond which it is no rounding
 
 
-def _rounding_sized(err: np.ndarray, values: np.ndarray) -> bool:
-    """`err` is of a size rounding gives (its rms at most OWN_ERROR_MOST of the values'), not a
-    difference between what float32 and float64 compute (a branch on the dtype, random numbers)."""
+def torch_own_relative(session, paths: list[str], t_calls: dict) -> dict[str, float]:
+    """Per torch module at `paths`, torch's own error over the whole module (its float64 copy forced
+    at its inputs alone, so that the modules inside run on what its code computes) as a fraction of
+    its outputs: the rms of the float64 outputs less the float32 ones, against the float32 outputs'
+    rms (masked positions, -inf on both sides, left out). One float64 pass for paths none of which
+    holds another (a module forced inside another would cut what the outer one computes)."""
+    out, left = {}, sorted(paths, key=len)
+    while left:
+        group = [p for i, p in enumerate(left) if not any(is_under(p, q) for q in left[:i])]
+        left = [p for p in left if p not in group]
+        refs = forced_torch64(session, group, t_calls, until={p: 1 for p in group})
+        for path, ref in refs.items():
+            values = [torch_side.to_numpy(v) for v in t_calls[path].outputs]
+            out[path] = _relative_rms([e for e in ref.output_err if e is not None], values)
+    return out
+
+
+def _relative_rms(errs: list, values: list) -> float:
+    """The rms of `errs` against the rms of `values`, over their finite elements."""
+    def square_sum(arrays):
+        total = 0.0
+        for a in arrays:
+            a = np.asarray(a, dtype=np.float64)
+            total += float(np.sum(np.square(a[np.isfinite(a)])))
+        return total
+    size = sum(np.size(v) for v in values)
+    return float(np.sqrt(square_sum(errs) / max(square_sum(values), np.finfo(np.float64).tiny))) if size else 0.0
+
+
+def _rounding_sized(err: np.ndarray, values: np.ndarray, most: float) -> bool:
+    """`err` is of a size rounding gives (its rms at most `most` of the values'), not a difference
+    between what float32 and float64 compute (a branch on the dtype, a round trip through float16,
+    random numbers)."""
     if not np.issubdtype(values.dtype, np.floating) or not np.all(np.isfinite(err)):
         return False
-    e, v = np.asarray(err, dtype=np.float64), np.asarray(values, dtype=np.float64)
-    return float(np.sqrt(np.mean(np.square(e)))) <= OWN_ERROR_MOST * float(np.sqrt(np.mean(np.square(v))))
+    return _relative_rms([err], [values]) <= most
 
 
 def _same_run(one, other) -> bool:

@@ -166,20 +166,40 @@ def _models_bytes(session) -> int:
     return torch_bytes + paddle_bytes
 
 
-def check(session, strategy: str, limit: int) -> list[str]:
-    """The report's note when the run fits narrowly; a UserError when it does not fit. Where it fits
-    with room to spare, the float64 reference and the streamed models keep as many blocks as half
-    that room holds, in equal shares."""
+def _available(session) -> tuple[int, str]:
+    """available_memory under the session's --max-memory; a UserError where it leaves none (said
+    before any estimate: the full strategy's measures a forward)."""
     available, source = available_memory(session.options.max_memory)
-    if available == 0:  # said before the estimate, whose `full` measures a forward
+    if available == 0:
         raise UserError(f"verify-port: {source} leaves no memory for the run: raise that limit, or free memory")
+    return available, source
+
+
+def whole_capture(session) -> tuple[Estimate, str | None]:
+    """The full strategy's estimate, and where every layer's activations at once do not fit in the
+    memory available, the report's note saying so: the run then judges a few units at a time
+    (strategies.ChunkedCapture), and check() is asked about that run instead."""
+    available, source = _available(session)
     one_block(session, available)
-    est = estimate(session, strategy, limit)
+    est = estimate(session, "full", 0)
+    if est.more <= available:
+        return est, None
+    return est, (f"memory: every layer's activations at once need about {_size(est.peak)} ({est.parts()}), "
+                 f"{_size(est.more)} more than the set-up holds, and {_size(available)} is available by {source}: "
+                 "the full strategy captures a few units at a time")
+
+
+def check(session, strategy: str, limit: int, est: Estimate | None = None) -> list[str]:
+    """The report's note when the run fits narrowly; a UserError when it does not fit (`est`: the
+    run's estimate where it was made already). Where it fits with room to spare, the float64
+    reference and the streamed models keep as many blocks as half that room holds, in equal shares."""
+    available, source = _available(session)
+    one_block(session, available)
+    est = est or estimate(session, strategy, limit)
     if est.more > available:
-        hint = "run with --strategy binary (one unit's activations at a time), give smaller inputs, or free memory" \
-            if strategy == "full" else "give smaller inputs, or free memory"
         raise UserError(f"verify-port needs about {est.peak / GiB:.1f} GiB ({est.parts()}): {est.more / GiB:.1f} GiB "
-                        f"more than the set-up holds, and {available / GiB:.1f} GiB is available by {source}; {hint}")
+                        f"more than the set-up holds, and {available / GiB:.1f} GiB is available by {source}; give "
+                        "smaller inputs, or free memory")
     room = NARROW * available - est.more
     if room > 0:  # half of what the run leaves free keeps more blocks made: fewer made again per pass
         held = [session.reference64.tensors, *(s.tensors for s in getattr(session, "streams", {}).values())]

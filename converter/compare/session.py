@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -28,20 +29,30 @@ class Options:
     max_memory: int | None = None  # the most the process may hold, in bytes (--max-memory); None: what is available
 
 
+_FLOAT64_RUNS = {"running": 0, "before": None, "lock": threading.Lock()}
+
+
 @contextlib.contextmanager
 def _float64_by_default():
     """Torch's default dtype float64 while the float64 reference runs, so that what a forward makes
     in the default dtype is float64 too: HF OPT (transformers 4.44) fills its causal mask with
-    torch.full(..., torch.finfo(float64).min), which overflows a float32 tensor. The whole-model
-    runs are the only torch work then (on the worker thread, or alone in serial mode); the
-    setting is global, and is put back after."""
+    torch.full(..., torch.finfo(float64).min), which overflows a float32 tensor. The float64 runs
+    are the only torch work then (on the worker thread, one on each thread at most); the setting
+    is global: the first run to start sets it, the last to end puts back what was before."""
     import torch
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
+    runs = _FLOAT64_RUNS
+    with runs["lock"]:
+        if runs["running"] == 0:
+            runs["before"] = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64)
+        runs["running"] += 1
     try:
         yield
     finally:
-        torch.set_default_dtype(before)
+        with runs["lock"]:
+            runs["running"] -= 1
+            if runs["running"] == 0:
+                torch.set_default_dtype(runs["before"])
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from ..compare.capture import Call
 from ..compare.identity import view_of
 from ..compare.metrics import compare, join, rms_over
 from ..compare.precision import ROUNDING_DRAWS
-from ..compare.forced import ForcedCall, Reference, differing_inputs
+from ..compare.forced import ForcedCall, Reference, differing_inputs, paddle_own_inside, torch_own_relative
 from ..compare.fused import sliced
 from ..paths import is_under
 from ..compare.replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
@@ -325,9 +325,11 @@ def _end_to_end(session, pair, passes: Passes):
     return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
 
 
-def analyze_all(session, passes: Passes) -> list[LayerResult]:
+def analyze_all(session, passes: Passes, alone=None) -> list[LayerResult]:
     """Every pair's local error against its budget, from the forced paddle pass and the
-    float64 references (see forced.py) instead of one re-run per module."""
+    float64 references (see forced.py) instead of one re-run per module. `alone()`, where given,
+    returns once no other thread runs the float64 reference (a pass beside the analysis): the
+    layers measured inside (_measured_inside) run it with hooks of their own."""
     differing = differing_inputs(passes.pairs, passes.t_calls, passes.forced_p)
     children = _children(passes.pairs)
 
@@ -344,34 +346,44 @@ def analyze_all(session, passes: Passes) -> list[LayerResult]:
         workers = max(1, min(torch.get_num_threads(), ANALYSIS_THREADS))
         with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
             rows = list(pool.map(one, passes.pairs))
-    return [_measured_inside(session, pair, passes, children[pair.torch], row, one) for pair, row in zip(passes.pairs, rows)]
+    inside = [pair.torch for pair, row in zip(passes.pairs, rows) if _measurable_inside(session, pair, passes, row)]
+    if inside and alone is not None:
+        alone()
+    torch_own = torch_own_relative(session, inside, passes.t_calls) if inside else {}
+    return [row if pair.torch not in torch_own else
+            _measured_inside(session, pair, passes, children[pair.torch], row, one, torch_own[pair.torch])
+            for pair, row in zip(passes.pairs, rows)]
 
 
 PADDLE_INSIDE_SIZE = 1 << 28  # the most parameters a layer measured inside may have (2 GiB in float64)
 PADDLE_OWN_INSIDE = "budgeted with paddle's own error, measured on a float64 copy of the layer on the same inputs"
 
 
-def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again) -> LayerResult:
-    """`row` judged again where it is over its budget and its paddle layer computes in its own code
-    between layers inside it (an attention's products and softmax): torch's observed error stood in
-    for paddle's there, and paddle's kernels may sum in another order (its CPU matmuls and softmax
-    on AVX2 against torch's); paddle's own error is measured on a float64 copy of the layer
-    (forced.paddle_own_inside) and budgets the layer's outputs and the inputs its code hands its
-    children. A difference of the port's own stays where the copy computes it too; one that runs
-    in float32 alone (code branching on the dtype) is taken for paddle's own error up to
-    forced.OWN_ERROR_MOST of the values (a known gap)."""
+def _measurable_inside(session, pair, passes: Passes, row: LayerResult) -> bool:
+    """`row` is over its budget and its paddle layer computes in its own code between layers inside
+    it (an attention's products and softmax), in fp32 (an emulated format's rounding is budgeted as
+    such): torch's observed error stood in for paddle's there, and paddle's kernels may sum in
+    another order (its CPU matmuls and softmax on AVX2 against torch's). A layer holding a list of
+    layers (the model, an encoder: its blocks), or too large, is not copied to float64."""
     import paddle
 
-    from ..compare.forced import _layer_at, paddle_own_inside
+    from ..compare.forced import _layer_at
+    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err \
+            or session.formats.get("paddle") != "fp32":
+        return False
     layer = _layer_at(session.paddle_model, pair.paddle)
-    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err or not layer._sub_layers \
-            or session.formats.get("paddle") != "fp32":  # an emulated format's rounding is budgeted as such
-        return row
-    # a layer holding a list of layers (the model, an encoder: its blocks) is not copied to float64
-    if any(isinstance(inner, paddle.nn.LayerList) for inner in layer.sublayers()) \
-            or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_INSIDE_SIZE:
-        return row
-    errs, inputs = paddle_own_inside(session, pair, passes, children)
+    return bool(layer._sub_layers) and not any(isinstance(inner, paddle.nn.LayerList) for inner in layer.sublayers()) \
+        and sum(int(np.prod(p.shape)) for p in layer.parameters()) <= PADDLE_INSIDE_SIZE
+
+
+def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again, torch_own: float) -> LayerResult:
+    """`row` (_measurable_inside) judged again with paddle's own error, measured on a float64 copy of
+    the layer (forced.paddle_own_inside), which budgets the layer's outputs and the inputs its code
+    hands its children, where it is of the size rounding gives against torch's own over the whole
+    module (`torch_own`). A difference of the port's own stays where the copy computes it too; one
+    that runs in float32 alone (code branching on the dtype) is taken for paddle's own error up to
+    forced.OWN_ERROR_TIMES torch's (a known gap: a bug whose effect is within that is passed)."""
+    errs, inputs = paddle_own_inside(session, pair, passes, children, torch_own)
     if errs is None:
         return row
     passes.paddle_err[pair.paddle] = errs

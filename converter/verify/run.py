@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .analyze import culprit_evidence
-from .strategies import BinarySearch, StrategyResult, choose
+from .strategies import BinarySearch, ChunkedCapture, Strategy, StrategyResult, choose
+from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
 from ..compare.memory import capture_limit as default_limit, check as check_memory
@@ -29,11 +30,7 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
 
 def run_on(session: PortSession, options: Options, bisect: bool = False, capture_limit: int | None = None) -> Report:
     """The Report of the forward check on a set-up session (whose restore is the caller's)."""
-    # a share of the memory available, a few blocks' activations where the weights are streamed (the
-    # forced passes hold about as much again as the capture)
-    limit = capture_limit if capture_limit is not None else default_limit(session, options.strategy)
-    strategy = choose(options.strategy, limit)
-    notes = check_memory(session, options.strategy, limit)  # a run that cannot fit stops here
+    strategy, limit, notes = _planned(session, options.strategy, capture_limit)  # a run that cannot fit stops here
     try:
         found = strategy.run(session)
     except CaptureTooLarge as exc:
@@ -61,6 +58,23 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
     precision = {side: p.to_json() for side, p in session.precision.items()}
     return Report(results, bad, precision, diagnosis, strategy.name, found.passes, session.plan.notes + notes,
                   outputs, weights)
+
+
+def _planned(session, name: str, capture_limit: int | None) -> tuple[Strategy, int, list[str]]:
+    """The strategy the run takes, its capture limit (a share of the memory available; a few blocks'
+    activations where the weights are streamed: the forced passes hold about as much again as the
+    capture) and the memory's notes. `full`, whose activations at once do not fit, captures a few
+    units at a time (ChunkedCapture, under binary's limit)."""
+    if name == "full":
+        est, chunked = memory.whole_capture(session)
+        if chunked is None:
+            return choose(name, 0), 0, check_memory(session, name, 0, est)  # full has no capture limit
+        name, notes = "binary", [chunked]
+    else:
+        est, notes = None, []
+    limit = capture_limit if capture_limit is not None else default_limit(session, name)
+    strategy = choose(name, limit) if est is None else ChunkedCapture(limit)
+    return strategy, limit, notes + check_memory(session, name, limit)
 
 
 def _context(session, found: StrategyResult, bad) -> Context:

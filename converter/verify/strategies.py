@@ -199,7 +199,7 @@ class FullCapture:
                 matmul_stats_all(session, passes.t_calls, matmul)  # the rest
             end_to_end_until(session, passes, references.done)
             passes.forced_64, passes.rounded_64 = references.result()
-            results = analyze_all(session, passes)  # beside the free-running float64 pass
+            results = analyze_all(session, passes, free and free.result)  # beside the free-running float64 pass
             side.main_done()
             if free is not None:
                 root = next(p for p in passes.pairs if p.torch == "")
@@ -477,9 +477,12 @@ class BinarySearch:
             bad = first_bad(found)
             if bad is not None:
                 break
-        self.notes.append(f"binary search: no unit's boundary is over the end-to-end budget; every layer was then "
-                          f"judged against its own budget, {len(units)} units in {i + 1} capture(s)")
+        self.notes.append(self._swept(len(units), i + 1))
         return results, bad
+
+    def _swept(self, units: int, captures: int) -> str:
+        return (f"binary search: no unit's boundary is over the end-to-end budget; every layer was then judged "
+                f"against its own budget, {units} units in {captures} capture(s)")
 
     @contextlib.contextmanager
     def _returned(self, session, before, chunk, last: bool):
@@ -635,6 +638,22 @@ class BinarySearch:
         self.inside = FullCapture().capture(session, paths, self.counts)
         self.passes += self.inside.passes
         return self.inside.results, first_bad(self.inside.results)
+
+
+class ChunkedCapture(BinarySearch):
+    """The full strategy where every layer's activations do not fit at once: every layer judged
+    against its own budget a few units at a time (BinarySearch's sweep, without its search), and
+    the final outputs end to end; it stops at the first chunk with a layer over budget."""
+
+    name = "full"
+
+    def _search(self, session, pairs):
+        self.outputs = self._probe(session, self.units[-1])[1]  # the model itself: the last unit
+        return [], None
+
+    def _swept(self, units: int, captures: int) -> str:
+        return (f"full capture in chunks: every layer judged against its own budget, {units} units in {captures} "
+                "capture(s), as their activations at once do not fit in the memory available")
 
 
 def choose(strategy: str, limit_bytes: int) -> Strategy:

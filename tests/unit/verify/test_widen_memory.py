@@ -52,12 +52,12 @@ def test_full_captures_activations_grow_with_the_inputs(session):
 
 def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
     monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
-    est = memory.estimate(session, "full", 0)
+    est = memory.estimate(session, "binary", 1 << 20)
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (est.more - 1, "the cgroup's limit (test)"))
     with pytest.raises(UserError) as caught:
-        run_on(session, Options(device="cpu", strategy="full"), capture_limit=0)
+        run_on(session, Options(device="cpu", strategy="binary"), capture_limit=1 << 20)
     said = str(caught.value)
-    assert "\n" not in said and "--strategy binary" in said and f"{est.peak / GiB:.1f} GiB" in said
+    assert "\n" not in said and "give smaller inputs, or free memory" in said and f"{est.peak / GiB:.1f} GiB" in said
     assert "the cgroup's limit (test)" in said
 
 
