@@ -132,7 +132,8 @@ class Allowance:
 
 class Recorder:
     """Records calls of the modules named in `paths` (all when None). With keep=False only the
-    order, types and output shapes are kept (an outline); `allowance` bounds what is held.
+    order, types and output shapes are kept (an outline); with a set of paths, the inputs and
+    outputs of those paths' calls too; `allowance` bounds what is held.
 
     Inputs and outputs are kept as the tensors themselves, not copies, so that holding them costs
     no memory the forward did not already use. An in-place operation after a call (torchvision's
@@ -148,8 +149,7 @@ class Recorder:
     def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset(),
                  attached: bool = False):
         self.paths = paths
-        self.keep_inputs = keep
-        self.keep_outputs = keep
+        self.keep = keep  # True, False, or the paths whose calls' tensors are kept
         self.attached = attached
         self.allowance = allowance or Allowance()
         self.copies = copies
@@ -164,11 +164,15 @@ class Recorder:
     def wants(self, path: str) -> bool:
         return self.paths is None or path in self.paths
 
+    def keeps(self, path: str) -> bool:
+        return self.keep if isinstance(self.keep, bool) else path in self.keep
+
     def _pre(self, path, type_name, args, kwargs):
         if path in self.calls:  # a module called again (shared): the first call is compared
             self.calls[path].count += 1
             return
-        if self.keep_inputs and self.is_tensor is not None:
+        keep = self.keeps(path)
+        if keep and self.is_tensor is not None:
             tensors = call_tensors(args, kwargs, self.is_tensor)
             if self.attached or path in self.copies:
                 copies = {}  # a tensor passed twice stays one copy
@@ -180,7 +184,7 @@ class Recorder:
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
         self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(path),
-                                args=args if self.keep_inputs else (), kwargs=dict(kwargs) if self.keep_inputs else {})
+                                args=args if keep else (), kwargs=dict(kwargs) if keep else {})
         self.counter += 1
 
     def _post(self, path, output, is_tensor):
@@ -191,7 +195,7 @@ class Recorder:
         self.counter += 1
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
-        if self.keep_outputs:
+        if self.keeps(path):
             if self.attached:
                 call.outputs = [t for t in tensors if t.requires_grad]
                 for t in call.outputs:
@@ -273,7 +277,7 @@ def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | Non
     calls whose kept tensors an in-place operation changed afterwards (see Recorder). `until`
     (path -> calls; see stop_when_done): the forward ends once those calls have completed."""
     recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance), until)
-    stale = recorder.stale() if keep else set()
+    stale = recorder.stale() if keep is not False else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
         recorder.release()  # the first pass's tensors go before the second pass holds its own
         recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)),

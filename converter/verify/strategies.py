@@ -36,7 +36,10 @@ from ..compare.known import Recorded, float64_returned, recording_forced, return
 from ..compare.overlap import TorchWorker
 from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
-from ..compare.capture import Allowance, call_counts, capture_calls, capture_paddle, capture_torch, wanted_calls
+from ..compare.capture import (Allowance, CaptureTooLarge, PassComplete, call_counts, capture_calls, capture_paddle,
+                               capture_torch, wanted_calls)
+from ..compare.stream import _paddle_blocks
+from ..compare.widen import _blocks as _torch_blocks
 from ..compare.matching import masked_alike, masked_by_torch, pair_outputs
 from ..compare.metrics import compare, rms, rms_over
 from ..compare.precision import ROUNDING_DRAWS
@@ -212,6 +215,23 @@ class FullCapture:
                               pairs=passes.pairs)
 
 
+def unit_candidates(side, model, blocks: list) -> set[str]:
+    """The paths top_level_units may take, from the module tree alone, before any pass: every
+    module no deeper than the model's blocks (the children of its largest module lists, see
+    widen._blocks), the model itself included; none for a model without blocks. `side` is the
+    framework's adapter."""
+    ids = {id(b) for b in blocks}
+    depth = lambda path: path.count(".") + 1 if path else 0
+    named = list(side.named_layers(model))
+    deepest = max((depth(path) for path, m in named if id(m) in ids), default=None)
+    return set() if deepest is None else {path for path, _ in named if depth(path) <= deepest}
+
+
+def _outline_only(calls: dict) -> dict:
+    """Calls as an outline pass records them: order, type and output shapes, no tensors held."""
+    return {path: dataclasses.replace(c, args=(), kwargs={}, outputs=[], returned=None) for path, c in calls.items()}
+
+
 def top_level_units(pairs, t_calls) -> list:
     """Top-level units in execution order: the children of the module list that holds the most
     paired modules (a model's blocks, not the experts inside one block), and the modules that sit
@@ -263,25 +283,27 @@ def same_outputs(session, t_call, p_call) -> None:
                     "no hidden states or attentions; or wrap one model to return what the other does)")
 
 
-def free_reference(session, paths, fmt: str | None = None, draw: int = 0,
-                   counts: dict | None = None) -> dict[str, list[np.ndarray]]:
-    """Per path in `paths`, the float64 torch model's outputs there, free-running (nothing forced),
-    in one pass, with matmul inputs rounded to `fmt` if given (see precision.torch_rounding for
-    `draw`); `counts` (torch path -> the calls a forward makes): the pass ends once those at
-    `paths` have completed."""
+def free_reference(session, paths, fmt: str | None = None, draw: int = 0, counts: dict | None = None,
+                   allowance: Allowance | None = None) -> dict[str, list[np.ndarray]]:
+    """Per path in `paths` that the forward calls, the float64 torch model's outputs there,
+    free-running (nothing forced), in one pass, with matmul inputs rounded to `fmt` if given (see
+    precision.torch_rounding for `draw`); `counts` (torch path -> the calls a forward makes): the
+    pass ends once those at `paths` have completed; `allowance`: bounds what the pass holds."""
     ref = capture_calls(torch_side, session.torch64, lambda: session.run_torch64(fmt, draw), set(paths),
-                        until=wanted_calls(paths, counts))
-    return {path: to_numpy_list(ref.calls[path].outputs, "torch") for path in paths}
+                        allowance=allowance, until=wanted_calls(paths, counts))
+    return {path: to_numpy_list(ref.calls[path].outputs, "torch") for path in paths if path in ref.calls}
 
 
-def free_references(session, paths, counts: dict | None = None) -> dict[str, dict]:
+def free_references(session, paths, counts: dict | None = None,
+                    allowance: Allowance | None = None) -> dict[str, dict]:
     """Per path, free_reference in float64 (key None), and per lower-precision format in use, a
-    list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths; `counts`: as in
-    free_reference."""
-    out = {path: {None: outputs} for path, outputs in free_reference(session, paths, counts=counts).items()}
+    list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths; `counts` and
+    `allowance`: as in free_reference."""
+    out = {path: {None: outputs} for path, outputs in free_reference(session, paths, counts=counts,
+                                                                     allowance=allowance).items()}
     for f in sorted(set(session.formats.values()) - {"fp32"}):
         for draw in range(ROUNDING_DRAWS):
-            for path, outputs in free_reference(session, paths, f, draw, counts).items():
+            for path, outputs in free_reference(session, paths, f, draw, counts, allowance).items():
                 out[path].setdefault(f, []).append(outputs)
     return out
 
@@ -415,7 +437,7 @@ class BinarySearch:
     def run(self, session) -> StrategyResult:
         self.passes, self.notes, self.inside, self._own64, self.boundary_bytes = 1, [], None, {}, 0
         self._recorded = None  # what the sweep's chunks return instead of running (known.Recorded)
-        t_calls, p_calls = _capture(session, keep=False)
+        t_calls, p_calls, kept = self._outline(session)
         self.counts = call_counts(t_calls), call_counts(p_calls)  # the calls of a whole forward: later passes
         # that record some modules end once theirs have completed
         same_outputs(session, t_calls[""], p_calls[""])
@@ -423,7 +445,8 @@ class BinarySearch:
         # a unit with no floating outputs (ids, buckets) has nothing a probe could judge: its error
         # shows in the units that read it
         self.units = [u for u in top_level_units(pairs, t_calls) if u.torch == "" or t_calls[u.torch].shapes]
-        self.boundaries = self._boundaries(session, t_calls)
+        self.boundaries = self._boundaries(session, t_calls, kept)
+        kept = None  # what the outline kept beyond the units' boundaries goes
         results, bad = self._search(session, pairs)
         self._own64 = {}  # what the probes read is no longer needed; the boundaries spare the sweep work
         outputs = self.outputs
@@ -501,11 +524,39 @@ class BinarySearch:
                 (contextlib.nullcontext() if last else recording_forced(session, chunk, recorded)):
             yield
 
-    def _boundaries(self, session, t_calls) -> tuple[dict, dict, dict] | None:
-        """Every unit's outputs, torch's, paddle's and the free-running float64 model's, from one
-        paired pass and one float64 pass, where they fit in `limit_bytes` (estimated from the outline
-        pass's shapes): the probes read them instead of running passes of their own. None where
-        they do not fit: each probe then records its unit alone."""
+    def _outline(self, session) -> tuple[dict, dict, tuple | None]:
+        """The outline pass: every module's order, type and output shapes, both sides at once
+        (torch's calls, paddle's); where the model has blocks, what it kept (torch's and paddle's
+        calls with their tensors, the free-running float64 model's outputs from a pass beside it)
+        at the modules that may be its units (unit_candidates), within `limit_bytes`, so that the
+        units' boundaries need no pass of their own (_boundaries); None where not kept."""
+        t_keep = unit_candidates(torch_side, session.torch_model, _torch_blocks(session.torch_model))
+        p_keep = unit_candidates(paddle_side, session.paddle_model, _paddle_blocks(session.paddle_model))
+        if t_keep and p_keep:
+            allowance = Allowance(self.limit_bytes)  # torch's and paddle's kept tensors
+            let_go(session)
+            try:
+                with TorchWorker(session) as side:
+                    rt = side.submit(capture_torch, session, None, t_keep, allowance)
+                    free = side.submit(free_references, session, sorted(t_keep), None, Allowance(self.limit_bytes))
+                    rp = capture_paddle(session, None, p_keep, allowance)
+                    t_calls, p_calls = rt.result().calls, rp.calls
+                    outline = _outline_only(t_calls), _outline_only(p_calls)
+                    try:
+                        return (*outline, (t_calls, p_calls, free.result()))
+                    except CaptureTooLarge:  # the float64 outputs do not fit: the boundaries take a pass
+                        return (*outline, None)
+            except CaptureTooLarge as exc:
+                if isinstance(exc, PassComplete):
+                    raise
+        return (*_capture(session, keep=False), None)  # an outline alone
+
+    def _boundaries(self, session, t_calls, kept) -> tuple[dict, dict, dict] | None:
+        """Every unit's outputs, torch's, paddle's and the free-running float64 model's, where they
+        fit in `limit_bytes` (estimated from the outline pass's shapes, `t_calls`): the probes read
+        them instead of running passes of their own. Taken from what the outline pass `kept` where
+        it kept them at every unit; else from one paired pass and one float64 pass. None where they
+        do not fit: each probe then records its unit alone."""
         draws = len(set(session.formats.values()) - {"fp32"}) * ROUNDING_DRAWS
         per_element = 4 + 4 + 8 * (1 + draws)  # torch's and paddle's float32, the float64 references
         elements = sum(int(np.prod(s)) for u in self.units for s in t_calls[u.torch].shapes)
@@ -515,6 +566,12 @@ class BinarySearch:
             return None
         # and, for the sweep's last chunk, the units' outputs in their chunks' forced passes (known.py)
         self.boundary_bytes = (per_element + (4 + 8) * float64_returned(session)) * elements
+        if kept is not None:
+            t_kept, p_kept, free = kept
+            if all(u.torch in free and u.torch in t_kept and t_kept[u.torch].outputs and u.paddle in p_kept
+                   and p_kept[u.paddle].outputs for u in self.units):
+                return ({u.torch: t_kept[u.torch] for u in self.units},
+                        {u.paddle: p_kept[u.paddle] for u in self.units}, {u.torch: free[u.torch] for u in self.units})
         self.passes += 1
         let_go(session)
         with TorchWorker(session) as side:  # the float64 pass beside both captures, which run in turn
