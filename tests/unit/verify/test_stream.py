@@ -226,7 +226,10 @@ def test_with_room_to_spare_every_block_is_kept_made_and_the_rows_are_the_same(c
         report = run_on(session, options)
         kept = {side: s.tensors.keep for side, s in session.streams.items()}
     assert kept == {"torch": LAYERS, "paddle": LAYERS}
-    assert len(made) == 2  # the first block read for the memory estimate's forward, then once for every pass
+    # the first block read for the forward measuring one block's activations (binary's capture limit, against
+    # which the full strategy weighs its own where the weights are streamed), for the memory estimate's, then
+    # once for every pass
+    assert len(made) == 3
     assert sum("streamed weights are kept" in n for n in report.notes) == 2
     in_memory = verify(spec_from_functions(TorchTiny, lazy_paddle, inputs), options, weights=checkpoint)
     assert rows(report) == rows(in_memory) and report.verdict == in_memory.verdict == "pass"
@@ -294,3 +297,24 @@ def test_the_sweep_makes_no_block_for_the_units_it_returns_recorded(checkpoint, 
     for side in ("torch", "paddle", "float64"):
         assert more[side, 0] - fewer[side, 0] >= LAYERS, (side, fewer, more)
         assert all(fewer[side, i] <= more[side, i] for i in range(LAYERS)), (side, fewer, more)
+
+
+@pytest.mark.parametrize("bug_at", [None, 2])
+def test_full_on_streamed_weights_judges_a_few_blocks_at_a_time_where_all_are_more_than_a_few(checkpoint, bug_at):
+    """Streamed weights and a capture limit of one block's activations: every layer's at once are
+    more than a few blocks' hold, so full captures a few units at a time, naming what one capture
+    of them all names, on the same numbers."""
+    options = Options(device="cpu", strategy="full")
+    at_once = verify(spec_from_functions(TorchTiny, lambda: lazy_paddle(bug_at), inputs), options,
+                     weights=checkpoint, bisect=True)
+    with PortSession(spec_from_functions(meta_torch, lambda: lazy_paddle(bug_at), inputs), options,
+                     weights=checkpoint) as session:
+        chunked = run_on(session, options, bisect=True, capture_limit=memory.block_activations(session))
+    said = " ".join(chunked.notes)
+    assert "the weights are streamed, and every layer's activations at once" in said and "full capture in chunks" in said
+    assert not any("chunks" in n for n in at_once.notes)
+    named = lambda report: None if report.first_bad is None else report.first_bad.torch
+    assert named(chunked) == named(at_once) == (None if bug_at is None else f"layers.{bug_at}.act")
+    once = {r.torch: r.ratio for r in at_once.layers}
+    assert chunked.layers and all(r.ratio == pytest.approx(once[r.torch], rel=1e-3) for r in chunked.layers
+                                  if r.ratio is not None)
