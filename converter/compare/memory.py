@@ -175,25 +175,18 @@ def _available(session) -> tuple[int, str]:
     return available, source
 
 
-def whole_capture(session, streamed_limit: int | None = None) -> tuple[Estimate, str | None]:
+def whole_capture(session) -> tuple[Estimate, str | None]:
     """The full strategy's estimate, and where every layer's activations at once do not fit in the
-    memory available, or the weights are streamed and they are more than the few blocks' a
-    streamed run holds (twice `streamed_limit`, binary's capture limit there: a model larger than
-    memory is checked in memory that scales with one block, not with its depth), the report's
-    note saying so: the run then judges a few units at a time (strategies.ChunkedCapture), and
-    check() is asked about that run instead."""
+    memory available, the report's note saying so: the run then judges a few units at a time
+    (strategies.ChunkedCapture), and check() is asked about that run instead."""
     available, source = _available(session)
     one_block(session, available)
     est = estimate(session, "full", 0)
-    if est.more > available:
-        return est, (f"memory: every layer's activations at once need about {_size(est.peak)} ({est.parts()}), "
-                     f"{_size(est.more)} more than the set-up holds, and {_size(available)} is available by "
-                     f"{source}: the full strategy captures a few units at a time")
-    blocks = None if streamed_limit is None else 2 * streamed_limit
-    if blocks is not None and est.activations > blocks:
-        return est, (f"memory: the weights are streamed, and every layer's activations at once ({_size(est.activations)}) "
-                     f"are more than a few blocks' ({_size(blocks)}): the full strategy captures a few units at a time")
-    return est, None
+    if est.more <= available:
+        return est, None
+    return est, (f"memory: every layer's activations at once need about {_size(est.peak)} ({est.parts()}), "
+                 f"{_size(est.more)} more than the set-up holds, and {_size(available)} is available by {source}: "
+                 "the full strategy captures a few units at a time")
 
 
 def check(session, strategy: str, limit: int, est: Estimate | None = None) -> list[str]:

@@ -7,7 +7,6 @@ from .strategies import BinarySearch, ChunkedCapture, Strategy, StrategyResult, 
 from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
-from ..compare.memory import capture_limit as default_limit, check as check_memory
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict
@@ -63,19 +62,17 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
 def _planned(session, name: str, capture_limit: int | None) -> tuple[Strategy, int, list[str]]:
     """The strategy the run takes, its capture limit (a share of the memory available; a few blocks'
     activations where the weights are streamed: the forced passes hold about as much again as the
-    capture) and the memory's notes. `full`, whose activations at once do not fit (or, where the
-    weights are streamed, are more than a few blocks' hold), captures a few units at a time
-    (ChunkedCapture, under binary's limit: see memory.whole_capture)."""
-    limit_of = lambda strategy: capture_limit if capture_limit is not None else default_limit(session, strategy)
+    capture) and the memory's notes. `full`, whose activations at once do not fit, captures a few
+    units at a time (ChunkedCapture, under binary's limit: see memory.whole_capture)."""
+    limit_of = lambda strategy: capture_limit if capture_limit is not None else memory.capture_limit(session, strategy)
     if name != "full":
         limit = limit_of(name)
-        return choose(name, limit), limit, check_memory(session, name, limit)
-    streamed = limit_of("binary") if getattr(session, "streams", None) else None
-    est, chunked = memory.whole_capture(session, streamed)
+        return choose(name, limit), limit, memory.check(session, name, limit)
+    est, chunked = memory.whole_capture(session)
     if chunked is None:
-        return choose(name, 0), 0, check_memory(session, name, 0, est)  # full has no capture limit
-    limit = streamed if streamed is not None else limit_of("binary")
-    return ChunkedCapture(limit), limit, [chunked, *check_memory(session, "binary", limit)]
+        return choose(name, 0), 0, memory.check(session, name, 0, est)  # full has no capture limit
+    limit = limit_of("binary")
+    return ChunkedCapture(limit), limit, [chunked, *memory.check(session, "binary", limit)]
 
 
 def _context(session, found: StrategyResult, bad) -> Context:
