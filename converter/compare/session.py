@@ -339,7 +339,8 @@ class PortSession:
         its fp32 drift, which its kernels make larger where they sum less exactly than torch's
         (paddle's CPU mean over 4096 values is eight times further from float64 than torch's). The
         copy is made once, on first use (see _paddle_model64); None where it cannot be made or does not
-        run in float64."""
+        run in float64. It runs with nothing beside it (a probe, the final outputs' judgement), on
+        as many threads as torch uses."""
         from ..frameworks import paddle_side
         from .capture import capture_calls
         from .forced import _paddle_keeps_float64
@@ -355,7 +356,7 @@ class PortSession:
         wide = {k: widen(v) for k, v in self.inputs.items()} if isinstance(self.inputs, dict) \
             else tuple(widen(v) for v in self.inputs)
         try:  # a cast to float32 computes in float64 here; one to a narrower format rounds as in the model
-            with _paddle_keeps_float64(("float32",)):
+            with _paddle_keeps_float64(("float32",)), paddle_side.cpu_threads(import_torch().get_num_threads()):
                 calls = capture_calls(paddle_side, self._paddle64,
                                       lambda: paddle_side.forward(self._paddle64, wide, self.device), set(paths)).calls
             out = {path: to_numpy_list(calls[path].outputs, "paddle") for path in paths}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..io.base import TensorInfo
@@ -23,6 +25,18 @@ def to_numpy(tensor) -> np.ndarray:
     if tensor.dtype in (paddle.bfloat16, paddle.float16):
         return tensor.astype("float32").numpy()
     return tensor.numpy()
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    """Paddle's CPU kernels (MKL, OpenMP) on `n` threads while the block runs, then on paddle's own
+    count again (FLAGS_paddle_num_threads, one by default): for paddle work nothing runs beside."""
+    paddle = import_paddle()
+    paddle.base.core.set_num_threads(n)
+    try:
+        yield
+    finally:
+        paddle.base.core.set_num_threads(int(paddle.get_flags(["FLAGS_paddle_num_threads"])["FLAGS_paddle_num_threads"]))
 
 
 def is_tensor(value) -> bool:
