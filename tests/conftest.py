@@ -17,7 +17,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("GLOG_minloglevel", "2")  # paddle's set-up notes, as converter.lazy.import_paddle keeps them quiet
 
 # What a test file names when it needs paddle: paddle itself, or verify-port in any of its forms.
-_NEEDS_PADDLE = re.compile(r"\bimport paddle\b|\bimport_paddle\b|helpers\.(planted|models)\b|\brun_verify\b|"
+_NEEDS_PADDLE = re.compile(r"\bimport paddle\b|\bimport_paddle\b|helpers\.(planted|models|blocks)\b|\brun_verify\b|"
                            r"\bverify_port\b|converter\.(verify|train|compare|examples)\b|\bspec_path\b|\bSPECS\b|"
                            r"\bPortSpec\b|\bspec_from_functions\b")
 _SIDE_ENVS = tuple(os.path.join(ROOT, "tests", d) + os.sep for d in ("real_models", "real_models_paddleformers"))

@@ -3,56 +3,19 @@ it judges every layer a few units at a time (strategies.ChunkedCapture) and says
 rows and the layer named of one capture of them all; a run that fits neither way stops with one
 line."""
 
-import numpy as np
-import paddle
 import pytest
-import torch
+from helpers.blocks import BATCH, D, LAYERS, blocks_spec
 
 from converter.compare import memory
 from converter.compare.session import Options, PortSession
 from converter.errors import UserError
-from converter.spec import spec_from_functions
 from converter.verify.run import run_on
 
-D, LAYERS, BATCH = 32, 4, 16
 ONE_UNIT = 3 * D * BATCH * 4 * 2 * 2  # a block's three calls on both sides, float32, inputs alike
 
 
-class TorchNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.GELU())
-                                           for _ in range(LAYERS)])
-        self.tail = torch.nn.Linear(D, D)
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x) * 0.5
-        return self.tail(x)
-
-
-class PaddleNet(paddle.nn.Layer):
-    """`tanh_in`: the block whose GELU takes the tanh approximation (a bug HF's exact GELU does not have)."""
-
-    def __init__(self, tanh_in):
-        super().__init__()
-        self.blocks = paddle.nn.LayerList([paddle.nn.Sequential(paddle.nn.Linear(D, D),
-                                                                paddle.nn.GELU(approximate=i == tanh_in))
-                                           for i in range(LAYERS)])
-        self.tail = paddle.nn.Linear(D, D)
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x) * 0.5
-        return self.tail(x)
-
-
 def _session(tanh_in):
-    def torch_model():
-        torch.manual_seed(0)
-        return TorchNet().eval()
-    inputs = lambda: (np.random.default_rng(0).standard_normal((BATCH, D)).astype("float32"),)
-    return PortSession(spec_from_functions(torch_model, lambda: PaddleNet(tanh_in), inputs), Options(device="cpu"))
+    return PortSession(blocks_spec(tanh_in), Options(device="cpu"))
 
 
 def _full(session, available=None):
@@ -83,7 +46,7 @@ def test_full_judges_every_layer_a_few_units_at_a_time_where_they_do_not_fit_at_
     assert chunked.strategy == at_once.strategy == "full"
     said = " ".join(chunked.notes)
     assert "every layer's activations at once need about" in said and "the cgroup's limit (test)" in said
-    assert f"{LAYERS + 1} units in" in said and "full capture in chunks" in said
+    assert f"{LAYERS + 2} units in" in said  # the input Linear, the blocks, the tail and "full capture in chunks" in said
     assert not any("chunks" in n for n in at_once.notes)
     named = lambda report: None if report.first_bad is None else report.first_bad.torch
     assert named(chunked) == named(at_once) == (None if tanh_in is None else f"blocks.{tanh_in}.1")

@@ -4,58 +4,16 @@ there from a pass beside it, so that the units' boundaries take no paired pass o
 forward fewer on each side, the same rows; where they do not fit the capture limit, the outline
 records shapes alone and the boundaries take their pass, as before."""
 
-import numpy as np
-import paddle
 import pytest
-import torch
+from helpers.blocks import BATCH, D, LAYERS, blocks_spec
 
 from converter.compare.session import Options, PortSession
 from converter.frameworks import paddle_side, torch_side
-from converter.spec import spec_from_functions
 from converter.verify import strategies
 from converter.verify.strategies import BinarySearch, unit_candidates
 
-D, LAYERS, BATCH = 16, 4, 8
-
-
-class TorchNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Linear(D, D)
-        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.GELU())
-                                           for _ in range(LAYERS)])
-        self.tail = torch.nn.Linear(D, D)
-
-    def forward(self, x):
-        x = self.embed(x)
-        for block in self.blocks:
-            x = x + block(x)
-        return self.tail(x)
-
-
-class PaddleNet(paddle.nn.Layer):
-    def __init__(self, tanh_in=None):
-        super().__init__()
-        self.embed = paddle.nn.Linear(D, D)
-        self.blocks = paddle.nn.LayerList([paddle.nn.Sequential(paddle.nn.Linear(D, D),
-                                                                paddle.nn.GELU(approximate=i == tanh_in))
-                                           for i in range(LAYERS)])
-        self.tail = paddle.nn.Linear(D, D)
-
-    def forward(self, x):
-        x = self.embed(x)
-        for block in self.blocks:
-            x = x + block(x)
-        return self.tail(x)
-
-
 def _session(tanh_in):
-    def torch_model():
-        torch.manual_seed(0)
-        return TorchNet().eval()
-    inputs = lambda: (np.random.default_rng(0).standard_normal((BATCH, D)).astype("float32"),)
-    return PortSession(spec_from_functions(torch_model, lambda: PaddleNet(tanh_in), inputs),
-                       Options(device="cpu", strategy="binary"))
+    return PortSession(blocks_spec(tanh_in), Options(device="cpu", strategy="binary"))
 
 
 def _search(tanh_in, limit=None):
