@@ -15,7 +15,7 @@ from ..compare.capture import Call
 from ..compare.identity import view_of
 from ..compare.metrics import compare, join, rms_over
 from ..compare.precision import ROUNDING_DRAWS
-from ..compare.forced import ForcedCall, Reference, differing_inputs, paddle_own_inside, torch_own_relative
+from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
 from ..compare.fused import sliced
 from ..paths import is_under
 from ..compare.replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
@@ -349,7 +349,8 @@ def analyze_all(session, passes: Passes, alone=None) -> list[LayerResult]:
     inside = [pair.torch for pair, row in zip(passes.pairs, rows) if _measurable_inside(session, pair, passes, row)]
     if inside and alone is not None:
         alone()
-    torch_own = torch_own_relative(session, inside, passes.t_calls) if inside else {}
+    torch_own = torch_own_errors(session, {p: [c.torch for c in children[p]] for p in inside}, passes.t_calls) \
+        if inside else {}
     return [row if pair.torch not in torch_own else
             _measured_inside(session, pair, passes, children[pair.torch], row, one, torch_own[pair.torch])
             for pair, row in zip(passes.pairs, rows)]
@@ -376,11 +377,11 @@ def _measurable_inside(session, pair, passes: Passes, row: LayerResult) -> bool:
         and sum(int(np.prod(p.shape)) for p in layer.parameters()) <= PADDLE_INSIDE_SIZE
 
 
-def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again, torch_own: float) -> LayerResult:
+def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again, torch_own: TorchOwn) -> LayerResult:
     """`row` (_measurable_inside) judged again with paddle's own error, measured on a float64 copy of
     the layer (forced.paddle_own_inside), which budgets the layer's outputs and the inputs its code
     hands its children, where it is of the size rounding gives against torch's own over the whole
-    module (`torch_own`). A difference of the port's own stays where the copy computes it too; one
+    module at the same tensors (`torch_own`). A difference of the port's own stays where the copy computes it too; one
     that runs in float32 alone (code branching on the dtype) is taken for paddle's own error up to
     forced.OWN_ERROR_TIMES torch's (a known gap: a bug whose effect is within that is passed)."""
     errs, inputs = paddle_own_inside(session, pair, passes, children, torch_own)
