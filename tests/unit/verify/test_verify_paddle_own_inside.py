@@ -200,52 +200,27 @@ def test_a_port_with_the_same_code_and_paddle_s_own_kernels_passes(case):
     """Paddle's own error measured inside is taken where it is paddle's kernels: an attention that
     hands integer positions to a child (nothing rounds there), and a long mean whose paddle kernel
     is a hundred times less exact than torch's (against torch's own error at the same tensor)."""
-    if case == "centred":
-        def torch_model():
-            torch.manual_seed(0)
-            return TorchCentredNet().eval()
-        paddle_model = PaddleCentredNet
-        inputs = lambda: ((np.random.default_rng(0).standard_normal((2, 65536, 16)) + 100).astype("float32"),)
-    else:
-        mode = "shifted" if case == "positions-shifted" else "same"
+    mode = "shifted" if case == "positions-shifted" else "same"
+    torch_block, paddle_block = (TorchCentred, PaddleCentred) if case == "centred" else \
+        (TorchPositioned, lambda: PaddlePositioned(mode))
 
-        def torch_model():
-            torch.manual_seed(0)
-            model = TorchNet()
-            model.blocks = torch.nn.ModuleList([TorchPositioned() for _ in range(2)])
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    p.copy_(torch.randn_like(p) * D ** -0.5 * (3.0 if name.endswith("weight") else 0.1))
-            return model.eval()
+    def torch_model():
+        torch.manual_seed(0)
+        model = TorchNet()
+        model.blocks = torch.nn.ModuleList([torch_block() for _ in range(2)])
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.randn_like(p) * p.shape[-1] ** -0.5 * (3.0 if name.endswith("weight") else 0.1))
+        return model.eval()
 
-        def paddle_model():
-            model = PaddleNet(mode)
-            model.blocks = paddle.nn.LayerList([PaddlePositioned(mode) for _ in range(2)])
-            return model
-        inputs = lambda: (np.random.default_rng(0).standard_normal((2, T, D)).astype("float32"),)
+    def paddle_model():
+        model = PaddleNet(mode)
+        model.blocks = paddle.nn.LayerList([paddle_block() for _ in range(2)])
+        return model
+    shape = (2, 65536, 16) if case == "centred" else (2, T, D)
+    inputs = lambda: (np.random.default_rng(0).standard_normal(shape).astype("float32") + (100 if case == "centred" else 0),)
     report = verify(spec_from_functions(torch_model, paddle_model, inputs), Options(device="cpu", strategy="full"),
                     bisect=True)
     assert report.verdict == "pass" and report.first_bad is None, report.first_bad
     assert any(PADDLE_OWN_INSIDE in (r.note or "") for r in report.layers)
 
-
-class TorchCentredNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([TorchCentred() for _ in range(2)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
-
-
-class PaddleCentredNet(paddle.nn.Layer):
-    def __init__(self):
-        super().__init__()
-        self.blocks = paddle.nn.LayerList([PaddleCentred() for _ in range(2)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
