@@ -512,8 +512,7 @@ def torch_own_errors(session, children: dict[str, list[str]], t_calls: dict) -> 
             values = [torch_side.to_numpy(v) for v in t_calls[path].outputs]
             own = TorchOwn(None if ref is None else _own_error([e for e in ref.output_err if e is not None], values))
             for child in children[path]:
-                recorded = [torch_side.to_numpy(t) for t in call_tensors(t_calls[child].args, t_calls[child].kwargs,
-                                                                         torch_side.is_tensor)] if child in t_calls else []
+                recorded = [torch_side.to_numpy(t) for t in torch_inputs(t_calls[child])] if child in t_calls else []
                 for i, (wide, r) in enumerate(zip(seen.get(child, []), recorded)):
                     if wide is not None and wide.shape == r.shape and np.issubdtype(r.dtype, np.floating):
                         own.inputs[child, i] = _own_error([np.subtract(wide, r, dtype=np.float64)], [r])
@@ -542,8 +541,8 @@ def _own_error(errs: list, values: list) -> OwnError:
 def _rounding_sized(err: np.ndarray, values: np.ndarray, torch_own: OwnError) -> bool:
     """`err` is of a size rounding gives: its rms against the values', and its worst row's, at most
     OWN_ERROR_TIMES torch's own there (at least float32's unit), not a difference between what
-    float32 and float64 compute (a branch on the dtype, a round trip through float16, random
-    numbers), in all of the tensor or in a few of its positions."""
+    float32 and float64 compute (a branch on the dtype, random numbers), in all of the tensor or in
+    a few of its positions."""
     if not np.issubdtype(values.dtype, np.floating) or not np.all(np.isfinite(err)) or err.shape != values.shape:
         return False
     mine = _own_error([err], [values])

@@ -31,8 +31,11 @@ class TorchAttention(torch.nn.Module):
         b, t, _ = x.shape
         heads = lambda z: z.view(b, t, HEADS, D // HEADS).transpose(1, 2)
         q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-        p = self.drop(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // HEADS), -1))
+        p = self.drop(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // HEADS) + self.position_bias(t), -1))
         return (p @ v).transpose(1, 2).reshape(b, t, D)
+
+    def position_bias(self, t):
+        return 0.0
 
 
 class PaddleAttention(paddle.nn.Layer):
@@ -57,7 +60,7 @@ class PaddleAttention(paddle.nn.Layer):
             scores = (q + 64.0) @ k.transpose([0, 1, 3, 2]) - 64.0 * k.sum(-1).unsqueeze(-2)
         else:
             scores = q @ k.transpose([0, 1, 3, 2])
-        scores = scores if self.mode == "unscaled" else scores / math.sqrt(D // HEADS)
+        scores = (scores if self.mode == "unscaled" else scores / math.sqrt(D // HEADS)) + self.position_bias(t)
         if self.mode == "float32-only" and scores.dtype == paddle.float32:
             scores = scores * (1 + 1e-2)
         p = paddle.nn.functional.softmax(scores, -1)
@@ -67,6 +70,9 @@ class PaddleAttention(paddle.nn.Layer):
         if self.mode == "dropout-on":
             p = paddle.nn.functional.dropout(p, 0.1)
         return (p @ v).transpose([0, 2, 1, 3]).reshape([b, t, D])
+
+    def position_bias(self, t):
+        return 0.0
 
 
 class TorchNet(torch.nn.Module):
@@ -147,13 +153,8 @@ class TorchPositioned(TorchAttention):
         super().__init__()
         self.rel = torch.nn.Embedding(2 * T, HEADS)
 
-    def forward(self, x):
-        b, t, _ = x.shape
-        heads = lambda z: z.view(b, t, HEADS, D // HEADS).transpose(1, 2)
-        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-        bias = self.rel(torch.arange(t)[None, :] - torch.arange(t)[:, None] + T).permute(2, 0, 1)[None]
-        p = self.drop(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // HEADS) + bias, -1))
-        return (p @ v).transpose(1, 2).reshape(b, t, D)
+    def position_bias(self, t):
+        return self.rel(torch.arange(t)[None, :] - torch.arange(t)[:, None] + T).permute(2, 0, 1)[None]
 
 
 class PaddlePositioned(PaddleAttention):
@@ -161,17 +162,8 @@ class PaddlePositioned(PaddleAttention):
         super().__init__(mode)
         self.rel = paddle.nn.Embedding(2 * T, HEADS)
 
-    def forward(self, x):
-        b, t, _ = x.shape
-        heads = lambda z: z.reshape([b, t, HEADS, D // HEADS]).transpose([0, 2, 1, 3])
-        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-        if self.mode == "shifted":
-            scores = (q + 64.0) @ k.transpose([0, 1, 3, 2]) - 64.0 * k.sum(-1).unsqueeze(-2)
-        else:
-            scores = q @ k.transpose([0, 1, 3, 2])
-        bias = self.rel(paddle.arange(t)[None, :] - paddle.arange(t)[:, None] + T).transpose([2, 0, 1])[None]
-        p = self.drop(paddle.nn.functional.softmax(scores / math.sqrt(D // HEADS) + bias, -1))
-        return (p @ v).transpose([0, 2, 1, 3]).reshape([b, t, D])
+    def position_bias(self, t):
+        return self.rel(paddle.arange(t)[None, :] - paddle.arange(t)[:, None] + T).transpose([2, 0, 1])[None]
 
 
 class TorchCentred(torch.nn.Module):
