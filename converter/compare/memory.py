@@ -3,7 +3,8 @@
 The peak is both models (held already; a model whose weights are streamed, its part outside the
 blocks and its largest block), the float64 reference's part widened for the whole run (held
 already) and its largest blocks (widened as it runs, see compare/widen.py: one where they are
-read from the checkpoint or a block is more than BLOCK_SHARE of the memory available), and the
+read from the checkpoint or a block is more than BLOCK_SHARE of the memory available), where
+weights stream the free storage kept for the next blocks (a float64 block's, compare/recycle.py), and the
 activations the strategy keeps: under `auto` and `binary` at most twice the capture limit (the
 forced passes hold about as much again as the capture), which they keep to; under `full`, four
 times the floating outputs of one torch forward (torch's capture, paddle's, the forced paddle
@@ -46,19 +47,21 @@ class Estimate:
     reference: int  # the float64 reference's part held for the whole run, held already
     blocks: int  # its largest blocks, widened as it runs
     activations: int
+    spare: int = 0  # free storage kept for the next block's tensors where weights stream (compare/recycle.py)
 
     @property
     def peak(self) -> int:
-        return self.models + self.reference + self.blocks + self.activations
+        return self.models + self.reference + self.blocks + self.activations + self.spare
 
     @property
     def more(self) -> int:
         """What the run takes beyond what the session holds now."""
-        return self.blocks + self.activations
+        return self.blocks + self.activations + self.spare
 
     def parts(self) -> str:
+        spare = f", {self.spare / GiB:.1f} GiB storage kept for the next blocks" if self.spare else ""
         return (f"{self.models / GiB:.1f} GiB both models, {(self.reference + self.blocks) / GiB:.1f} GiB the float64 "
-                f"reference, {self.activations / GiB:.1f} GiB activations")
+                f"reference, {self.activations / GiB:.1f} GiB activations{spare}")
 
 
 def available_memory(cap: int | None = None) -> tuple[int, str]:
@@ -153,7 +156,9 @@ def estimate(session, strategy: str, limit: int) -> Estimate:
         activations = FULL_CAPTURE_COPIES * _forward_outputs(session)
     else:
         activations = 2 * limit
-    return Estimate(_models_bytes(session), reference, blocks, activations)
+    checkpoint = getattr(session, "checkpoint", None)
+    spare = checkpoint.storages.cap if checkpoint is not None else 0
+    return Estimate(_models_bytes(session), reference, blocks, activations, spare)
 
 
 def _models_bytes(session) -> int:
@@ -359,6 +364,7 @@ def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "f
     in_memory = Estimate(models, reference, blocks, activations)
     paddle_streamed = paddle_held.streamed(streamed_keep) if paddle_streams else paddle_held.whole
     streamed_models = torch_held.streamed(streamed_keep) + paddle_streamed
+    spare = max(wide.blocks, default=0)
     streamed = Estimate(streamed_models, reference, wide.streamed(streamed_keep) - reference,
-                        int(2 * CAPTURE_SHARE * max(0, available - streamed_models - reference)))
+                        int(2 * CAPTURE_SHARE * max(0, available - streamed_models - reference - spare)), spare)
     return Planned(in_memory, models + paddle_held.whole, streamed)

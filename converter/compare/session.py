@@ -380,7 +380,7 @@ class PortSession:
         from .stream import stream_paddle
         with self.build.paddle():  # as the paddle model was built
             model = self.spec.another_paddle_model()
-        streamed = stream_paddle(model, self.plan, self.checkpoint.read, dtype="float64")
+        streamed = stream_paddle(model, self.plan, self.checkpoint, dtype="float64")
         self.undo.push(streamed.close)
         return model.eval()
 

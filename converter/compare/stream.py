@@ -30,7 +30,10 @@ import numpy as np
 from ..errors import UserError
 from ..io.base import Source, TensorInfo
 from ..lazy import import_paddle, import_torch
+from .recycle import Storages
 from .widen import STREAMED_KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
+
+LENT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # paddle tensors made on lent storage
 
 
 def on_meta_device(model) -> bool:
@@ -193,6 +196,7 @@ class Checkpoint(Source):
                                 f"{list(self.inner.infos[k].shape)} in the checkpoint, {list(want[k].shape)} in the "
                                 "model; give the checkpoint of this model")
             self.dtypes = {k: t.dtype for k, t in want.items()}
+            self.storages = Storages(_widest_block(torch_model))
             self.infos = {k: TensorInfo(k, torch_name(t.dtype), tuple(t.shape)) for k, t in want.items()}
         except BaseException:
             self.inner.close()
@@ -202,16 +206,28 @@ class Checkpoint(Source):
         """The checkpoint holds the tensor `key` (under its own key or one it is tied to)."""
         return self.stored_as.get(key) is not None
 
-    def tensor(self, key: str):
-        """The tensor `key` as a CPU torch tensor of the model's dtype: the checkpoint's, or a copy
-        of the model's own where the model computes it."""
-        from ..io.torch_io import numpy_to_tensor
+    def tensor(self, key: str, dtype=None):
+        """The tensor `key` as a CPU torch tensor of the model's dtype, or of `dtype` (wider: a
+        float64 copy): the checkpoint's, or a copy of the model's own where the model computes it.
+        Made on storage the pool lends (self.storages), converted in one copy where the model's
+        dtype holds every value of the checkpoint's."""
         if key in self.own:
-            return self.own[key].detach().to("cpu", copy=True)
+            own = self.own[key].detach()
+            return own.to("cpu", dtype or own.dtype, copy=True)
+        held = self.dtypes[key]
+        dtype = dtype or held
         stored = self.stored_as[key]
-        array = numpy_to_tensor(self.inner.read(stored), self.inner.infos[stored].dtype)
-        self.inner.release(stored)
-        return array.to(self.dtypes[key])
+        kind = self.inner.infos[stored].dtype
+        array = self.inner.read(stored)
+        try:
+            view = _read_only_tensor(array, kind)
+            if view.dtype != held and not _holds_every_value(held, view.dtype):
+                view = view.to(held)  # rounded to the model's dtype first, as loading it would
+            out = self.storages.empty(view.shape, dtype)
+            out.copy_(view)
+        finally:
+            self.inner.release(stored)
+        return out
 
     def read(self, name: str) -> np.ndarray:
         from ..io.torch_io import tensor_to_numpy
@@ -274,27 +290,29 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> St
     return Streamed(model, tensors, handles, block_of)
 
 
-def stream_paddle(model, plan, read, keep: int = STREAMED_KEEP, dtype: str | None = None) -> Streamed:
+def stream_paddle(model, plan, checkpoint: Checkpoint, keep: int = STREAMED_KEEP,
+                  dtype: str | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with the tensors the plan writes computed from
-    `read` (the torch state's storage arrays) as its layers run; `dtype`: its floating tensors made
-    in that dtype instead of their own (a float64 copy of the model)."""
+    the checkpoint's storage arrays as its layers run, on storage its pool lends; `dtype`: its
+    floating tensors made in that dtype instead of their own (a float64 copy of the model)."""
     arrays = {}
     for entry in plan.entries:
         for name in (entry.name, *entry.aliases):
-            arrays[name] = lambda entry=entry: entry.compute(read)
-    return stream_paddle_arrays(model, arrays, keep, dtype)
+            arrays[name] = lambda entry=entry: entry.compute(checkpoint.read)
+    return stream_paddle_arrays(model, arrays, keep, dtype, checkpoint.storages)
 
 
-def stream_paddle_arrays(model, arrays: dict, keep: int = STREAMED_KEEP, dtype: str | None = None) -> Streamed:
+def stream_paddle_arrays(model, arrays: dict, keep: int = STREAMED_KEEP, dtype: str | None = None,
+                         storages: Storages | None = None) -> Streamed:
     """The paddle model (built under LazyGuard) with each tensor whose state-dict key `arrays` has
     made by it (a function returning its storage array) as its layers run; `dtype`: as in
-    stream_paddle."""
+    stream_paddle; `storages`: the pool lending the floating tensors' storage on the CPU."""
     records: dict[int, Held] = {}
     width = 1 if dtype is None else np.dtype(dtype).itemsize
 
     def held(t, array):
         size = int(np.prod(t.shape)) * (t.element_size() if dtype is None or not t.is_floating_point() else width)
-        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array(), dtype), t, size))
+        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array(), dtype, storages), t, size))
 
     layers = [(prefix, layer) for prefix, layer in model.named_sublayers(include_self=True)]
     blocks = _paddle_blocks(model)
@@ -352,7 +370,7 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
                              f"block by block ({held} held at a time), the paddle model keeps the weights it "
                              "was loaded with", lambda: None)
     if converted is None:
-        streamed = stream_paddle(paddle_model, plan, checkpoint.read, keep)
+        streamed = stream_paddle(paddle_model, plan, checkpoint, keep)
         return PaddleWeights(plan, ruleset, streamed, True, None, f"streamed from {where}",
                              f"weights: torch_model() is on the meta device: both models' weights are streamed from "
                              f"{where} block by block (the part outside the blocks and {held} per side held at a "
@@ -459,20 +477,69 @@ def _paddle_blocks(model) -> list:
                           lambda m: m.sublayers(include_self=True), lambda m: list(m.children()))
 
 
-def _paddle_tensor(placeholder, array: np.ndarray, dtype: str | None = None):
-    """`array` as a paddle tensor standing where `placeholder` (a lazy parameter or a buffer) stands."""
+def _paddle_tensor(placeholder, array: np.ndarray, dtype: str | None = None, storages: Storages | None = None):
+    """`array` as a paddle tensor standing where `placeholder` (a lazy parameter or a buffer) stands;
+    a floating one on the CPU made on storage `storages` lends (shared with paddle through DLPack)."""
     paddle = import_paddle()
-    array = _contiguous(array)
     kind, name = placeholder.dtype, placeholder.name
     if dtype is not None and placeholder.is_floating_point():  # a copy of the model in another dtype
         # under a name of its own: a parameter made under its original's name writes the original's values
-        array, kind, name = array.astype(dtype), getattr(paddle, dtype), f"{placeholder.name}.{dtype}"
+        kind, name = getattr(paddle, dtype), f"{placeholder.name}.{dtype}"
+    lent = _lent(array, kind, storages)
+    if lent is None:
+        array = _contiguous(array)
+        if dtype is not None and placeholder.is_floating_point():
+            array = array.astype(dtype)
     if isinstance(placeholder, paddle.base.framework.EagerParamBase):
-        p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=kind, name=name)
-        p.set_value(array)
+        if lent is not None:
+            p = paddle.base.framework.EagerParamBase.from_tensor(lent, name=name)
+        else:
+            p = paddle.base.framework.EagerParamBase(shape=list(array.shape), dtype=kind, name=name)
+            p.set_value(array)
         p.stop_gradient = placeholder.stop_gradient
         return p
-    return paddle.to_tensor(array, dtype=kind)
+    return lent if lent is not None else paddle.to_tensor(array, dtype=kind)
+
+
+def _lent(array: np.ndarray, kind, storages: Storages | None):
+    """`array` copied in paddle dtype `kind` to a CPU tensor on storage `storages` lends, as a
+    paddle tensor sharing it; None where there is no pool, paddle computes elsewhere than on the
+    CPU, `kind` is not floating, or the array's layout is one torch cannot view."""
+    paddle = import_paddle()
+    torch = import_torch()
+    name = str(kind).rpartition(".")[2]
+    if (storages is None or name not in LENT_DTYPES or paddle.device.get_device() != "cpu"
+            or any(s < 0 for s in array.strides)):
+        return None
+    out = storages.empty(array.shape, getattr(torch, name))
+    out.copy_(_read_only_tensor(array, "bfloat16" if array.dtype == np.uint16 else array.dtype.name))
+    return paddle.utils.dlpack.from_dlpack(out)
+
+
+def _read_only_tensor(array: np.ndarray, dtype: str):
+    """A torch tensor viewing storage array `array` of logical dtype `dtype` (bf16 from its uint16
+    bits), without a copy; read-only memory is only read (torch warns that it cannot mark it so)."""
+    import warnings
+    torch = import_torch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if dtype == "bfloat16":
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+
+
+def _holds_every_value(wide, narrow) -> bool:
+    """Torch dtype `wide` holds every value of `narrow` exactly (a cast between them is exact)."""
+    torch = import_torch()
+    floats = [torch.float16, torch.float32, torch.float64]
+    return wide == narrow or (wide in floats[1:] and narrow in (torch.bfloat16, *floats[:floats.index(wide)]))
+
+
+def _widest_block(torch_model) -> int:
+    """Bytes of the largest block's floating tensors in float64: the free storage a pool keeps
+    (see compare/recycle.py), a block of the widest copy the run makes."""
+    return max((8 * sum(t.numel() for t in {id(t): t for t in block.state_dict(keep_vars=True).values()}.values()
+                        if t.is_floating_point()) for block in _blocks(torch_model)), default=0)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ twice its float32 weights for the whole run. The reference here has the model's 
 deep copy) whose floating parameters and buffers are placeholders of their shape, float64 on the
 CPU (a view of one NaN: dtype and device read right, values read too early give NaN), each block
 widened from the float32 model's own tensors (read, never changed), or read from the checkpoint
-where the model's weights are streamed, when it runs.
+in float64 where the model's weights are streamed, when it runs.
 """
 
 from __future__ import annotations
@@ -254,9 +254,10 @@ def block_tensors(places, count: int, hook, keep: int = KEEP) -> BlockTensors:
 
 class Float64Reference:
     """`model` (a torch module, float32 or narrower, left as it is) as a float64 reference model:
-    `.model` runs like a float64 copy of it, bit for bit. `read` (a state-dict key -> its tensor
-    from the checkpoint, on the CPU): the tensors are widened from it instead of from the model's
-    own (a model on the meta device, whose weights are streamed). `keep`: the blocks widened at a
+    `.model` runs like a float64 copy of it, bit for bit. `read` (a state-dict key, and a dtype
+    or none for the model's own -> its tensor from the checkpoint in that dtype, on the CPU): the
+    tensors are read from it in float64 instead of widened from the model's own (a model on the
+    meta device, whose weights are streamed). `keep`: the blocks widened at a
     time; by default KEEP, one (STREAMED_KEEP) where read from the checkpoint."""
 
     def __init__(self, model, keep: int | None = None, read=None):
@@ -341,8 +342,7 @@ def _widened(t, module, kind: str, name: str):
 
 def _read_wide(t, key: str, read):
     def make():
-        torch = import_torch()
-        return _like(t, read(key).to(torch.float64))
+        return _like(t, read(key, import_torch().float64))
     return make
 
 
