@@ -53,6 +53,11 @@ class Storages:
             self._lent.append(made.untyped_storage())
         return made
 
+    def clear(self) -> None:
+        """Every storage let go (those in use stay with their holders)."""
+        with self._lock:
+            self._lent.clear()
+
     def free_bytes(self) -> int:
         """Bytes of the storage lent that nothing but the pool holds now."""
         with self._lock:

@@ -234,6 +234,7 @@ class Checkpoint(Source):
         return tensor_to_numpy(self.tensor(name))
 
     def close(self) -> None:
+        self.storages.clear()
         self.inner.close()
 
 

@@ -16,7 +16,8 @@ from safetensors.torch import save_file
 from converter.compare.session import Options, PortSession
 from converter.errors import UserError
 from converter.spec import spec_from_functions
-from converter.compare import memory
+from converter.compare import memory, recycle
+from converter.compare.widen import BlockTensors
 from converter.verify.run import run_on, verify
 
 H, HEADS, FFN, VOCAB, LAYERS, SEQ = 32, 4, 48, 64, 4, 8
@@ -320,3 +321,21 @@ def test_full_on_streamed_weights_whose_activations_do_not_fit_judges_a_few_bloc
     once = {r.torch: r.ratio for r in at_once.layers}
     assert in_chunks.layers and all(r.ratio == pytest.approx(once[r.torch], rel=1e-3) for r in in_chunks.layers
                                     if r.ratio is not None)
+
+
+def test_a_streamed_run_makes_most_blocks_on_storage_lent_again(checkpoint, monkeypatch):
+    asked = []
+    empty = recycle.Storages.empty
+
+    def counted(self, shape, dtype):
+        before = {s.data_ptr() for s in self._lent}
+        made = empty(self, shape, dtype)
+        asked.append(made.data_ptr() in before)
+        return made
+    monkeypatch.setattr(recycle.Storages, "empty", counted)
+    monkeypatch.setattr(BlockTensors, "hold_within", lambda self, allowance: self.keep)  # one block per side
+    options = Options(device="cpu", strategy="binary")
+    with PortSession(spec_from_functions(meta_torch, lazy_paddle, inputs), options, weights=checkpoint) as session:
+        report = run_on(session, options, bisect=True)
+    assert report.verdict == "pass" and report.first_bad is None
+    assert len(asked) > 2 * LAYERS and sum(asked) > len(asked) / 2
