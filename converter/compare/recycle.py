@@ -6,14 +6,15 @@ Memory fresh from the system comes as zeroed pages, one fault each, and clearing
 about a third of such a check's CPU (perf: clear_page under torch's and paddle's copies).
 Storages lends torch tensors on storage it keeps a reference to: once every other holder has
 let go (the tensor dropped by its module, a numpy view of it gone, paddle's tensor made from it
-through DLPack freed), the pool's reference is the storage's only one, and the next tensor of
-the same size is made on it, in pages already mapped. Free storage over `cap` bytes goes back,
+through DLPack freed, its Python storage object let go), the pool's reference is the storage's
+only one, and the next tensor of the same size is made on it, in pages already mapped. Free storage over `cap` bytes goes back,
 the oldest first, when the next tensor is asked for. Two threads may ask at once.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 from ..lazy import import_torch
@@ -36,7 +37,7 @@ class Storages:
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
-            free = [s for s in self._lent if _only_here(s)]
+            free = self._free()
             spare = next((s for s in reversed(free) if s.nbytes() == nbytes), None)
             over = sum(s.nbytes() for s in free if s is not spare) - self.cap
             for s in free:
@@ -61,10 +62,13 @@ class Storages:
     def free_bytes(self) -> int:
         """Bytes of the storage lent that nothing but the pool holds now."""
         with self._lock:
-            return sum(s.nbytes() for s in self._lent if _only_here(s))
+            return sum(s.nbytes() for s in self._free())
 
-
-def _only_here(storage) -> bool:
-    """The pool's reference is the only one to `storage` (no tensor, view, numpy array or DLPack
-    capsule holds it)."""
-    return import_torch()._C._storage_Use_Count(storage._cdata) == 1
+    def _free(self) -> list:
+        """The storages lent that nothing but the pool holds: no tensor, view, numpy array or
+        DLPack capsule (each counts in the storage's own count), nor its Python storage object, which
+        `untyped_storage()` hands out as the one the pool keeps (counted by Python: the list's
+        reference and the call's argument alone)."""
+        use_count = import_torch()._C._storage_Use_Count
+        return [self._lent[i] for i in range(len(self._lent))
+                if use_count(self._lent[i]._cdata) == 1 and sys.getrefcount(self._lent[i]) == 2]

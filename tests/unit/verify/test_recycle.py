@@ -1,8 +1,8 @@
 """Storage lent again to the next block's tensors of a streamed run (compare/recycle.py): a
 dropped tensor's storage makes the next tensor of its size; storage still held anywhere (a view,
-a numpy array, a parameter, a paddle tensor through DLPack) is never lent again; free storage
-over the cap goes back. The checkpoint's tensors made on it hold the values loading gives (a
-streamed run making its blocks on it: tests/unit/verify/test_stream.py)."""
+a numpy array, a parameter, its Python storage object, a paddle tensor through DLPack) is never
+lent again; free storage over the cap goes back. The checkpoint's tensors made on it hold the
+values loading gives (a streamed run making its blocks on it: tests/unit/verify/test_stream.py)."""
 
 import gc
 
@@ -34,10 +34,20 @@ def _hold(tensor, holder: str):
         return tensor.numpy()
     if holder == "parameter":
         return torch.nn.Parameter(tensor)
+    if holder == "storage":  # the Python storage object the pool keeps too
+        return tensor.untyped_storage()
     return paddle.utils.dlpack.from_dlpack(tensor)
 
 
-@pytest.mark.parametrize("holder", ["view", "numpy", "parameter", "paddle"])
+def _values(held, holder: str) -> np.ndarray:
+    if holder == "paddle":
+        return held.numpy()
+    if holder == "storage":
+        return torch.empty(0).set_(held, 0, (64 * 32,)).numpy()
+    return held.detach().numpy() if torch.is_tensor(held) else held
+
+
+@pytest.mark.parametrize("holder", ["view", "numpy", "parameter", "storage", "paddle"])
 def test_storage_still_held_anywhere_is_not_lent_again(holder):
     pool = Storages(cap=1 << 30)
     a = pool.empty((64, 32), torch.float32)
@@ -48,7 +58,7 @@ def test_storage_still_held_anywhere_is_not_lent_again(holder):
     other = pool.empty((64, 32), torch.float32)
     other.fill_(-1.0)
     assert other.data_ptr() != where
-    values = held.numpy() if holder == "paddle" else held.detach().numpy() if torch.is_tensor(held) else held
+    values = _values(held, holder)
     assert np.all(values == 3.0)  # the holder's values untouched
     del held, values
     gc.collect()
