@@ -33,7 +33,7 @@ class Storages:
         """An uninitialised contiguous CPU tensor of `shape` and `dtype`, on a free storage of its
         size where the pool holds one."""
         torch = import_torch()
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
         with self._lock:

@@ -27,8 +27,10 @@ from typing import Callable
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import UserError
 from ..io.base import Source, TensorInfo
+from ..io.torch_io import numpy_view, tensor_to_numpy
 from ..lazy import import_paddle, import_torch
 from .recycle import Storages
 from .widen import STREAMED_KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
@@ -220,7 +222,7 @@ class Checkpoint(Source):
         kind = self.inner.infos[stored].dtype
         array = self.inner.read(stored)
         try:
-            view = _read_only_tensor(array, kind)
+            view = numpy_view(array, kind)
             if view.dtype != held and not _holds_every_value(held, view.dtype):
                 view = view.to(held)  # rounded to the model's dtype first, as loading it would
             out = self.storages.empty(view.shape, dtype)
@@ -230,7 +232,6 @@ class Checkpoint(Source):
         return out
 
     def read(self, name: str) -> np.ndarray:
-        from ..io.torch_io import tensor_to_numpy
         return tensor_to_numpy(self.tensor(name))
 
     def close(self) -> None:
@@ -436,7 +437,6 @@ def _paddle_file(converted: str) -> Source:
 def _check_file(plan, checkpoint: Checkpoint, source):
     """Every tensor the plan writes, as the paddle weights file holds it, against the torch tensor
     the plan makes of the checkpoint, bit for bit, one tensor at a time: a WeightCheck."""
-    from .. import dtypes
     from .weights import check_written
 
     def actual(name):
@@ -513,20 +513,8 @@ def _lent(array: np.ndarray, kind, storages: Storages | None):
             or any(s < 0 for s in array.strides)):
         return None
     out = storages.empty(array.shape, getattr(torch, name))
-    out.copy_(_read_only_tensor(array, "bfloat16" if array.dtype == np.uint16 else array.dtype.name))
+    out.copy_(numpy_view(array, dtypes.from_numpy(array.dtype)))
     return paddle.utils.dlpack.from_dlpack(out)
-
-
-def _read_only_tensor(array: np.ndarray, dtype: str):
-    """A torch tensor viewing storage array `array` of logical dtype `dtype` (bf16 from its uint16
-    bits), without a copy; read-only memory is only read (torch warns that it cannot mark it so)."""
-    import warnings
-    torch = import_torch()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if dtype == "bfloat16":
-            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(array)
 
 
 def _holds_every_value(wide, narrow) -> bool:
@@ -549,8 +537,5 @@ def _contiguous(array: np.ndarray) -> np.ndarray:
     if array.flags.c_contiguous:
         return array
     if array.dtype in (np.float32, np.float64, np.float16) and all(s > 0 for s in array.strides):
-        import warnings
-        with warnings.catch_warnings():  # a read-only view of the checkpoint: torch only reads it here
-            warnings.simplefilter("ignore", UserWarning)
-            return import_torch().from_numpy(array).contiguous().numpy()
+        return numpy_view(array, array.dtype.name).contiguous().numpy()  # a read-only view: torch only reads it
     return np.ascontiguousarray(array)

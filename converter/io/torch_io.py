@@ -271,12 +271,21 @@ def _drop_pages(address: int, length: int) -> None:
 
 
 def numpy_to_tensor(array: np.ndarray, dtype: str):
-    """A storage array of logical dtype `dtype` as a torch tensor (bf16 from its uint16 bits)."""
+    """A storage array of logical dtype `dtype` as a torch tensor of its own (bf16 from its uint16
+    bits)."""
+    return numpy_view(np.array(array), dtype)  # writable and owned
+
+
+def numpy_view(array: np.ndarray, dtype: str):
+    """A torch tensor viewing storage array `array` of logical dtype `dtype` (bf16 from its uint16
+    bits), without a copy; a read-only array is viewed too, for reading only (torch warns that it
+    cannot mark the tensor so)."""
     torch = import_torch()
-    array = np.array(array)  # writable and owned
-    if dtype == "bfloat16":
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if dtype == "bfloat16":
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
 
 
 def tensor_to_numpy(t) -> np.ndarray:
