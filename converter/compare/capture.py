@@ -144,15 +144,19 @@ class Recorder:
     With attached=True (torch, for a backward through the recorded forward) every call's inputs
     are kept as copies detached from the graph and its outputs that require a gradient as the
     tensors themselves, attached to the graph, their gradients retained (`output.grad` after the
-    backward); the outputs that require no gradient are not kept."""
+    backward); the outputs that require no gradient are not kept.
+
+    With a `spill` (spill.Spill), every recorded call's inputs and outputs are written to it too,
+    kept or not, to be read back instead of recording them again."""
 
     def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset(),
-                 attached: bool = False):
+                 attached: bool = False, spill=None):
         self.paths = paths
         self.keep = keep  # True, False, or the paths whose calls' tensors are kept
         self.attached = attached
         self.allowance = allowance or Allowance()
         self.copies = copies
+        self.spill = spill
         self.is_tensor = None  # the framework's, set by record(): which inputs are tensors
         self.modules: dict = {}  # path -> the module or layer recorded there, set by record()
         self.taken = 0
@@ -171,6 +175,8 @@ class Recorder:
         if path in self.calls:  # a module called again (shared): the first call is compared
             self.calls[path].count += 1
             return
+        if self.spill is not None:
+            self.spill.record_inputs(path, args, kwargs, self.is_tensor)
         keep = self.keeps(path)
         if keep and self.is_tensor is not None:
             tensors = call_tensors(args, kwargs, self.is_tensor)
@@ -195,6 +201,8 @@ class Recorder:
         self.counter += 1
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
+        if self.spill is not None:
+            self.spill.record_outputs(path, output, self.is_tensor, is_tensor)
         if self.keeps(path):
             if self.attached:
                 call.outputs = [t for t in tensors if t.requires_grad]
@@ -220,6 +228,8 @@ class Recorder:
         being recorded again)."""
         self.calls.clear()
         self._versions.clear()
+        if self.spill is not None:
+            self.spill.reset()
         with self.allowance._lock:
             self.allowance.held -= self.taken
         self.taken = 0
@@ -272,29 +282,31 @@ def _record_pass(side, model, run, recorder: Recorder, until: dict | None = None
 
 
 def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | None = None,
-                  until: dict | None = None) -> Recorder:
+                  until: dict | None = None, spill=None) -> Recorder:
     """`run()` once with `model`'s modules at `paths` recorded; once more, recording as copies the
     calls whose kept tensors an in-place operation changed afterwards (see Recorder). `until`
-    (path -> calls; see stop_when_done): the forward ends once those calls have completed."""
-    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance), until)
+    (path -> calls; see stop_when_done): the forward ends once those calls have completed.
+    `spill`: every call's tensors written to it too (see Recorder)."""
+    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance, spill=spill), until)
     stale = recorder.stale() if keep is not False else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
         recorder.release()  # the first pass's tensors go before the second pass holds its own
-        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale)),
-                                until)
+        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale),
+                                                           spill=spill), until)
     return recorder
 
 
 def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None,
-                  until: dict | None = None) -> Recorder:
+                  until: dict | None = None, spill=None) -> Recorder:
     """One torch forward recording the modules at `paths` (all when None), ending once the calls
-    `until` counts have completed (see stop_when_done)."""
+    `until` counts have completed (see stop_when_done); `spill`: see Recorder."""
     from ..frameworks import torch_side
-    return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance, until)
+    return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance, until, spill)
 
 
 def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None,
-                   until: dict | None = None) -> Recorder:
+                   until: dict | None = None, spill=None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None), ending as capture_torch."""
     from ..frameworks import paddle_side
-    return capture_calls(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance, until)
+    return capture_calls(paddle_side, session.paddle_model, session.run_paddle, paths, keep, allowance, until,
+                         spill)

@@ -27,6 +27,21 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def to_bytes(tensor) -> tuple[np.ndarray, tuple]:
+    """A tensor's values as bytes on the CPU (uint8, its dtype's own bits: bfloat16 as paddle's
+    numpy gives it, uint16), and what from_bytes needs to make the tensor again: (numpy dtype,
+    paddle dtype, place)."""
+    array = np.ascontiguousarray(tensor.numpy())
+    return array.reshape(-1).view(np.uint8), (array.dtype, tensor.dtype, tensor.place)
+
+
+def from_bytes(data: np.ndarray, shape: tuple, made: tuple):
+    """The tensor whose to_bytes gave `data` (uint8) and `made`."""
+    paddle = import_paddle()
+    numpy_dtype, dtype, place = made
+    return paddle.to_tensor(data.view(numpy_dtype).reshape(shape), dtype=dtype, place=place)
+
+
 @contextlib.contextmanager
 def cpu_threads(n: int):
     """Paddle's CPU kernels (MKL, OpenMP) on `n` threads while the block runs, then on paddle's own

@@ -39,6 +39,23 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def to_bytes(tensor) -> tuple[np.ndarray, tuple]:
+    """A tensor's values as bytes on the CPU (uint8, its dtype's own bits), and what from_bytes
+    needs to make the tensor again: (dtype, device)."""
+    torch = import_torch()
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy(), (tensor.dtype, tensor.device)
+
+
+def from_bytes(data: np.ndarray, shape: tuple, made: tuple):
+    """The tensor whose to_bytes gave `data` (uint8, writable; the CPU tensor is made on it) and `made`."""
+    torch = import_torch()
+    dtype, device = made
+    # (numpy gives an empty array a stride torch will not reinterpret)
+    tensor = torch.from_numpy(data).view(dtype).reshape(shape) if data.size else torch.empty(shape, dtype=dtype)
+    return tensor if tensor.device == device else tensor.to(device)
+
+
 def is_tensor(value) -> bool:
     return isinstance(value, import_torch().Tensor)
 

@@ -38,6 +38,7 @@ from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
 from ..compare.capture import (Allowance, CaptureTooLarge, PassComplete, call_counts, capture_calls, capture_paddle,
                                capture_torch, wanted_calls)
+from ..compare.spill import Spill
 from ..compare.stream import _paddle_blocks
 from ..compare.widen import _blocks as _torch_blocks
 from ..compare.matching import masked_alike, masked_by_torch, pair_outputs
@@ -122,15 +123,18 @@ class Strategy(Protocol):
     def run(self, session) -> StrategyResult: ...
 
 
-def _capture(session, torch_paths=None, paddle_paths=None, keep=True, counts: tuple[dict, dict] | None = None):
+def _capture(session, torch_paths=None, paddle_paths=None, keep=True, counts: tuple[dict, dict] | None = None,
+             spills: tuple = (None, None)):
     """Both sides' calls at the paths given (every module's where None), the two captures at once
     (paddle computes on one core on CPU); `counts` (per side, path -> the calls a forward makes, from
-    a pass that ran it whole): each forward ends once the calls at its paths have completed."""
+    a pass that ran it whole): each forward ends once the calls at its paths have completed;
+    `spills` (torch's, paddle's): every call's tensors written there too (spill.py)."""
     t_counts, p_counts = counts or (None, None)
     let_go(session)
     with TorchWorker(session) as side:
-        rt = side.submit(capture_torch, session, torch_paths, keep, None, wanted_calls(torch_paths, t_counts))
-        rp = capture_paddle(session, paddle_paths, keep, None, wanted_calls(paddle_paths, p_counts))
+        rt = side.submit(capture_torch, session, torch_paths, keep, None, wanted_calls(torch_paths, t_counts),
+                         spills[0])
+        rp = capture_paddle(session, paddle_paths, keep, None, wanted_calls(paddle_paths, p_counts), spills[1])
         return rt.result().calls, rp.calls
 
 
@@ -164,11 +168,13 @@ class FullCapture:
                               calls=found.calls, pairs=found.pairs)
 
     def capture(self, session, paths: tuple[set, set] | None = None,
-                counts: tuple[dict, dict] | None = None) -> StrategyResult:
+                counts: tuple[dict, dict] | None = None, captured: tuple[dict, dict] | None = None) -> StrategyResult:
         """Results for every pair (only the torch and paddle layers at `paths` when given), and,
         for the whole model, its final outputs' row; its first_bad is left for the caller.
         `counts` (per side, path -> the calls a forward makes, from a pass that ran it whole): every
-        pass ends once the calls it records have completed (see capture.stop_when_done)."""
+        pass ends once the calls it records have completed (see capture.stop_when_done).
+        `captured`: torch's and paddle's calls at `paths` as an earlier pass recorded them (read
+        back from a spill), in place of the capture pass."""
         t_paths, p_paths = paths or (None, None)
         t_counts, p_counts = counts or (None, None)
         whole = paths is None
@@ -178,15 +184,21 @@ class FullCapture:
         # needs no paddle result runs beside the paddle passes, on the cores paddle leaves free
         outputs = None
         with TorchWorker(session) as side:
-            rt = side.submit(capture_torch, session, t_paths, True, allowance, wanted_calls(t_paths, t_counts))
-            paddle_captured = threading.Event()
-            matmul = {}  # S2 and K of the torch matmul modules: the worker's until paddle's capture ends
-            matmul_first = side.submit(lambda: matmul_stats_all(session, rt.result().calls, matmul, paddle_captured.is_set))
+            if captured is None:
+                rt = side.submit(lambda: capture_torch(session, t_paths, True, allowance,
+                                                       wanted_calls(t_paths, t_counts)).calls)
+            else:
+                rt = side.submit(lambda: captured[0])
+            paddle_captured = threading.Event()  # paddle's first pass, the capture or the forced pass, has ended
+            matmul = {}  # S2 and K of the torch matmul modules: the worker's until paddle's first pass ends
+            matmul_first = side.submit(lambda: matmul_stats_all(session, rt.result(), matmul, paddle_captured.is_set))
             try:
-                rp = capture_paddle(session, p_paths, True, allowance, wanted_calls(p_paths, p_counts))
+                p_found = captured[1] if captured is not None else \
+                    capture_paddle(session, p_paths, True, allowance, wanted_calls(p_paths, p_counts)).calls
             finally:
-                paddle_captured.set()
-            passes = Passes(rt.result().calls, rp.calls, [], matmul=matmul)
+                if captured is None:
+                    paddle_captured.set()
+            passes = Passes(rt.result(), p_found, [], matmul=matmul)
             if whole:
                 same_outputs(session, passes.t_calls[""], passes.p_calls[""])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
@@ -194,7 +206,10 @@ class FullCapture:
             references = side.submit(torch_references, session, t_paired, passes.t_calls, side.widen_when_alone,
                                      wanted_calls(t_paired, t_counts))
             free = side.submit(free_references, session, [""]) if whole else None
-            passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls, wanted_calls(p_paired, p_counts))
+            try:
+                passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls, wanted_calls(p_paired, p_counts))
+            finally:
+                paddle_captured.set()
             passes.paddle_err = paddle_own_errors(session, passes)
             matmul_first.result()
             let_go(session, ("torch",))  # the worker is done with the torch model: its last block goes
@@ -210,8 +225,10 @@ class FullCapture:
                 outputs = judge_end_to_end(session, root, passes.t_calls[""].outputs, passes.p_calls[""].outputs,
                                            free.result()[""], FINAL_OUTPUTS, reference and reference.condition,
                                            passes.t_calls)
-        # two paired passes: the capture, then the forced pass (paddle forced, torch forced in float64)
-        return StrategyResult(results, None, outputs, 2, calls=(passes.t_calls, passes.p_calls),
+        # two paired passes: the capture (none where the calls were captured before), then the forced pass
+        # (paddle forced, torch forced in float64)
+        return StrategyResult(results, None, outputs, 1 if captured is not None else 2,
+                              calls=(passes.t_calls, passes.p_calls),
                               pairs=passes.pairs)
 
 
@@ -437,7 +454,17 @@ class BinarySearch:
     def run(self, session) -> StrategyResult:
         self.passes, self.notes, self.inside, self._own64, self.boundary_bytes = 1, [], None, {}, 0
         self._recorded = None  # what the sweep's chunks return instead of running (known.Recorded)
+        self._spills = None  # every call of the outline pass, torch's and paddle's, on disk (spill.py)
+        try:
+            return self._run(session)
+        finally:
+            for spill in self._spills or ():
+                spill.close()
+            self._spills = None
+
+    def _run(self, session) -> StrategyResult:
         t_calls, p_calls, kept = self._outline(session)
+        self._outline_calls = t_calls, p_calls
         self.counts = call_counts(t_calls), call_counts(p_calls)  # the calls of a whole forward: later passes
         # that record some modules end once theirs have completed
         same_outputs(session, t_calls[""], p_calls[""])
@@ -492,7 +519,8 @@ class BinarySearch:
                 t_paths |= {h.torch for h in holders} | {u.torch for u in units}
                 p_paths |= {h.paddle for h in holders} | {u.paddle for u in units}
             with self._returned(session, before, chunk, last):
-                self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts)
+                self.inside = FullCapture().capture(session, (t_paths, p_paths), self.counts,
+                                                    self._captured(t_paths, p_paths))
             self.passes += self.inside.passes
             judged = {r.torch for r in results}  # an earlier unit, recorded again for the code around it
             found = [r for r in self.inside.results if r.torch not in judged]
@@ -535,13 +563,16 @@ class BinarySearch:
         if t_keep and p_keep:
             allowance = Allowance(self.limit_bytes)  # torch's and paddle's kept tensors
             let_go(session)
+            spills = Spill(torch_side), Spill(paddle_side)  # every call's tensors, for the sweep (spill.py)
             try:
                 with TorchWorker(session) as side:
-                    rt = side.submit(capture_torch, session, None, t_keep, allowance)
+                    rt = side.submit(capture_torch, session, None, t_keep, allowance, None, spills[0])
                     free = side.submit(free_references, session, sorted(t_keep), None, Allowance(self.limit_bytes))
-                    rp = capture_paddle(session, None, p_keep, allowance)
+                    rp = capture_paddle(session, None, p_keep, allowance, None, spills[1])
                     t_calls, p_calls = rt.result().calls, rp.calls
                     outline = _outline_only(t_calls), _outline_only(p_calls)
+                    if all(spill.complete for spill in spills):
+                        self._spills, spills = spills, ()
                     try:
                         return (*outline, (t_calls, p_calls, free.result()))
                     except CaptureTooLarge:  # the float64 outputs do not fit: the boundaries take a pass
@@ -549,7 +580,18 @@ class BinarySearch:
             except CaptureTooLarge as exc:
                 if isinstance(exc, PassComplete):
                     raise
-        return (*_capture(session, keep=False), None)  # an outline alone
+            finally:
+                for spill in spills:  # those not kept
+                    spill.close()
+        spills = Spill(torch_side), Spill(paddle_side)
+        try:
+            outline = _capture(session, keep=False, spills=spills)  # an outline alone
+            if all(spill.complete for spill in spills):
+                self._spills, spills = spills, ()
+            return (*outline, None)
+        finally:
+            for spill in spills:
+                spill.close()
 
     def _boundaries(self, session, t_calls, kept) -> tuple[dict, dict, dict] | None:
         """Every unit's outputs, torch's, paddle's and the free-running float64 model's, where they
@@ -586,8 +628,9 @@ class BinarySearch:
         one paired pass recording only it."""
         paddle64 = None
         if self.boundaries is None:
-            self.passes += 1
-            t_calls, p_calls = _capture(session, {unit.torch}, {unit.paddle}, counts=self.counts)
+            t_calls, p_calls = self._captured({unit.torch}, {unit.paddle}) or \
+                _capture(session, {unit.torch}, {unit.paddle}, counts=self.counts)
+            self.passes += self._spills is None
             free = free_references(session, [unit.torch], self.counts[0])
         else:
             t_calls, p_calls, free = self.boundaries
@@ -692,9 +735,17 @@ class BinarySearch:
         """Full capture of one unit: (its results, the first over budget or None)."""
         paths = ({p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, unit.torch)},
                  {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, unit.paddle)})
-        self.inside = FullCapture().capture(session, paths, self.counts)
+        self.inside = FullCapture().capture(session, paths, self.counts, self._captured(*paths))
         self.passes += self.inside.passes
         return self.inside.results, first_bad(self.inside.results)
+
+    def _captured(self, t_paths, p_paths) -> tuple[dict, dict] | None:
+        """The calls at `t_paths` and `p_paths` as the outline pass recorded them, read back from
+        its spills; None where it kept none (a capture pass records them)."""
+        if self._spills is None:
+            return None
+        (t_spill, p_spill), (t_calls, p_calls) = self._spills, self._outline_calls
+        return t_spill.revive(t_calls, t_paths), p_spill.revive(p_calls, p_paths)
 
 
 class ChunkedCapture(BinarySearch):

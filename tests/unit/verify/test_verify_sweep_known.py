@@ -2,7 +2,8 @@
 return their recorded outputs in the chunk's passes instead of running (compare/known.py), in
 the torch model, the paddle model and the float64 reference; the rows are those of passes that run
 every unit from the model's inputs; the last chunk, which forces every unit, is handed their own
-chunks' forced outputs."""
+chunks' forced outputs. The chunks' capture passes are run here (no spill: with the outline pass's
+calls read back from disk they run none, test_spill.py)."""
 
 import contextlib
 
@@ -11,6 +12,7 @@ import paddle
 import pytest
 import torch
 
+from converter.compare import spill
 from converter.compare.precision import ROUNDING_DRAWS
 from converter.compare.session import Options, PortSession
 from converter.spec import spec_from_functions
@@ -18,6 +20,11 @@ from converter.verify import strategies
 from converter.verify.strategies import BinarySearch
 
 D, LAYERS, BATCH = 16, 4, 8
+
+
+@pytest.fixture(autouse=True)
+def capture_passes(monkeypatch):
+    monkeypatch.setattr(spill, "KEEP_FREE", 1 << 62)  # no disk keeps that much free: no spill
 UNIT_BYTES = 6 * D * BATCH * 4 * 2  # a block's three calls on both sides, float32, inputs alike
 
 
