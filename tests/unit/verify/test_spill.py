@@ -85,7 +85,7 @@ def test_calls_read_back_hold_what_a_capture_records_tensor_for_tensor(which):
             assert (got.start, got.end, got.shapes, got.type) == (call.start, call.end, call.shapes, call.type)
             # (a call recorded as a copy, after an in-place change, keeps no returned structure)
             returned = (lambda c: flatten(c.returned, side.is_tensor)) if call.returned is not None \
-                else (lambda c: flatten(c.returned, side.is_float_tensor) if c is got else c.outputs)
+                else (lambda c, _got=got: flatten(c.returned, side.is_float_tensor) if c is _got else c.outputs)
             for tensors in (lambda c: flatten((c.args, c.kwargs), side.is_tensor), lambda c: c.outputs, returned):
                 assert len(tensors(got)) == len(tensors(call)) > 0, path
                 assert all(_same(a, b, side) for a, b in zip(tensors(got), tensors(call))), path
