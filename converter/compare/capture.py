@@ -273,11 +273,14 @@ def tensor_version(t) -> int | None:
 
 def _record_pass(side, model, run, recorder: Recorder, until: dict | None = None) -> Recorder:
     record(side, model, recorder)
+    spill = recorder.spill
     try:
-        with stop_when_done(side, model, until):
+        with stop_when_done(side, model, until), (contextlib.nullcontext() if spill is None else spill.watching()):
             run()
     finally:
         recorder.remove()
+    if spill is not None:
+        spill.finish()
     return recorder
 
 

@@ -11,22 +11,28 @@ one forward fewer per side, on models whose activations at once are far larger t
 The file is made unlinked (nothing is left behind, however the process ends), on the disk of the
 temporary folder (TMPDIR), never on one held in memory (tmpfs, ramfs: that memory is what the
 strategy saves), and filled only while the disk keeps KEEP_FREE bytes free. A spill that could not
-hold every call (the disk full, a write refused) says so (`complete`), and the passes run as they
-would without one.
+hold every call (the disk full, a write refused, a tensor it cannot write as bytes) says so
+(`complete`), and the passes run as they would without one.
 
-A tensor is written once per value: a module hands its input to a child, a wrapper returns its
-child's output, and the calls share one record, so that reading them back gives them one tensor,
-as the capture pass would have. A tensor changed in place after it was recorded (its version
-counter moved) is written again; what each call saw is kept as it saw it.
+What is read back is what a capture pass records (capture.Recorder), tensor for tensor, since the
+analysis reads identities too (a wrapper returning its child's output, an input handed on):
+* values are written once per storage and version (torch: the storage the tensor views, so that
+  a view read back views the same values as the tensor it was made from; paddle: the tensor), and
+  calls that shared a tensor share one again;
+* a call whose tensors were changed in place after it (their version counter moved: seen where
+  the spill meets the tensor again, in torch's in-place functions while the pass runs, or at its
+  end) is read back on copies of its own, without its returned structure, as the capture pass
+  records such a call. Its values are those the call saw, as there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
-import threading
+import weakref
 
 import numpy as np
 
@@ -38,14 +44,22 @@ KEEP_FREE = 2 * 2**30  # bytes a spill leaves free on its disk
 MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Spilled:
-    """One tensor's place in the spill file, and what its framework needs to make it again."""
+@dataclasses.dataclass(eq=False)
+class _Values:
+    """One storage's (paddle: tensor's) bytes at one version, at `offset` in the file."""
 
     offset: int
     nbytes: int
-    shape: tuple
-    made: tuple  # the adapter's to_bytes gave it (dtype, device, ...)
+    version: int | None
+    changed_later: bool = False  # changed in place after it was written
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Spilled:
+    """One recorded tensor: the values it views and where it sits in them (the adapter's)."""
+
+    values: _Values
+    where: tuple
 
 
 @dataclasses.dataclass
@@ -57,18 +71,29 @@ class _Tensors:
     outputs: list = dataclasses.field(default_factory=list)
     returned: object = None
 
+    def records(self) -> list:
+        return flatten((self.args, self.kwargs, self.outputs, self.returned), lambda v: isinstance(v, Spilled))
+
 
 def _filesystem(folder: str) -> str | None:
     """The type of the filesystem holding `folder` (Linux: /proc/mounts), or None where unknown."""
     try:
         with open("/proc/mounts", encoding="utf-8") as mounts:
-            table = [line.split()[1:3] for line in mounts if len(line.split()) > 2]
+            return mount_type(os.path.realpath(folder), mounts.read())
     except OSError:
         return None
-    folder = os.path.realpath(folder)
-    within = [(point, kind) for point, kind in table
+
+
+def mount_type(folder: str, mounts: str) -> str | None:
+    """The type of the filesystem holding the absolute path `folder` in a mount table (/proc/mounts'
+    text: device, mount point with octal escapes, type, ...): the last mount of the deepest mount
+    point holding it (a later mount on the same point hides the earlier)."""
+    unescaped = lambda field: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    table = [(unescaped(fields[1]), fields[2]) for fields in (line.split() for line in mounts.splitlines())
+             if len(fields) > 2]
+    within = [(len(point), i, kind) for i, (point, kind) in enumerate(table)
               if folder == point or folder.startswith(point.rstrip("/") + "/")]
-    return max(within, key=lambda m: len(m[0]))[1] if within else None
+    return max(within)[2] if within else None
 
 
 def on_disk(folder: str | None = None) -> str | None:
@@ -80,17 +105,24 @@ def on_disk(folder: str | None = None) -> str | None:
 
 class Spill:
     """Recorded calls' tensors in one unlinked file; `side` is the framework's adapter. Written
-    from one thread at a time (a pass's hooks); read back by `revive`."""
+    from the thread running the pass (its hooks); read back by `revive`."""
 
     def __init__(self, side, folder: str | None = None):
         self.side = side
         self.folder = on_disk(folder)
-        self.complete = self.folder is not None
         self.calls: dict[str, _Tensors] = {}
-        self._file = tempfile.TemporaryFile(dir=self.folder) if self.complete else None
+        self._file = None
+        if self.folder is not None:
+            try:
+                self._file = tempfile.TemporaryFile(dir=self.folder)
+            except OSError:  # a folder gone, or not writable: no spill
+                pass
+        self.complete = self._file is not None
         self._end = 0
-        self._written = ByIdentity()  # tensor -> its record, stamped with its version counter
-        self._lock = threading.Lock()
+        self._tensors = ByIdentity()  # tensor -> its record, stamped with its version counter
+        self._values = ByIdentity()  # storage (paddle: tensor) -> the _Values written for it
+        self._met: list = []  # (weak reference to a tensor recorded, its record): checked at the pass's end
+        self._writing = False
 
     @property
     def nbytes(self) -> int:
@@ -101,22 +133,67 @@ class Spill:
         since; None once the spill is incomplete."""
         if not self.complete:
             return None
-        stamp = tensor_version(tensor)
-        found = self._written.get(tensor, stamp)
+        version = tensor_version(tensor)
+        found = self._tensors.get(tensor, version)
         if found is not None:
             return found
-        data, made = self.side.to_bytes(tensor)
-        record = Spilled(self._end, int(data.nbytes), tuple(tensor.shape), made)
+        self._writing = True  # (the adapter's own copies change nothing recorded)
         try:
-            if data.nbytes > shutil.disk_usage(self.folder).free - KEEP_FREE:
-                raise OSError("the disk would keep less than KEEP_FREE bytes free")
-            _write(self._file.fileno(), data, record.offset)
-        except OSError:
-            self.close()  # nothing of an incomplete spill is read: its disk space goes back at once
+            base, data, where = self.side.values_of(tensor)
+            written = self._values.get(base)
+            if written is None:
+                written = []
+                self._values.put(base, written)
+            self._changed(written, version)
+            values = next((v for v in written if v.version == version), None)
+            if values is None:
+                array = data()
+                values = _Values(self._end, int(array.nbytes), version)
+                if array.nbytes > shutil.disk_usage(self.folder).free - KEEP_FREE:
+                    raise OSError("the disk would keep less than KEEP_FREE bytes free")
+                _write(self._file.fileno(), array, values.offset)
+                self._end += values.nbytes
+                written.append(values)
+        except Exception:  # noqa: BLE001 - a disk full, a tensor not written as bytes: the passes run
+            self.close()  # as without a spill, whose disk space goes back at once
             return None
-        self._end += record.nbytes
-        self._written.put(tensor, record, stamp)
+        finally:
+            self._writing = False
+        record = Spilled(values, where)
+        self._tensors.put(tensor, record, version)
+        self._met.append((weakref.ref(tensor), record))
         return record
+
+    @staticmethod
+    def _changed(written: list, version) -> None:
+        """The values written for one storage at versions other than `version` (its counter now)
+        were changed in place after they were written."""
+        for values in written:
+            if values.version != version:
+                values.changed_later = True
+
+    def changed(self, tensor) -> None:
+        """`tensor` was changed in place (the adapter's in_place_changes)."""
+        if self._writing or not self.complete:
+            return
+        try:
+            written = self._values.get(self.side.values_of(tensor)[0])
+        except Exception:  # noqa: BLE001 - a tensor the spill cannot hold: it holds nothing of it
+            return
+        if written:
+            self._changed(written, tensor_version(tensor))
+
+    def watching(self):
+        """The context of the pass: torch's changes in place seen as they happen."""
+        return self.side.in_place_changes(self.changed)
+
+    def finish(self) -> None:
+        """The pass has ended: the tensors recorded that still live and were changed in place since."""
+        for ref, record in self._met:
+            tensor = ref()
+            if tensor is not None and tensor_version(tensor) != record.values.version:
+                record.values.changed_later = True
+        self._met.clear()
 
     def record_inputs(self, path: str, args, kwargs, is_tensor) -> None:
         """The inputs of `path`'s call, as the call received them."""
@@ -138,43 +215,52 @@ class Spill:
     def reset(self) -> None:
         """Forget every record (the pass is recorded again); the file is written from its start."""
         self.calls.clear()
-        self._written = ByIdentity()
-        self._end = 0
+        self._tensors, self._values, self._met, self._end = ByIdentity(), ByIdentity(), [], 0
 
     def revive(self, calls: dict[str, Call], paths) -> dict[str, Call]:
         """The calls at `paths` as a capture pass records them: `calls` (an outline: order, types,
-        shapes) with their tensors read back, each record once, so that calls that shared a tensor
-        share one again."""
+        shapes) with their tensors read back (see the module's notes)."""
         if not self.complete:
             raise ValueError("an incomplete spill cannot be read back")
-        made: dict[int, object] = {}
+        shared: dict[int, object] = {}  # id(_Values or Spilled) -> what was made of it
 
-        def tensor(record: Spilled):
-            if id(record) not in made:
-                data = np.empty(record.nbytes, dtype=np.uint8)
-                if record.nbytes:
-                    _read(self._file.fileno(), data, record.offset)
-                made[id(record)] = self.side.from_bytes(data, record.shape, record.made)
-            return made[id(record)]
+        def values(record: Spilled, table: dict):
+            found = table.get(id(record.values))
+            if found is None:
+                data = np.empty(record.values.nbytes, dtype=np.uint8)
+                if data.nbytes:
+                    _read(self._file.fileno(), data, record.values.offset)
+                found = table[id(record.values)] = self.side.values_from(data, record.where)
+            return found
 
-        def back(value):
-            return map_leaves(value, tensor, lambda v: isinstance(v, Spilled))
+        def made(record: Spilled, table: dict):
+            if id(record) not in table:
+                table[id(record)] = self.side.tensor_in(values(record, table), record.where)
+            return table[id(record)]
+
         out = {}
         for path in paths:
             if path not in calls or path not in self.calls:
                 continue
             kept = self.calls[path]
-            out[path] = dataclasses.replace(calls[path], args=back(kept.args), kwargs=back(kept.kwargs),
-                                            outputs=[tensor(r) for r in kept.outputs], returned=back(kept.returned))
+            # the capture keeps a call's inputs and returned structure as the tensors themselves and
+            # its outputs as aliases of them (detached); a call changed in place after it, as copies
+            # of its own: its inputs on one, each output on its own, no returned structure
+            copies = any(r.values.changed_later for r in kept.records())
+            table = {} if copies else shared
+            back = lambda value, _t=table: map_leaves(value, lambda one: made(one, _t), lambda v: isinstance(v, Spilled))
+            outputs = [self.side.tensor_in(values(r, {} if copies else shared), r.where) for r in kept.outputs]
+            out[path] = dataclasses.replace(calls[path], args=back(kept.args), kwargs=back(kept.kwargs), outputs=outputs,
+                                            returned=None if copies else back(kept.returned))
         return out
 
     def close(self) -> None:
-        with self._lock:
-            self.complete = False
-            self.calls.clear()
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        self.complete = False
+        self.calls.clear()
+        self._met.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _write(fd: int, data: np.ndarray, offset: int) -> None:

@@ -27,19 +27,25 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def to_bytes(tensor) -> tuple[np.ndarray, tuple]:
-    """A tensor's values as bytes on the CPU (uint8, its dtype's own bits: bfloat16 as paddle's
-    numpy gives it, uint16), and what from_bytes needs to make the tensor again: (numpy dtype,
-    paddle dtype, place)."""
+def values_of(tensor) -> tuple[object, object, tuple]:
+    """For a spill (compare/spill.py), as torch_side.values_of: the tensor itself (paddle's
+    tensors are compared by value alone), its bytes (its dtype's own bits: bfloat16 as paddle's
+    numpy gives it, uint16) and what makes it again (numpy dtype, dtype, place, shape)."""
     array = np.ascontiguousarray(tensor.numpy())
-    return array.reshape(-1).view(np.uint8), (array.dtype, tensor.dtype, tensor.place)
+    data = array.reshape(-1).view(np.uint8)
+    return tensor, lambda: data, (array.dtype, tensor.dtype, tensor.place, tuple(tensor.shape))
 
 
-def from_bytes(data: np.ndarray, shape: tuple, made: tuple):
-    """The tensor whose to_bytes gave `data` (uint8) and `made`."""
+def values_from(data: np.ndarray, where: tuple):
+    """values_of's bytes as the tensor again."""
     paddle = import_paddle()
-    numpy_dtype, dtype, place = made
+    numpy_dtype, dtype, place, shape = where
     return paddle.to_tensor(data.view(numpy_dtype).reshape(shape), dtype=dtype, place=place)
+
+
+def tensor_in(values, where: tuple):
+    """A tensor on the values values_from made (a new one each time, as detach() gives)."""
+    return values.detach()
 
 
 @contextlib.contextmanager
@@ -52,6 +58,12 @@ def cpu_threads(n: int):
         yield
     finally:
         paddle.base.core.set_num_threads(int(paddle.get_flags(["FLAGS_paddle_num_threads"])["FLAGS_paddle_num_threads"]))
+
+
+def in_place_changes(changed):
+    """As torch_side.in_place_changes; paddle has no hook on its functions: a change in place shows
+    where a spill meets the tensor again, or at the end of the pass."""
+    return contextlib.nullcontext()
 
 
 def is_tensor(value) -> bool:

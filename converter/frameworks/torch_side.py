@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .. import dtypes
@@ -39,21 +41,67 @@ def to_numpy(tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def to_bytes(tensor) -> tuple[np.ndarray, tuple]:
-    """A tensor's values as bytes on the CPU (uint8, its dtype's own bits), and what from_bytes
-    needs to make the tensor again: (dtype, device)."""
+def values_of(tensor) -> tuple[object, object, tuple]:
+    """For a spill (compare/spill.py): what `tensor`'s values live in (its storage: one object
+    for every tensor viewing it, while it lives), a function giving those bytes (uint8, on the
+    CPU), and where `tensor` sits in them (dtype, device, shape, stride, offset). Refused
+    (ValueError): a layout other than strided, a quantized tensor, a conjugate or negative view."""
     torch = import_torch()
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy(), (tensor.dtype, tensor.device)
+    if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_conj() or tensor.is_neg():
+        raise ValueError(f"a {tensor.layout} {tensor.dtype} tensor is not spilled as bytes")
+    storage = tensor.untyped_storage()
+
+    def data() -> np.ndarray:
+        return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).cpu().numpy()
+    return storage, data, (tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()),
+                           tensor.storage_offset())
 
 
-def from_bytes(data: np.ndarray, shape: tuple, made: tuple):
-    """The tensor whose to_bytes gave `data` (uint8, writable; the CPU tensor is made on it) and `made`."""
+def values_from(data: np.ndarray, where: tuple):
+    """values_of's bytes (`data`, uint8, writable: the CPU values are made on it) as values again, on
+    the device `where` names: a uint8 tensor holding them."""
     torch = import_torch()
-    dtype, device = made
-    # (numpy gives an empty array a stride torch will not reinterpret)
-    tensor = torch.from_numpy(data).view(dtype).reshape(shape) if data.size else torch.empty(shape, dtype=dtype)
-    return tensor if tensor.device == device else tensor.to(device)
+    values = torch.from_numpy(data) if data.size else torch.empty(0, dtype=torch.uint8)
+    return values if values.device == where[1] else values.to(where[1])
+
+
+def tensor_in(values, where: tuple):
+    """The tensor at `where` (values_of's) in `values` (values_from's): a view of them, so that
+    tensors that viewed one storage view one again."""
+    torch = import_torch()
+    dtype, _, shape, stride, offset = where
+    return torch.empty(0, dtype=dtype, device=values.device).set_(values.untyped_storage(), offset, shape, stride)
+
+
+@contextlib.contextmanager
+def in_place_changes(changed):
+    """While inside, on this thread: changed(tensor) after each torch function that moved the
+    in-place version counter of its first argument or of a tensor given as `out=` (torch's
+    in-place methods and operators, `x[i] = v`, `out=` results), as capture.Recorder.stale()
+    would find it moved at the end of a pass."""
+    torch = import_torch()
+    from torch.overrides import TorchFunctionMode
+
+    def version(t) -> int | None:
+        try:  # inference tensors keep no version counter
+            return t._version
+        except RuntimeError:
+            return None
+
+    class Watched(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = kwargs.get("out")
+            targets = [t for t in (*args[:1], *(out if isinstance(out, (tuple, list)) else (out,)))
+                       if isinstance(t, torch.Tensor)]
+            before = [version(t) for t in targets]
+            result = func(*args, **kwargs)
+            for t, v in zip(targets, before):
+                if v is not None and version(t) != v:
+                    changed(t)
+            return result
+    with Watched():
+        yield
 
 
 def is_tensor(value) -> bool:

@@ -11,9 +11,11 @@ import paddle
 import pytest
 import torch
 from helpers.blocks import LAYERS, blocks_spec
+from helpers.resnet import resnet_like
 
 from converter.compare import spill as spill_module
 from converter.compare.capture import capture_calls
+from converter.compare.identity import view_of
 from converter.compare.session import Options, PortSession
 from converter.compare.spill import Spill, on_disk
 from converter.frameworks import paddle_side, torch_side
@@ -70,8 +72,23 @@ def _same(a, b, side) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.numpy(), b.numpy())
 
 
+def _tensors(call, side) -> list:
+    """A call's tensors: inputs, outputs, and those in what it returned (where it is kept)."""
+    returned = [] if call.returned is None else flatten(call.returned, side.is_tensor)
+    return flatten((call.args, call.kwargs), side.is_tensor) + list(call.outputs) + returned
+
+
+def _pairs(tensors, same) -> set:
+    return {(i, j) for i in range(len(tensors)) for j in range(i) if same(tensors[i], tensors[j])}
+
+
 @pytest.mark.parametrize("which", [0, 1], ids=["torch", "paddle"])
 def test_calls_read_back_hold_what_a_capture_records_tensor_for_tensor(which):
+    """Every call's tensors, value for value; torch's, tensor for tensor too: the same tensors
+    shared between calls and the same views of one storage (the analysis reads both); a call whose
+    tensor was changed in place after it (inner's output, wrapper's input) on copies of its own,
+    without its returned structure, as the capture pass records it again. (Paddle's tensors are
+    read by value alone: its in-place change here is seen by neither a hook nor the pass's end.)"""
     side, model, run = _sides()[which]
     with torch.no_grad(), paddle.no_grad():
         kept = capture_calls(side, model, run, None, True).calls  # in memory (inner recorded as a copy)
@@ -83,17 +100,19 @@ def test_calls_read_back_hold_what_a_capture_records_tensor_for_tensor(which):
         for path, call in kept.items():
             got = back[path]
             assert (got.start, got.end, got.shapes, got.type) == (call.start, call.end, call.shapes, call.type)
-            # (a call recorded as a copy, after an in-place change, keeps no returned structure)
-            returned = (lambda c: flatten(c.returned, side.is_tensor)) if call.returned is not None \
-                else (lambda c, _got=got: flatten(c.returned, side.is_float_tensor) if c is _got else c.outputs)
-            for tensors in (lambda c: flatten((c.args, c.kwargs), side.is_tensor), lambda c: c.outputs, returned):
-                assert len(tensors(got)) == len(tensors(call)) > 0, path
-                assert all(_same(a, b, side) for a, b in zip(tensors(got), tensors(call))), path
-        # calls that shared one tensor share one again: inner's output is wrapper's input (before the
-        # in-place change, as both saw it), wrapper returns its child's output, its child takes its input
-        assert back["inner"].outputs[0] is back["wrapper"].args[0]
-        assert back["wrapper"].outputs[0] is back["wrapper.0"].outputs[0]
-        assert back["wrapper.0"].args[0] is back["wrapper"].args[0]
+            if side is torch_side:
+                assert (got.returned is None) == (call.returned is None), path
+            mine, theirs = _tensors(got, side), _tensors(call, side)
+            if side is paddle_side and call.returned is None:
+                mine = mine[:len(theirs)]
+            assert len(mine) == len(theirs) > 0 and all(_same(a, b, side) for a, b in zip(mine, theirs)), path
+        if side is torch_side:
+            mine = [t for path in kept for t in _tensors(back[path], side)]
+            theirs = [t for call in kept.values() for t in _tensors(call, side)]
+            assert _pairs(mine, lambda a, b: a is b) == _pairs(theirs, lambda a, b: a is b)
+            views = lambda a, b: view_of(a) == view_of(b)
+            assert _pairs(mine, views) == _pairs(theirs, views) != set()
+            assert back["inner"].returned is None and back["inner"].outputs[0] is not back["wrapper"].args[0]
         dtypes = {str(t.dtype) for t in flatten(back[""].returned, side.is_tensor)}
         assert any("bfloat16" in d for d in dtypes) and any("bool" in d for d in dtypes)
     finally:
@@ -120,6 +139,32 @@ def test_a_disk_that_would_keep_too_little_free_gives_an_incomplete_spill_that_c
     assert not spill.complete and spill.nbytes == 0 and spill._file is None
     with pytest.raises(ValueError, match="incomplete"):
         spill.revive(outline, list(outline))
+
+
+def test_the_mount_table_is_read_as_the_system_writes_it():
+    """A mount point with a space (written as \\040), a tmpfs mounted over a disk folder (the
+    later mount hides the earlier), a folder beside a mount point sharing its prefix."""
+    table = ("/dev/vda / ext4 rw 0 0\n"
+             "tmpfs /data/my\\040dir tmpfs rw 0 0\n"
+             "/dev/vda /data/over ext4 rw 0 0\n"
+             "tmpfs /data/over tmpfs rw 0 0\n")
+    assert spill_module.mount_type("/data/my dir/run", table) == "tmpfs"
+    assert spill_module.mount_type("/data/over", table) == "tmpfs"
+    assert spill_module.mount_type("/data/overt", table) == "ext4"
+    assert spill_module.mount_type("/data/my", table) == "ext4"
+
+
+def test_a_folder_that_cannot_hold_a_file_gives_no_spill(tmp_path):
+    gone = tmp_path / "gone"
+    assert not Spill(torch_side, str(gone)).complete
+
+
+def test_a_tensor_not_written_as_bytes_gives_no_spill():
+    """A sparse tensor (and a conjugate view, a quantized tensor) is refused by the adapter: the
+    spill stops, the pass goes on."""
+    spill = Spill(torch_side)
+    assert spill.put(torch.ones(3)) is not None
+    assert spill.put(torch.eye(3).to_sparse()) is None and not spill.complete
 
 
 def test_a_folder_held_in_memory_is_not_used():
@@ -152,3 +197,85 @@ def test_the_sweep_reads_the_outline_back_and_gives_the_rows_of_its_own_captures
         assert captured.passes - spilled.passes == chunks
     else:  # the named unit captured in full without a pass
         assert captured.passes - spilled.passes == 1
+
+
+class TorchHead(torch.nn.Module):
+    """A wrapper whose output is a view of its Linear's, of the same shape (GPT-2's model ends with
+    `hidden_states.view(output_shape)`): its row takes the Linear's budget, found by its storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.proj(x).view(x.shape)
+
+
+class TorchViewed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(3)])
+        self.head = TorchHead()
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + torch.nn.functional.gelu(block(x))
+        return self.head(x)
+
+
+class PaddleHead(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.proj = paddle.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.proj(x).reshape(x.shape)
+
+
+class PaddleViewed(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.blocks = paddle.nn.LayerList([paddle.nn.Linear(16, 16) for _ in range(3)])
+        self.head = PaddleHead()
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + paddle.nn.functional.gelu(block(x))
+        return self.head(x)
+
+
+def _viewed_spec():
+    from converter.spec import spec_from_functions
+
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchViewed()
+    x = np.random.default_rng(0).standard_normal((16, 16)).astype("float32")
+    return spec_from_functions(torch_model, PaddleViewed, lambda: (x,))
+
+
+def _resnet_spec(bug):
+    from converter.spec import spec_from_functions
+    x = np.random.default_rng(0).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    return spec_from_functions(lambda: resnet_like(True), lambda: resnet_like(False, bug), lambda: (x,))
+
+
+@pytest.mark.parametrize("limit", [None, 1 << 13], ids=["one chunk", "chunks"])
+@pytest.mark.parametrize("case", ["view", "in place", "in place, bug"])
+def test_views_and_changes_in_place_give_the_rows_of_the_capture(monkeypatch, case, limit):
+    """A model's output a view of its norm's, and torchvision's blocks (ReLU(inplace=True), `out +=
+    x`, changing what earlier layers returned): the rows with the spill are those without, and a
+    BatchNorm epsilon bug is named at its BatchNorm either way."""
+    spec = {"view": _viewed_spec, "in place": lambda: _resnet_spec(None),
+            "in place, bug": lambda: _resnet_spec("3.bn1")}[case]
+
+    def run():
+        with PortSession(spec(), Options(device="cpu", strategy="binary")) as session:
+            return BinarySearch(limit).run(session)
+    spilled = run()
+    monkeypatch.setattr(spill_module, "KEEP_FREE", 1 << 62)
+    captured = run()
+    assert [repr(r) for r in spilled.results] == [repr(r) for r in captured.results]
+    named = lambda found: None if found.first_bad is None else found.first_bad.torch
+    assert named(spilled) == named(captured) == ("3.bn1" if case == "in place, bug" else None)
+    assert spilled.passes < captured.passes

@@ -10,6 +10,7 @@ import paddle
 import torch
 
 from converter.compare.capture import Call
+from helpers.resnet import resnet_like
 
 
 def test_same_path_layers_without_weights_pair_only_when_their_outputs_can_agree():
@@ -351,55 +352,6 @@ def test_binary_search_sees_through_views_shared_modules_and_integer_units(via_s
     _full_and_binary_name(torch_model, paddle_model, "enc")
 
 
-class _TorchBasicBlock(torch.nn.Module):  # torchvision's BasicBlock: ReLU(inplace=True) and out += identity
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.bn1 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
-        self.conv2, self.bn2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
-        self.relu = torch.nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        out += x
-        return self.relu(out)
-
-
-class _PaddleBasicBlock(paddle.nn.Layer):
-    def __init__(self, epsilon=1e-5, where="bn2"):
-        super().__init__()
-        eps = {where: epsilon}
-        self.conv1 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False)
-        self.bn1 = paddle.nn.BatchNorm2D(8, epsilon=eps.get("bn1", 1e-5))
-        self.conv2 = paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False)
-        self.bn2 = paddle.nn.BatchNorm2D(8, epsilon=eps.get("bn2", 1e-5))
-        self.relu = paddle.nn.ReLU()
-
-    def forward(self, x):
-        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        out += x
-        return self.relu(out)
-
-
-def _resnet_like(torch_side: bool, bug: str | None = None):
-    """A stem (conv, BatchNorm, ReLU(inplace=True) on the torch side) and three basic blocks, as
-    torchvision builds them; `bug`: the BatchNorm given epsilon 1e-3 on the paddle side, as a path."""
-    eps = lambda path: 1e-3 if path == bug else 1e-5
-    if torch_side:
-        torch.manual_seed(0)
-        m = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-                                torch.nn.ReLU(inplace=True), *[_TorchBasicBlock() for _ in range(3)])
-        for bn in (b for b in m.modules() if isinstance(b, torch.nn.BatchNorm2d)):
-            bn.running_mean.uniform_(-0.5, 0.5)
-            bn.running_var.uniform_(0.5, 2.0)
-        return m
-    def block(i):
-        where = next((w for w in ("bn1", "bn2") if bug == f"{i}.{w}"), "bn1")
-        return _PaddleBasicBlock(eps(f"{i}.{where}"), where)
-    blocks = [block(i) for i in range(3, 6)]
-    return paddle.nn.Sequential(paddle.nn.Conv2D(8, 8, 3, padding=1, bias_attr=False),
-                                paddle.nn.BatchNorm2D(8, epsilon=eps("1")), paddle.nn.ReLU(), *blocks)
-
-
 @pytest.mark.parametrize("bug", ["4.bn2", "3.bn1", "1"])
 @pytest.mark.slow
 def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded(bug):
@@ -413,9 +365,9 @@ def test_in_place_operations_after_a_layer_do_not_change_what_was_recorded(bug):
     from converter.verify.run import verify
     from converter.compare.session import Options
     x = np.random.default_rng(0).standard_normal((2, 8, 6, 6)).astype(np.float32)
-    torch_model = lambda: _resnet_like(True)
-    clean = spec_from_functions(torch_model, lambda: _resnet_like(False), lambda: (x,))
-    buggy = spec_from_functions(torch_model, lambda: _resnet_like(False, bug), lambda: (x,))
+    torch_model = lambda: resnet_like(True)
+    clean = spec_from_functions(torch_model, lambda: resnet_like(False), lambda: (x,))
+    buggy = spec_from_functions(torch_model, lambda: resnet_like(False, bug), lambda: (x,))
     for strategy in ("full", "binary"):
         if bug == "1":
             assert verify(clean, Options(device="cpu", strategy=strategy), bisect=True).verdict == "pass", strategy
