@@ -71,7 +71,7 @@ def available_memory(cap: int | None = None) -> tuple[int, str]:
     found = [(n, "available memory") for n in [_meminfo_available()] if n is not None]
     if cap is not None:
         held = resident_bytes()
-        found.append((max(0, cap - held), f"--max-memory {_size(cap)} less the {_size(held)} this process holds"))
+        found.append((max(0, cap - held), f"--max-memory {readable_size(cap)} less the {readable_size(held)} this process holds"))
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         cap, used = _read_int(limit), _read_int(usage)
@@ -80,7 +80,7 @@ def available_memory(cap: int | None = None) -> tuple[int, str]:
     return min(found) if found else (8 * GiB, "a guess (no /proc/meminfo)")
 
 
-def _size(n: int) -> str:
+def readable_size(n: int) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB // 10 else f"{n / (1 << 20):.0f} MiB"
 
 
@@ -189,8 +189,8 @@ def whole_capture(session) -> tuple[Estimate, str | None]:
     est = estimate(session, "full", 0)
     if est.more <= available:
         return est, None
-    return est, (f"memory: every layer's activations at once need about {_size(est.peak)} ({est.parts()}), "
-                 f"{_size(est.more)} more than the set-up holds, and {_size(available)} is available by {source}: "
+    return est, (f"memory: every layer's activations at once need about {readable_size(est.peak)} ({est.parts()}), "
+                 f"{readable_size(est.more)} more than the set-up holds, and {readable_size(available)} is available by {source}: "
                  "the full strategy captures a few units at a time")
 
 

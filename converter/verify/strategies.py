@@ -38,6 +38,7 @@ from ..compare.budget import budget_from_error, make_budget
 from ..frameworks import paddle_side, torch_side
 from ..compare.capture import (Allowance, CaptureTooLarge, PassComplete, call_counts, capture_calls, capture_paddle,
                                capture_torch, wanted_calls)
+from ..compare.memory import readable_size
 from ..compare.spill import Spill
 from ..compare.stream import _paddle_blocks
 from ..compare.widen import _blocks as _torch_blocks
@@ -455,6 +456,7 @@ class BinarySearch:
         self.passes, self.notes, self.inside, self._own64, self.boundary_bytes = 1, [], None, {}, 0
         self._recorded = None  # what the sweep's chunks return instead of running (known.Recorded)
         self._spills = None  # every call of the outline pass, torch's and paddle's, on disk (spill.py)
+        self._spill_reads = 0  # the captures read back from it
         try:
             return self._run(session)
         finally:
@@ -483,6 +485,11 @@ class BinarySearch:
             # own layer's budget: every layer is judged against its own, a few units at a time
             results, bad = self._sweep(session, pairs, t_calls, p_calls)
         self.boundaries, self._recorded = None, None
+        if self._spill_reads:
+            held = readable_size(sum(spill.nbytes for spill in self._spills))
+            self.notes.append(f"the outline pass's activations ({held}) were kept on disk in "
+                              f"{self._spills[0].folder} and read back {self._spill_reads} time(s) instead of capture "
+                              "passes")
         inside = self.inside
         return StrategyResult(results, bad, outputs, self.passes, self.notes,
                               None if inside is None else inside.calls, None if inside is None else inside.pairs)
@@ -745,6 +752,7 @@ class BinarySearch:
         if self._spills is None:
             return None
         (t_spill, p_spill), (t_calls, p_calls) = self._spills, self._outline_calls
+        self._spill_reads += 1
         return t_spill.revive(t_calls, t_paths), p_spill.revive(p_calls, p_paths)
 
 

@@ -191,6 +191,8 @@ def test_the_sweep_reads_the_outline_back_and_gives_the_rows_of_its_own_captures
     assert [repr(r) for r in spilled.results] == [repr(r) for r in captured.results]
     named = lambda found: None if found.first_bad is None else found.first_bad.torch
     assert named(spilled) == named(captured) == (None if tanh_in is None else f"blocks.{tanh_in}.1")
+    said = [n for n in spilled.notes if "kept on disk" in n]
+    assert len(said) == 1 and not any("kept on disk" in n for n in captured.notes), spilled.notes
     if tanh_in is None:  # every chunk swept: one capture pass fewer each
         chunks = int(next(n for n in captured.notes if "capture(s)" in n).split(" capture(s)")[0].rsplit(" ", 1)[1])
         assert (limit is None) == (chunks == 1) and chunks <= LAYERS + 2
