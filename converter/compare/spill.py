@@ -11,8 +11,9 @@ one forward fewer per side, on models whose activations at once are far larger t
 The file is made unlinked (nothing is left behind, however the process ends), on the disk of the
 temporary folder (TMPDIR), never on one held in memory (tmpfs, ramfs: that memory is what the
 strategy saves), and filled only while the disk keeps KEEP_FREE bytes free. A spill that could not
-hold every call (the disk full, a write refused, a tensor it cannot write as bytes) says so
-(`complete`), and the passes run as they would without one.
+hold every call (the disk full, a write refused, a tensor it cannot write as bytes or whose
+changes in place it cannot see: one without a version counter, made under torch.inference_mode)
+says so (`complete`), and the passes run as they would without one.
 
 What is read back is what a capture pass records (capture.Recorder), tensor for tensor, since the
 analysis reads identities too (a wrapper returning its child's output, an input handed on):
@@ -135,17 +136,21 @@ class Spill:
             return None
         version = tensor_version(tensor)
         found = self._tensors.get(tensor, version)
-        if found is not None:
+        if found is not None and not found.values.changed_later:
             return found
         self._writing = True  # (the adapter's own copies change nothing recorded)
         try:
+            if version is None:  # (torch's inference tensors): a change in place would not show
+                raise ValueError("a tensor without a version counter is not spilled")
             base, data, where = self.side.values_of(tensor)
             written = self._values.get(base)
             if written is None:
                 written = []
                 self._values.put(base, written)
             self._changed(written, version)
-            values = next((v for v in written if v.version == version), None)
+            # values changed since are not these, whatever the version this tensor's counter says
+            # (`.data` and other aliases keep counters of their own)
+            values = next((v for v in written if v.version == version and not v.changed_later), None)
             if values is None:
                 array = data()
                 values = _Values(self._end, int(array.nbytes), version)
@@ -180,8 +185,8 @@ class Spill:
             written = self._values.get(self.side.values_of(tensor)[0])
         except Exception:  # noqa: BLE001 - a tensor the spill cannot hold: it holds nothing of it
             return
-        if written:
-            self._changed(written, tensor_version(tensor))
+        for values in written or ():  # every value written for its storage before: whatever its counter says
+            values.changed_later = True
 
     def watching(self):
         """The context of the pass: torch's changes in place seen as they happen."""

@@ -167,6 +167,33 @@ def test_a_tensor_not_written_as_bytes_gives_no_spill():
     assert spill.put(torch.eye(3).to_sparse()) is None and not spill.complete
 
 
+def test_values_changed_in_place_are_written_again_whatever_an_alias_counter_says():
+    """A tensor changed in place after it was written is written again where it is met next, as it
+    is then: itself (its counter moved), or `.data`, an alias whose counter of its own still reads
+    the old version (a `.data` write does not move the tensor's: its values are written again too)."""
+    spill = Spill(torch_side)
+    y = torch.ones(4)
+    with spill.watching():
+        first = spill.put(y)
+        y.mul_(2.0)
+        alias = spill.put(y.data)
+        again = spill.put(y)
+        y.data.add_(1.0)
+        written = spill.put(y)
+    spill.finish()
+    assert first.values.changed_later and len({id(r.values) for r in (first, alias, again)}) == 3
+    assert written.values not in (first.values, again.values) and spill.nbytes == 4 * 4 * 4
+    spill.close()
+
+
+def test_a_tensor_without_a_version_counter_gives_no_spill():
+    """Made under torch.inference_mode: a change in place after its call would not show."""
+    spill = Spill(torch_side)
+    with torch.inference_mode():
+        made = torch.ones(3) * 2
+    assert spill.put(made) is None and not spill.complete
+
+
 def test_a_folder_held_in_memory_is_not_used():
     if spill_module._filesystem("/dev/shm") != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm here")
