@@ -201,8 +201,8 @@ class Spill:
         self._met.clear()
 
     def record_inputs(self, path: str, args, kwargs, is_tensor) -> None:
-        """The inputs of `path`'s call, as the call received them."""
-        if not self.complete or path in self.calls:
+        """The inputs of `path`'s call (its first: the only one the Recorder records), as it received them."""
+        if not self.complete:
             return
         tensors = call_tensors(args, kwargs, is_tensor)
         args, kwargs = replace_call_tensors(args, kwargs, is_tensor, [self.put(t) for t in tensors])
@@ -212,7 +212,7 @@ class Spill:
         """What `path`'s call returned: its floating tensors (Call.outputs) and its structure
         (Call.returned)."""
         call = self.calls.get(path)
-        if not self.complete or call is None or call.returned is not None:
+        if not self.complete or call is None:
             return
         call.outputs = [self.put(t) for t in flatten(output, is_float_tensor)]
         call.returned = replace(output, [self.put(t) for t in flatten(output, is_tensor)], is_tensor)

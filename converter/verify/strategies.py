@@ -570,16 +570,13 @@ class BinarySearch:
         if t_keep and p_keep:
             allowance = Allowance(self.limit_bytes)  # torch's and paddle's kept tensors
             let_go(session)
-            spills = Spill(torch_side), Spill(paddle_side)  # every call's tensors, for the sweep (spill.py)
             try:
-                with TorchWorker(session) as side:
+                with self._spilling() as spills, TorchWorker(session) as side:
                     rt = side.submit(capture_torch, session, None, t_keep, allowance, None, spills[0])
                     free = side.submit(free_references, session, sorted(t_keep), None, Allowance(self.limit_bytes))
                     rp = capture_paddle(session, None, p_keep, allowance, None, spills[1])
                     t_calls, p_calls = rt.result().calls, rp.calls
                     outline = _outline_only(t_calls), _outline_only(p_calls)
-                    if all(spill.complete for spill in spills):
-                        self._spills, spills = spills, ()
                     try:
                         return (*outline, (t_calls, p_calls, free.result()))
                     except CaptureTooLarge:  # the float64 outputs do not fit: the boundaries take a pass
@@ -587,15 +584,18 @@ class BinarySearch:
             except CaptureTooLarge as exc:
                 if isinstance(exc, PassComplete):
                     raise
-            finally:
-                for spill in spills:  # those not kept
-                    spill.close()
+        with self._spilling() as spills:
+            return (*_capture(session, keep=False, spills=spills), None)  # an outline alone
+
+    @contextlib.contextmanager
+    def _spilling(self):
+        """Spills for an outline pass (torch's, paddle's; spill.py): kept for the captures after it
+        (self._spills) where the block ends with both complete, closed otherwise."""
         spills = Spill(torch_side), Spill(paddle_side)
         try:
-            outline = _capture(session, keep=False, spills=spills)  # an outline alone
+            yield spills
             if all(spill.complete for spill in spills):
                 self._spills, spills = spills, ()
-            return (*outline, None)
         finally:
             for spill in spills:
                 spill.close()
