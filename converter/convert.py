@@ -146,12 +146,13 @@ class ReadBack:
         if tuple(info.shape) != tuple(entry.shape) or info.dtype != entry.dtype:
             return f"'{info.name}': wrote {info.describe()}, planned {entry.dtype}{list(entry.shape)}"
         row_bytes = info.nbytes // info.shape[0] if info.shape and info.shape[0] else 0
-        held = [self.source.read(part.source) for part in entry.parts]  # read once for every window, not once each
+        # each source decoded once for every window, by a path independent of the writer's (Source.reference)
+        held = {part.source: self.source.reference(part.source) for part in entry.parts}
         try:
             for rows in row_blocks(info.shape, dtypes.itemsize(info.dtype), CHECK_WINDOW):
                 begin = offset + (rows.start * row_bytes if isinstance(rows, slice) else 0)
                 end = offset + (rows.stop * row_bytes if isinstance(rows, slice) else info.nbytes)
-                why = self._check_window(entry, info, rows, begin, end)
+                why = self._check_window(entry, info, rows, begin, end, held.__getitem__)
                 if why:
                     return why
             return None
@@ -160,16 +161,16 @@ class ReadBack:
             for part in entry.parts:
                 self.source.release(part.source)
 
-    def _check_window(self, entry: TargetEntry, info: TensorInfo, rows, begin: int, end: int) -> str | None:
+    def _check_window(self, entry: TargetEntry, info: TensorInfo, rows, begin: int, end: int, read) -> str | None:
         dtype = dtypes.storage(info.dtype)
         shape = (rows.stop - rows.start, *info.shape[1:]) if isinstance(rows, slice) else info.shape
         if end == begin:
-            return compare_rows(entry, info, np.empty(shape, dtype=dtype), rows, self.source.read)
+            return compare_rows(entry, info, np.empty(shape, dtype=dtype), rows, read)
         start = begin - begin % mmap.ALLOCATIONGRANULARITY
         view = mmap.mmap(self.fd, end - start, offset=start, access=mmap.ACCESS_READ)
         got = np.frombuffer(view, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=begin - start).reshape(shape)
         try:
-            return compare_rows(entry, info, got, rows, self.source.read)
+            return compare_rows(entry, info, got, rows, read)
         finally:
             del got
             try:

@@ -121,6 +121,9 @@ class _View(Source):
     def read(self, name):
         return self.inner.read(self.copies.get(name, name))
 
+    def reference(self, name):
+        return self.inner.reference(self.copies.get(name, name))
+
     def release(self, name):
         self.inner.release(self.copies.get(name, name))
 

@@ -15,6 +15,15 @@ from ..layout import c_order_blocks
 
 MAX_DIMS = 64
 MAX_BYTES = 1 << 62  # what numpy and torch can address; a shape past it is not a real tensor
+MAX_REPEATED = 1 << 30  # bytes a checkpoint's views may show beyond the elements they read (expanded views)
+
+
+def repeated_bytes(views) -> int:
+    """The bytes that views of (numel, storage numel, item size) show beyond what their storages
+    hold: 0 for views that repeat no element. An expanded view (x.expand(4, 3) saved as it is)
+    is valid torch storage and is written out as the values it shows, but a 4-byte storage viewed
+    as 2**31 elements would ask for 8 GB of output: the total is bounded by MAX_REPEATED."""
+    return sum(max(numel - held, 0) * itemsize for numel, held, itemsize in views)
 
 
 def shape_problem(shape, itemsize: int) -> str | None:
@@ -131,6 +140,12 @@ class Source:
     def read(self, name: str) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def reference(self, name: str) -> np.ndarray:
+        """The tensor as `read` gives it, decoded by a second path that shares no step with `read`
+        where the format has one (torch's files: torch_reference.py, or torch.load's own tensors), for
+        the conversion's self-check: a defect of the reader cannot pass a check made by itself."""
+        return self.read(name)
+
     def release(self, name: str) -> None:
         """The caller is done with this tensor for now: let its memory go."""
 
@@ -167,6 +182,9 @@ class RenamedSource(Source):
 
     def read(self, name: str) -> np.ndarray:
         return self.inner.read(self._orig[name])
+
+    def reference(self, name: str) -> np.ndarray:
+        return self.inner.reference(self._orig[name])
 
     def release(self, name: str) -> None:
         self.inner.release(self._orig[name])

@@ -97,6 +97,9 @@ class ShardedSource(Source):
     def read(self, name: str) -> np.ndarray:
         return self._owner[name].read(name)
 
+    def reference(self, name: str) -> np.ndarray:
+        return self._owner[name].reference(name)
+
     def release(self, name: str) -> None:
         self._owner[name].release(name)
 

@@ -17,7 +17,7 @@ from ..errors import UserError, quoted
 from ..lazy import import_torch
 from . import unpickle
 from .stable import StableFile
-from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, valid_bools
+from .base import MAX_DIMS, MAX_REPEATED, Source, TensorInfo, looks_like_text, repeated_bytes, valid_bools
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's format before 1.6
@@ -70,10 +70,14 @@ def _load(path: str):
 
 
 def _mappable(path: str) -> bool:
-    """torch.load(mmap=True) reads a deflated member's compressed bytes as the tensor's data."""
+    """torch.load(mmap=True) reads a deflated member's compressed bytes as the tensor's data; and a
+    big-endian file's storages are swapped in torch's private map, which the file's own bytes
+    (read where the storages lie, and what dropping the map's pages gives back) are not."""
     try:
         with zipfile.ZipFile(path) as archive:
-            return all(i.compress_type == zipfile.ZIP_STORED for i in archive.infolist())
+            orders = [archive.read(i)[:16] for i in archive.infolist() if i.filename.endswith("/byteorder")]
+            return (all(i.compress_type == zipfile.ZIP_STORED for i in archive.infolist())
+                    and all(o.strip() in (b"little", b"") for o in orders))
     except Exception:  # a zip Python cannot read: torch.load without mmap gives the verdict
         return False
 
@@ -170,9 +174,18 @@ def _check_tensor(path: str, name: str, t) -> None:
         raise UserError(f"{quoted(path)}: tensor {quoted(name)} is {kind}")
     if t.dim() > MAX_DIMS:
         raise UserError(f"{quoted(path)}: tensor {quoted(name)} has {t.dim()} dimensions (at most {MAX_DIMS})")
-    if t.numel() * t.element_size() > t.untyped_storage().nbytes() or any(s < 0 for s in t.stride()):
-        raise UserError(f"{quoted(path)}: tensor {quoted(name)} {list(t.shape)} is a view larger than its storage "
-                        f"({t.untyped_storage().nbytes()} bytes); re-save it with .contiguous()")
+    if any(s < 0 for s in t.stride()):
+        raise UserError(f"{quoted(path)}: tensor {quoted(name)} {list(t.shape)} has a negative stride "
+                        f"{list(t.stride())}; re-save it with .contiguous()")
+
+
+def _check_repeats(path: str, tensors) -> None:
+    """Views that repeat elements (expanded ones) are read as torch reads them, within MAX_REPEATED."""
+    repeated = repeated_bytes((t.numel(), t.untyped_storage().nbytes() // max(t.element_size(), 1), t.element_size())
+                              for t in tensors)
+    if repeated > MAX_REPEATED:
+        raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it stores "
+                        f"(expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them with .contiguous()")
 
 
 class TorchSource(Source):
@@ -191,6 +204,7 @@ class TorchSource(Source):
             for name, t in obj.items():
                 _check_tensor(path, name, t)
                 self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
+            _check_repeats(path, obj.values())
             self._places = _storage_places(self._file, obj.values()) if self._mapped else {}
         except BaseException:
             self._file.close()
@@ -209,6 +223,10 @@ class TorchSource(Source):
         view = np.lib.stride_tricks.as_strided(flat[t.storage_offset():], shape=tuple(t.shape), strides=strides,
                                                writeable=False)
         return valid_bools(self.path, name, view)
+
+    def reference(self, name: str) -> np.ndarray:
+        """The tensor as torch.load decoded it (byte order, view), not as `read` takes its bytes."""
+        return tensor_to_numpy(self._tensors[name])
 
     def release(self, name: str) -> None:
         """Drop the tensor's file pages from this process's memory (they stay in the page cache)."""

@@ -8,9 +8,12 @@ OrderedDict), each mapped to a stand-in: nothing is imported and no pickled code
 
 Everything is checked before any tensor memory is touched, after the whole pickle is read:
 every tensor's shape, stride and offset (no negative strides or sizes, at most 64
-dimensions, the view inside its storage and no larger than it), every storage against its
-zip member (its size; stored members are memory-mapped and their CRC checked when first
+dimensions, the view inside its storage; a view that repeats elements, as an expanded one
+does, is read as torch reads it, within MAX_REPEATED bytes for the whole file), every storage
+against its zip member (its size; stored members are read and their CRC checked when first
 read; deflated ones are inflated, capped at their declared size, CRC checked by zipfile).
+The `byteorder` record says how the storages' numbers are stored (`big` on s390x or POWER);
+each tensor is read in this machine's order.
 
 A pickle that names anything else (a global this reader has no stand-in for) is handed to
 torch.load(weights_only=True) with `NotPlain`, but only after the whole pickle has passed
@@ -32,10 +35,10 @@ import zlib
 import numpy as np
 
 from .. import dtypes
-from ..errors import UserError, quoted
+from ..errors import CheckFailed, UserError, quoted
 from . import unpickle
 from .stable import StableFile
-from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, shape_problem, valid_bools
+from .base import MAX_BYTES, MAX_DIMS, MAX_REPEATED, Source, TensorInfo, repeated_bytes, shape_problem, valid_bools
 
 try:  # ISA-L's CRC-32, about four times zlib's speed: checking every storage costs little
     from isal.isal_zlib import crc32
@@ -54,6 +57,32 @@ DEFLATE_RATIO = 1032  # deflate's largest possible expansion
 
 class NotPlain(Exception):
     """Not a plain zip state dict that this reader handles; torch.load decides."""
+
+
+def byte_order(archive: zipfile.ZipFile, record: zipfile.ZipInfo | None, path: str) -> str:
+    """'<' or '>': how the storages' numbers are stored, as the `byteorder` record says (torch.save
+    writes `little` or `big`; a file without the record is little-endian, as torch.load takes it)."""
+    if record is None:
+        return "<"
+    if record.file_size > 64:
+        raise _bad(path, f"its byteorder record is {record.file_size} bytes, not 'little' or 'big'")
+    text = archive.read(record).strip()
+    if text in (b"little", b""):
+        return "<"
+    if text == b"big":
+        return ">"
+    raise _bad(path, f"its byteorder record says {quoted(text.decode('latin-1'))[:40]}, not 'little' or 'big'")
+
+
+def strided(flat: np.ndarray, offset: int, shape, stride, order: str) -> np.ndarray:
+    """The view (offset, shape, stride in elements) of a storage array whose numbers are stored in
+    byte order `order`, in this machine's order: the view itself, or a copy where the bytes are
+    swapped (repeated elements, stride 0 included, are read as torch reads them)."""
+    stored = flat.dtype.newbyteorder(order) if flat.dtype.itemsize > 1 else flat.dtype
+    strides = tuple(s * flat.dtype.itemsize if d > 1 else 0 for d, s in zip(shape, stride))
+    view = np.lib.stride_tricks.as_strided(flat[offset:].view(stored), shape=tuple(shape), strides=strides,
+                                           writeable=False)
+    return view if stored == flat.dtype else view.astype(flat.dtype)
 
 
 def _bad(path: str, why: str) -> UserError:
@@ -123,9 +152,7 @@ def view_problem(shape, stride, offset: int, storage_numel: int, itemsize: int) 
     last = offset + sum((d - 1) * s for d, s in zip(shape, stride))
     if last >= storage_numel:
         return f"shape {list(shape)}, stride {list(stride)}, offset {offset} reach past its storage of {storage_numel} elements"
-    if numel > storage_numel:
-        return f"a view of {numel} elements is larger than its storage of {storage_numel} (overlapping strides)"
-    return None
+    return None  # a view that repeats elements (stride 0, overlapping strides) is valid: torch reads it
 
 
 def _rebuild_tensor(storage=None, offset=None, shape=None, stride=None, *rest):
@@ -238,9 +265,7 @@ class TorchZipSource(Source):
         if len(pkl) != 1:
             raise NotPlain("no single data.pkl")
         prefix = pkl[0][: -len("data.pkl")]
-        byteorder = members.get(prefix + "byteorder")
-        if byteorder is not None and archive.read(byteorder)[:16].strip() not in (b"little", b""):
-            raise NotPlain("a big-endian checkpoint")
+        self.order = byte_order(archive, members.get(prefix + "byteorder"), path)
         reading, foreign = _Reading(), []
         try:
             obj, _ = unpickle.load(_read_pickle(archive, members[pkl[0]], path), reading.resolve,
@@ -261,11 +286,17 @@ class TorchZipSource(Source):
                                    dtypes.itemsize(record.storage.dtype))
             if problem:
                 raise _bad(path, f"a tensor has {problem}")
+        repeated = repeated_bytes((r.numel, r.storage.numel, dtypes.itemsize(r.storage.dtype)) for r in reading.tensors)
+        if repeated > MAX_REPEATED:
+            raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it "
+                            f"stores (expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them "
+                            "with .contiguous()")
         if foreign:
             raise NotPlain(f"it names {foreign[0]}")
         self._lock = threading.Lock()
         self._checked: set[str] = set()
         self._inflated: tuple[str, bytes] | None = None
+        self._reference, self._unwrap = None, unwrap
         self._tensors = unwrap(obj, lambda v: isinstance(v, TensorRecord), path, self.notes)
         for name, record in self._tensors.items():
             self.infos[name] = TensorInfo(name, record.storage.dtype, record.shape)
@@ -319,12 +350,24 @@ class TorchZipSource(Source):
         t = self._tensors[name]
         dtype = dtypes.storage(t.storage.dtype)
         flat = self._storage(t.storage.key, dtype, t.storage.numel)
-        strides = tuple(s * dtype.itemsize if d > 1 else 0 for d, s in zip(t.shape, t.stride))
-        view = np.lib.stride_tricks.as_strided(flat[t.offset:], shape=t.shape, strides=strides, writeable=False)
-        return valid_bools(self.path, name, view)
+        return valid_bools(self.path, name, strided(flat, t.offset, t.shape, t.stride, self.order))
+
+    def reference(self, name: str) -> np.ndarray:
+        """The tensor decoded independently of `read` (torch_reference.py), for the self-check."""
+        with self._lock:
+            if self._reference is None:
+                from .torch_reference import TorchZipReference
+                try:
+                    self._reference = TorchZipReference(self._file.fd, self.path, self._unwrap)
+                except Exception as exc:  # the two decodings disagree on the file's structure
+                    raise CheckFailed(f"{quoted(self.path)} decodes differently by a second reading "
+                                      f"({type(exc).__name__}: {exc}); nothing was written") from None
+        return self._reference.read(name)
 
     def check_unchanged(self) -> None:
         self._file.check_unchanged()
 
     def close(self) -> None:
+        if getattr(self, "_reference", None) is not None:
+            self._reference.close()
         self._file.close()

@@ -57,18 +57,36 @@ def pickle_of(body: bytes) -> bytes:
     return b"\x80\x02" + body + b"."
 
 
-def torch_zip(path, data_pkl: bytes, storages: dict, compress=zipfile.ZIP_STORED, prefix="archive") -> None:
-    """A zip laid out as torch.save writes it: data.pkl, data/<key>, version, byteorder."""
+def torch_zip(path, data_pkl: bytes, storages: dict, compress=zipfile.ZIP_STORED, prefix="archive",
+              byteorder: bytes | None = b"little") -> None:
+    """A zip laid out as torch.save writes it: data.pkl, data/<key>, version, byteorder (None: no
+    byteorder record, as torch before 1.11 wrote)."""
     with zipfile.ZipFile(path, "w", compression=compress) as z:
         z.writestr(f"{prefix}/data.pkl", data_pkl)
-        z.writestr(f"{prefix}/byteorder", b"little")
+        if byteorder is not None:
+            z.writestr(f"{prefix}/byteorder", byteorder)
         for key, raw in storages.items():
             z.writestr(f"{prefix}/data/{key}", raw)
         z.writestr(f"{prefix}/version", b"3\n")
 
 
-def float_bytes(values) -> bytes:
-    return struct.pack(f"<{len(values)}f", *values)
+def float_bytes(values, order: str = "<") -> bytes:
+    return struct.pack(f"{order}{len(values)}f", *values)
+
+
+def big_endian_copy(src, dst, itemsizes: dict) -> None:
+    """torch.save's zip `src` rewritten as a big-endian machine writes it: a `byteorder` record of
+    `big` and each storage's numbers byteswapped (`itemsizes`: storage key -> its element size);
+    every member keeps its name, order and compression."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/byteorder"):
+                data = b"big"
+            elif "/data/" in info.filename:
+                size = itemsizes[info.filename.rsplit("/", 1)[1]]
+                data = b"".join(data[i:i + size][::-1] for i in range(0, len(data), size))
+            zout.writestr(info, data)
 
 
 # ---- safetensors with a raw header
