@@ -44,9 +44,19 @@ class PortError(Exception):
 
 
 class UserError(PortError):
-    """Bad input: the message says what is wrong and what to do. Exit code 2."""
+    """Bad input: the message says what is wrong and what to do. Exit code 2, and one line whatever
+    the count of details: the first SHOWN of them follow the message, with how many more there are."""
 
     exit_code = 2
+    SHOWN = 3
+
+    def render(self) -> str:
+        if not self.details:
+            return one_line(self.message)
+        shown = "; ".join(one_line(d)[:300] for d in self.details[:self.SHOWN])
+        more = f" (and {len(self.details) - self.SHOWN} more)" if len(self.details) > self.SHOWN else ""
+        joint = " " if self.message.rstrip().endswith(":") else ": "
+        return f"{one_line(self.message)}{joint}{shown}{more}"
 
 
 class CheckFailed(PortError):

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+from fractions import Fraction
 
 from . import dtypes
 from .errors import UserError, quoted
@@ -49,12 +50,24 @@ def converts_a_directory(src: str, dst: str) -> bool:
     return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
 
 
+MAX_SIZE = 1 << 62  # bytes: past any disk; a size option's bound
+
+
 def parse_size(text: str) -> int:
-    """'5GB' (10^9), '500MiB' (2^20) or a number of bytes, as HF's max_shard_size."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
-    if not m or float(m.group(1)) <= 0:
-        raise UserError(f"--max-shard-size {text!r} is not a size; give one like 5GB, 500MB or 2GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+    """'5GB' (10^9), '500MiB' (2^20) or a number of bytes, as HF's max_shard_size: exact (no float),
+    from 1 byte to MAX_SIZE; one line otherwise, however many digits it has."""
+    m = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]i?B|B)?\s*", str(text), re.IGNORECASE)
+    size = int(Fraction(m.group(1)) * _UNITS[(m.group(2) or "").upper()]) if m else 0
+    if not 1 <= size <= MAX_SIZE:
+        raise UserError(f"--max-shard-size {shown_value(text)} is not a size from 1 byte to 4 EiB; give one like 5GB, "
+                        "500MB or 2GiB")
+    return size
+
+
+def shown_value(text) -> str:
+    """An option's value quoted for a message, cut to 40 characters (with its length) where longer."""
+    text = str(text)
+    return quoted(text) if len(text) <= 40 else f"{quoted(text[:40])}... ({len(text)} characters)"
 
 
 def read_config(directory: str) -> dict:

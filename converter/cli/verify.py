@@ -33,7 +33,7 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--strategy", type=click.Choice(api.STRATEGIES), default="auto", show_default=True)
 @click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Write a self-contained HTML report.")
-@click.option("--rows", default=60, show_default=True, help="Table rows to print.")
+@click.option("--rows", default=60, show_default=True, type=click.IntRange(0, 1_000_000), help="Table rows to print.")
 @click.option("--force", is_flag=True, help="Replace existing --json/--html files.")
 @click.option("--train", is_flag=True, help="Also check training: loss, backward, optimizer and N steps.")
 @click.option("--steps", default=api.DEFAULT_STEPS, show_default=True, help="Training steps for --train.")
@@ -78,12 +78,14 @@ UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def memory_size(text: str) -> int:
     """--max-memory's SIZE in bytes: a number with K, M, G or T (powers of 1024; KiB, KB and K alike)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", text, re.IGNORECASE)
-    size = float(match.group(1)) * UNITS[match.group(2).upper()] if match else 0.0
-    size = int(size) if size < 1 << 62 else 0  # more digits than any machine's memory: refused as such
-    if size <= 0:
+    from fractions import Fraction
+
+    from ..hfdir import MAX_SIZE, shown_value
+    match = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]?)(?:I?B)?\s*", text, re.IGNORECASE)
+    size = int(Fraction(match.group(1)) * UNITS[match.group(2).upper()]) if match else 0  # exact, no float
+    if not 1 <= size < MAX_SIZE:  # more than any machine's memory: refused as such
         raise UserError(f"--max-memory takes a size above 0 (and below 4 EiB) such as 6GiB, 6.5G or 6500MiB (powers of 1024); got "
-                        f"'{text}'")
+                        f"{shown_value(text)}")
     return size
 
 
@@ -127,6 +129,7 @@ def _options(device, precision, emulate, strategy, bisect, train, steps, max_mem
             raise UserError("--emulate takes SIDE=MODE with SIDE torch or paddle and MODE tf32, bf16 or fp16; "
                             f"got '{given[exc.value]}'") from None
         if exc.option == "steps":
-            raise UserError(f"--steps takes 1 to {api.MAX_STEPS} steps; got {exc.value}") from None
+            value = str(exc.value) if len(str(exc.value)) <= 40 else f"{str(exc.value)[:40]}... ({len(str(exc.value))} digits)"
+            raise UserError(f"--steps takes 1 to {api.MAX_STEPS} steps; got {value}") from None
         raise
 
