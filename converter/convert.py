@@ -87,7 +87,22 @@ def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | Non
     if name:
         return resolve_mapping(str(name)), targets
     from .rules.infer import infer_ruleset
-    return infer_ruleset(spec.torch_model(), spec.paddle_model()), targets
+    return infer_ruleset(spec.torch_model(), spec.paddle_model(), partial=True), targets
+
+
+def _refuse_open(ruleset: RuleSet, emit_mapping: str | None, force: bool, log) -> None:
+    """An inferred rule set with open items is refused; with --emit-mapping, the rules found so far
+    are written first, the open items listed in the file, for the user to complete."""
+    if not ruleset.open:
+        return
+    written = ""
+    if emit_mapping:
+        with OutputGroup(force) as group:
+            group.file(emit_mapping).file.write(ruleset.to_json().encode("utf-8"))
+        log(f"wrote the {len(ruleset.rules)} rules inferred so far to {emit_mapping}, with the open items under 'open'")
+        written = f"; the rules found so far are in {emit_mapping}: complete them and pass it back with --mapping"
+    raise UserError(f"cannot infer a mapping from the two models ({len(ruleset.open)} problem(s)){written}; "
+                    "fix the port or pass --mapping:", list(ruleset.open))
 
 
 def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None) -> MappingPlan:
@@ -272,6 +287,9 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         for note in source.notes:
             log(f"note: {one_line(note)}")
         ruleset, targets = choose_ruleset(mapping, spec, source.infos, log, target)
+        for note in ruleset.notes:
+            log(f"note: {one_line(note)}")
+        _refuse_open(ruleset, emit_mapping, force, log)
         plan = plan_conversion(source, ruleset, targets, dtype)
         result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
                                   plan.dropped, list(source.notes))
@@ -350,6 +368,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None):
     plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
                       {k: v for k, v in targets.items() if k not in kept})
     plan.unloadable = unloadable
+    plan.notes.extend(ruleset.notes)
     plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
     plan.notes.extend(_unloadable_notes(unloadable, paddle_model, source))
     return plan, ruleset, source

@@ -29,6 +29,7 @@ class PortedLayer:
     paddle_layer: object
     rules: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    measured: list = field(default_factory=list)  # rules.orient.Measured: layouts found from the two layers
 
     def torch_key(self, name: str) -> str:
         return f"{self.torch_path}.{name}" if self.torch_path else name

@@ -57,14 +57,17 @@ def square_weight_held_as(torch_module, paddle_layer, layout) -> list | None:
 
 
 def untransposed(ctx, where, torch_module, paddle_layer) -> list:
-    """A square paddle weight that is torch's as is (paddle's Linear wants [in, out])."""
+    """A square paddle weight that is torch's as is, where the layer reproduces torch's once it is
+    transposed (paddle.nn.Linear wants [in, out]; paddle.compat.nn.Linear holds torch's layout and
+    is never told to transpose)."""
+    from ..rules.orient import runs_transposed
     shape = square_weight_held_as(torch_module, paddle_layer, lambda w: w)
-    if shape is None:
+    if shape is None or not runs_transposed(torch_module, paddle_layer):
         return []
     return [Diagnosis(where, f"paddle's {type(paddle_layer).__name__} weight {shape} is square and holds "
                       f"torch's '{where}.weight' untransposed",
-                      "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight (a rule file needs a "
-                      "transpose rule for it)", kind="transpose")]
+                      "the layer stores [in, out]: transpose torch's [out, in] weight (a rule file needs a "
+                      "transpose rule for it; confirmed by re-running the layer with it transposed)", kind="transpose")]
 
 
 register(Family("linear", ("Linear", "LazyLinear"), ("Linear",), _linear, _linear_products, what_ifs=(untransposed,)))

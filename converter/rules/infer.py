@@ -1,13 +1,18 @@
 """Infer rules from a torch model and its paddle port by walking module types.
 
-Transposes are decided by module type (the layer registry), never by shape:
-a square attention projection and an HF Conv1D both come out right.
+Each layer family gives its rules (the layer registry); then every 2-D weight's layout is checked
+against the paddle tensor it fills (rules/orient.py): by shape where shapes decide, by running the
+layer where they cannot (a square weight), so that an HF Conv1D, a `paddle.compat.nn.Linear`
+(torch's layout) and a square attention projection all come out right.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import UserError
 from ..families import PortedLayer, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
+from .orient import describe, orient
 from .ruleset import RuleSet, parse_ruleset
 
 
@@ -85,7 +90,7 @@ def _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
     return paired
 
 
-def _walk(t_mod, p_layer, t_path, p_path, rules, problems, tied) -> None:
+def _walk(t_mod, p_layer, t_path, p_path, rules, problems, measured, tied) -> None:
     family = lookup(t_mod, p_layer)
     pair = PortedLayer(t_path, p_path, t_mod, p_layer)
     if family is not None and family.convert is not None:
@@ -97,13 +102,15 @@ def _walk(t_mod, p_layer, t_path, p_path, rules, problems, tied) -> None:
         family.convert(pair)
     else:  # no entry, or a family without weight rules: its own tensors keep their names
         _own_keys_by_name(pair)
+    orient(pair, family)
     rules.extend(pair.rules)
     problems.extend(pair.problems)
+    measured.extend(pair.measured)
     if family is not None and family.owns_children:
         return
     for t_name, t_child, p_name, p_child in _pair_children(t_mod, p_layer, t_path, p_path, problems, rules, tied):
         _walk(t_child, p_child, f"{t_path}.{t_name}" if t_path else t_name,
-              f"{p_path}.{p_name}" if p_path else p_name, rules, problems, tied)
+              f"{p_path}.{p_name}" if p_path else p_name, rules, problems, measured, tied)
 
 
 def paddle_aliases(paddle_model) -> dict[str, list[str]]:
@@ -111,17 +118,23 @@ def paddle_aliases(paddle_model) -> dict[str, list[str]]:
     return {keys[0]: keys[1:] for keys in same_tensor_groups(paddle_model.state_dict().items())}
 
 
-def infer_ruleset(torch_model, paddle_model, name: str = "inferred") -> RuleSet:
+def infer_ruleset(torch_model, paddle_model, name: str = "inferred", partial: bool = False) -> RuleSet:
+    """The rules that map the torch model's state dict onto the paddle model's, found by walking
+    both. Where some cannot be found: a UserError, or (`partial`) the rules found so far with what
+    is left listed under `open`, for a user to complete."""
     rules: list[dict] = []
     problems: list[str] = []
-    _walk(torch_model, paddle_model, "", "", rules, problems, tied_tensors(torch_model))
-    if problems:
+    measured: list = []
+    _walk(torch_model, paddle_model, "", "", rules, problems, measured, tied_tensors(torch_model))
+    problems = sorted(problems)
+    if problems and not partial:
         raise UserError(f"cannot infer a mapping from the two models ({len(problems)} problem(s)); "
-                        "fix the port or pass --mapping:", sorted(problems))
+                        "fix the port or pass --mapping:", problems)
     aliases = paddle_aliases(paddle_model)
     for rule in rules:
         if rule["kind"] == "rename" and rule["to"] in aliases:
             rule["aliases"] = aliases[rule["to"]]
-    description = ("Inferred from the torch and paddle models by module type. Review it, edit it, "
-                   "and pass it back with --mapping.")
-    return parse_ruleset({"name": name, "description": description, "rules": rules}, name)
+    description = ("Inferred from the torch and paddle models by module type, each 2-D weight's layout "
+                   "measured. Review it, edit it, and pass it back with --mapping.")
+    ruleset = parse_ruleset({"name": name, "description": description, "rules": rules}, name)
+    return replace(ruleset, notes=tuple(describe(measured)), open=tuple(problems))

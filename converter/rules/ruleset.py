@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import dtypes
 from ..errors import UserError, is_text, one_line, quoted
@@ -242,18 +242,22 @@ class RuleSet:
     description: str = ""
     unmatched: str = "error"  # "keep": a key that no naming rule touches keeps its name
     params: dict = field(default_factory=dict)  # config fields that `groups` and `count` may name
+    notes: tuple[str, ...] = ()  # what inference measured rather than read from the rules (layouts)
+    open: tuple[str, ...] = ()  # what inference could not map: a rule set to complete by hand, not to use
 
     def with_params(self, params: dict) -> RuleSet:
         """The same rules, with the config fields (a model's config.json) that their `groups` and
         `count` may name."""
-        return RuleSet(self.name, self.rules, self.description, self.unmatched, dict(params))
+        return replace(self, params=dict(params))
 
     def to_json(self) -> str:
         """One rule per line, so that a reviewer reads it like a table."""
         rules = ",\n".join("  " + json.dumps(r.spec) for r in self.rules)
         keep = ' "unmatched": "keep",\n' if self.unmatched == "keep" else ""
+        items = ",\n".join("  " + json.dumps(item) for item in self.open)
+        still_open = f' "open": [\n{items}\n ],\n' if self.open else ""
         return (f'{{\n "name": {json.dumps(self.name)},\n "description": {json.dumps(self.description)},\n'
-                f'{keep} "rules": [\n{rules}\n ]\n}}\n')
+                f'{keep}{still_open} "rules": [\n{rules}\n ]\n}}\n')
 
 
 def _compile(text, where: str, literal: bool = False):
@@ -405,6 +409,12 @@ def parse_ruleset(body, origin: str) -> RuleSet:
     if len(body["rules"]) > MAX_RULES:
         raise UserError(f"mapping {quoted(origin)} has {len(body['rules'])} rules, more than the {MAX_RULES} a rule file "
                         "may hold; match many keys with one pattern (e.g. layer\\.(\\d+)\\.weight) instead of a rule per key")
+    still_open = body.get("open") or []
+    if still_open:
+        first = one_line(str(still_open[0]) if isinstance(still_open, list) else str(still_open))[:160]
+        count = len(still_open) if isinstance(still_open, list) else 1
+        raise UserError(f"mapping {quoted(origin)} still lists {count} open item(s) under 'open' (the first: {first}); "
+                        "add a rule for each (rename, transpose or drop), then delete the 'open' list")
     rules = [parse_rule(spec, f"{origin} rule {i + 1}") for i, spec in enumerate(body["rules"])]
     unmatched = body.get("unmatched", "error")
     if unmatched not in UNMATCHED:
