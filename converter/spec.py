@@ -188,11 +188,10 @@ def call_spec_function(path: str, module, name: str, *args):
     except SystemExit as exc:
         raise UserError(f"spec '{path}': {name}() called sys.exit({exc.code!r}){spec_line(exc, path)}; "
                         "a spec must return its value, not exit") from None
-    except Exception as exc:
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        where = spec_line(exc, path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
-        raise UserError(f"spec '{path}': {name}() failed with {type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:200]}{where}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # an Exception, or what is none: asyncio.CancelledError, a class of the spec's own
+        raise UserError(f"spec '{path}': {name}() failed with {failure(exc, path)}") from None
 
 
 def spec_line(exc: BaseException, path: str) -> str:
@@ -204,9 +203,16 @@ def spec_line(exc: BaseException, path: str) -> str:
 def failure(exc: BaseException, path: str) -> str:
     """One line for an exception raised while running a spec's code: its type, its message
     (200 characters at most) and where: the spec's line, else the file and line that raised."""
-    frame = traceback.extract_tb(exc.__traceback__)[-1]
-    where = spec_line(exc, path) or f" (at {os.path.basename(frame.filename)}:{frame.lineno})"
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}{where}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = spec_line(exc, path) or (f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else "")
+    return f"{said(exc)}{where}"
+
+
+def said(exc: BaseException) -> str:
+    """An exception's type and its message on one line (200 characters at most), the type alone
+    where it has no message."""
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class _SpecLoader(importlib.machinery.SourceFileLoader):
@@ -235,9 +241,12 @@ def load_spec(path: str) -> PortSpec:
     except SystemExit as exc:
         raise UserError(f"spec '{path}' called sys.exit({exc.code!r}) while it was imported{spec_line(exc, path)}; "
                         "a spec must only define its functions") from None
-    except Exception as exc:
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise UserError(f"spec '{path}' failed to import: {type(exc).__name__}: {exc} (line {frame.lineno})") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # an Exception, or what is none: asyncio.CancelledError, a class of the spec's own
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = f" (line {frames[-1].lineno})" if frames else ""
+        raise UserError(f"spec '{path}' failed to import: {said(exc)}{line}") from None
     missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
     if missing:
         raise UserError(f"spec '{path}' does not define {', '.join(f + '()' for f in missing)}; "

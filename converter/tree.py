@@ -10,6 +10,9 @@ One rule for the containers walked, in one order, for every walker in the packag
   the same type with the fields set;
 - anything else that is not a leaf: no leaves, kept as it is.
 
+Containers are walked at most MAX_DEPTH inside one another: a value nested deeper (a tuple inside
+a tuple 3000 times) is a UserError saying so, never a RecursionError.
+
 Which values are leaves is the caller's `is_leaf`; the rule for the tensors verification
 compares is `is_float_tensor` (a floating tensor of either framework, of any width: a float16
 or bfloat16 output is compared, not dropped). Neither framework is imported here: a value
@@ -24,6 +27,14 @@ import sys
 from typing import Any, Callable
 
 Leaf = Callable[[Any], bool]
+
+MAX_DEPTH = 100  # containers inside containers: a model's outputs nest a few deep (HF's caches: 3)
+
+
+def _too_deep() -> Exception:
+    from .errors import UserError
+    return UserError(f"a model's output, a call's arguments or a spec's inputs nest containers (tuples, lists, "
+                     f"dicts, dataclasses) more than {MAX_DEPTH} deep; return tensors nested at most {MAX_DEPTH} deep")
 
 PADDLE_FLOATS = ("float16", "bfloat16", "float32", "float64")  # the float dtypes paddle's tensors convert from
 
@@ -92,6 +103,8 @@ def flatten(value, is_leaf: Leaf = is_float_tensor) -> list:
         children = _children(v)
         if children is None or id(v) in on_path:  # a container holding itself: walked once
             return
+        if len(on_path) >= MAX_DEPTH:
+            raise _too_deep()
         inside = on_path | {id(v)}
         for _, child in children:
             walk(child, inside)
@@ -109,6 +122,8 @@ def map_leaves(value, fn: Callable[[Any], Any], is_leaf: Leaf = is_float_tensor)
         children = _children(v)
         if children is None or id(v) in on_path:
             return v
+        if len(on_path) >= MAX_DEPTH:
+            raise _too_deep()
         inside = on_path | {id(v)}
         items = [(k, walk(c, inside)) for k, c in children]
         if all(new is old for (_, new), (_, old) in zip(items, children)):

@@ -98,13 +98,20 @@ def test_a_target_of_objects_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("raised", ["asyncio.CancelledError('stop')", "Halt('stop')"])
-@pytest.mark.parametrize("part", ["batches", "torch_optimizer", "forward"])
+@pytest.mark.parametrize("part", ["batches", "torch_optimizer", "paddle_optimizer", "torch_loss", "paddle_loss",
+                                  "forward"])
 def test_base_exceptions_from_training_parts_are_one_line(tmp_path, raised, part):
     name = raised.split("(")[0].split(".")[-1]
+    partners = {"paddle_optimizer": "torch_optimizer", "torch_loss": "paddle_loss", "paddle_loss": "torch_loss"}
+    works = {"torch_optimizer": "return torch.optim.SGD(model.parameters(), lr=0.01)",
+             "paddle_loss": "return model.sum()", "torch_loss": "return model.sum()"}
     if part == "forward":
         err = run_train(tmp_path, torch_forward=f"if self.training:\n            raise {raised}")
     else:
-        err = run_train(tmp_path, f"\n\ndef {part}(*args):\n    raise {raised}\n")
+        extra = f"\n\ndef {part}(*args):\n    raise {raised}\n"
+        if part in partners:  # the part's partner, which works: a spec gives both or neither
+            extra += f"\n\ndef {partners[part]}(model, *args):\n    {works[partners[part]]}\n"
+        err = run_train(tmp_path, extra)
     assert f"{name}: stop (line " in err, err
 
 

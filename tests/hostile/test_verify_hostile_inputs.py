@@ -4,7 +4,7 @@ one line, or an honest verdict, never a traceback and never a pass it has not ea
 import numpy as np
 import pytest
 
-from helpers.cli import run_verify
+from helpers.cli import run_convert, run_verify
 
 SPEC = '''
 import numpy as np
@@ -191,14 +191,60 @@ def test_a_nan_on_paddle_side_only_fails(tmp_path, strategy, where):
 
 # spec code raising what is no Exception ---------------------------------------------------------------
 
-@pytest.mark.parametrize("part", ["torch_model", "inputs", "forward"])
+@pytest.mark.parametrize("part", ["import", "torch_model", "paddle_model", "inputs", "forward"])
 @pytest.mark.parametrize("raised", ["asyncio.CancelledError('stop')", "Halt('stop')"])
 def test_base_exceptions_from_a_spec_are_one_line(tmp_path, part, raised):
+    """asyncio.CancelledError raised at the spec's import printed a traceback of 34 lines (exit 1)."""
     extra = "\nimport asyncio\n\n\nclass Halt(BaseException):\n    pass\n"
     if part == "forward":
         path = write_spec(tmp_path, torch_out=f"(_ for _ in ()).throw({raised})", extra=extra)
+    elif part == "import":
+        path = write_spec(tmp_path, extra=extra + f"\n\nraise {raised}\n")
     else:
         extra += f"\n\ndef {part}():\n    raise {raised}\n"
         path = write_spec(tmp_path, extra=extra)
     err = one_line(run_verify("--spec", path, "--device", "cpu"), 2)
     assert raised.split("(")[0].split(".")[-1] + ": stop" in err and "(line " in err, err
+
+
+def test_a_base_exception_at_import_of_a_spec_convert_weights_reads_is_one_line(tmp_path):
+    import torch
+    path = write_spec(tmp_path, extra="\nimport asyncio\n\nraise asyncio.CancelledError()\n")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "m.pt")
+    r = run_convert(tmp_path / "m.pt", tmp_path / "o.pdparams", "--spec", path)
+    assert r.code == 2 and len(r.stderr.splitlines()) == 1, r
+    assert r.stderr.startswith(f"error: spec '{path}' failed to import: CancelledError (line "), r
+    assert not (tmp_path / "o.pdparams").exists()
+
+
+def test_a_keyboard_interrupt_from_a_spec_stays_an_interrupt(tmp_path):
+    path = write_spec(tmp_path, extra="\n\ndef inputs():\n    raise KeyboardInterrupt\n")
+    r = run_verify("--spec", path, "--device", "cpu")
+    assert r.code == 130 and r.stderr.splitlines() == ["interrupted; nothing was written"], r
+
+
+@pytest.mark.parametrize("depth,code", [(3000, 2), (150, 2), (90, 0)])
+def test_outputs_nested_past_the_walks_bound_are_one_line(tmp_path, depth, code):
+    """A tuple nested 3000 deep was a RecursionError (exit 3); the walk's bound is 100."""
+    extra = "\n\ndef _nest(y, n):\n    for _ in range(n):\n        y = (y,)\n    return y\n"
+    path = write_spec(tmp_path, torch_out=f"_nest(y, {depth})", paddle_out=f"_nest(y, {depth})", extra=extra)
+    r = run_verify("--spec", path, "--device", "cpu")
+    if code == 2:
+        err = one_line(r, 2)
+        assert "more than 100 deep" in err, err
+    else:
+        assert r.code == 0 and "PASS" in r.stdout, r
+
+
+def test_the_walks_bound_is_stated_and_kept():
+    from converter.errors import UserError
+    from converter.tree import MAX_DEPTH, flatten, map_leaves
+    value = 1.0
+    for _ in range(MAX_DEPTH):
+        value = [value]
+    assert flatten(value, lambda v: isinstance(v, float)) == [1.0]
+    assert map_leaves(value, lambda v: v + 1, lambda v: isinstance(v, float)) != value
+    with pytest.raises(UserError, match="more than 100 deep"):
+        flatten([value], lambda v: isinstance(v, float))
+    with pytest.raises(UserError, match="more than 100 deep"):
+        map_leaves({"a": value}, lambda v: v, lambda v: isinstance(v, float))
