@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .analyze import culprit_evidence
-from .strategies import BinarySearch, ChunkedCapture, Strategy, StrategyResult, choose
+from .finite import check_finite
+from .strategies import BinarySearch, ChunkedCapture, Strategy, StrategyResult, choose, first_bad
 from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
@@ -40,6 +41,9 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
         found = strategy.run(session)
     notes.extend(found.notes)
     results, bad, outputs = found.results, found.first_bad, found.outputs
+    checked = check_finite(found, results)  # no PASS on a NaN or an infinity (finite.py)
+    if any(a is not b for a, b in zip(checked, results)):
+        results, bad = checked, first_bad(checked)
     diagnosis = []
     if bad is None and outputs is not None and outputs.verdict is Verdict.FAIL:
         bad = outputs  # no single layer isolated: the verdict still follows the final outputs

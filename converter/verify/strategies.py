@@ -521,7 +521,7 @@ class BinarySearch:
         for i, chunk in enumerate(chunks):
             t_paths = {p for p in t_calls if any(is_under(p, u.torch) for u in chunk)}
             p_paths = {p for p in p_calls if any(is_under(p, u.paddle) for u in chunk)}
-            before, last = units[:units.index(chunk[0])], i == len(chunks) - 1
+            before, last = units[:units.index(chunk[0])] if chunk else [], i == len(chunks) - 1  # no units: []
             if last:
                 t_paths |= {h.torch for h in holders} | {u.torch for u in units}
                 p_paths |= {h.paddle for h in holders} | {u.paddle for u in units}

@@ -248,3 +248,79 @@ def test_the_walks_bound_is_stated_and_kept():
         flatten([value], lambda v: isinstance(v, float))
     with pytest.raises(UserError, match="more than 100 deep"):
         map_leaves({"a": value}, lambda v: v, lambda v: isinstance(v, float))
+
+
+SCALED = """
+import numpy as np
+import paddle
+import torch
+
+
+class TorchScale(torch.nn.Module):
+    def forward(self, x):
+        return {torch_op}
+
+
+class PaddleScale(paddle.nn.Layer):
+    def forward(self, x):
+        return {paddle_op}
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = TorchScale()
+
+    def forward(self, x):
+        return torch.tanh(self.scale(x)){torch_tail}
+
+
+class PaddleNet(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.scale = PaddleScale()
+
+    def forward(self, x):
+        return paddle.tanh(self.scale(x)){paddle_tail}
+
+
+def torch_model():
+    return TorchNet()
+
+
+def paddle_model():
+    return PaddleNet()
+
+
+def inputs():
+    return (np.full((2, 3), {value}, dtype=np.float32),)
+"""
+
+
+def _scaled_spec(tmp_path, value, torch_op, paddle_op=None, tail=""):
+    path = tmp_path / "scaled.py"
+    path.write_text(SCALED.format(value=value, torch_op=torch_op, paddle_op=paddle_op or torch_op,
+                                  torch_tail=tail, paddle_tail=tail))
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.parametrize("value,op", [("-3e38", "x * 4"), ("3e38", "x * x * x * x * x * x * x * x * x * x")])
+def test_outputs_that_overflow_on_both_sides_are_never_a_pass(tmp_path, strategy, value, op):
+    """Inputs near float32's largest value overflow both models inside a layer: -inf on both sides
+    was taken for a mask and the run said PASS (float64 finite); where float64 overflows too, the
+    binary search of a model with no unit failed (IndexError, exit 3)."""
+    for tail in ("", " * 0 + x"):
+        err = one_line(run_verify("--spec", _scaled_spec(tmp_path, value, op, tail=tail), "--device", "cpu",
+                                  "--strategy", strategy), 2)
+        assert "gives -inf" in err or "gives inf" in err, err
+        assert "float32" in err and "smaller scale" in err, err
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_an_infinity_on_paddle_side_only_fails_where_torch_looks_masked(tmp_path, strategy):
+    """torch's -4e37 is at or below the mask threshold (-1e3); paddle's -inf there was taken for a
+    mask on both sides, and the run said PASS."""
+    r = run_verify("--spec", _scaled_spec(tmp_path, "-1e37", "x * 4", "x * 40"), "--device", "cpu",
+                   "--strategy", strategy)
+    assert r.code == 1 and "FAIL: first layer over budget: scale " in r.stdout, r
