@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -42,16 +45,54 @@ class OneLineCommand(click.Command):
             raise OneLineUsage(exc.format_message(), command) from None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the main thread runs as SIGINT's KeyboardInterrupt is, so that
+    the same cleanup runs (staged outputs removed, nothing committed); exit 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def terminations():
+    """SIGTERM and SIGHUP raise Terminated while the command runs (in the main thread only, where
+    Python runs signal handlers); a second signal during the cleanup is ignored, not raised again
+    inside it. The handlers before are put back at the end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen = []
+
+    def handler(signum, frame):
+        if not seen:
+            seen.append(signum)
+            raise Terminated(signum)
+    kept = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        kept[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, before in kept.items():
+            signal.signal(sig, before)
+
+
 def one_line_errors(func):
-    """Bad input becomes one line and exit 2; a failed check exit 1; never a traceback."""
+    """Bad input becomes one line and exit 2; a failed check exit 1; never a traceback. SIGINT,
+    SIGTERM and SIGHUP clean up alike and exit 128 + the signal."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with terminations():
+                return func(*args, **kwargs)
         except PortError as exc:
             click.echo(f"error: {exc.render()}", err=True)  # escaped by render; details on indented lines
             sys.exit(exc.exit_code)
+        except Terminated as exc:
+            say(f"terminated ({signal.Signals(exc.signum).name}); nothing was written")
+            sys.exit(128 + exc.signum)
         except KeyboardInterrupt:
             say("interrupted; nothing was written")
             sys.exit(130)
