@@ -60,7 +60,7 @@ def untransposed(ctx, where, torch_module, paddle_layer) -> list:
     """A square paddle weight that is torch's as is, where the layer reproduces torch's once it is
     transposed (paddle.nn.Linear wants [in, out]; paddle.compat.nn.Linear holds torch's layout and
     is never told to transpose)."""
-    from ..rules.orient import runs_transposed
+    from .probe import runs_transposed
     shape = square_weight_held_as(torch_module, paddle_layer, lambda w: w)
     if shape is None or not runs_transposed(torch_module, paddle_layer):
         return []
