@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import UserError, one_line
+from .rules.detect import default_target
 
 # Fields PaddleNLP's PretrainedConfig takes under HF's name (generation and label settings, ids).
 BASE_SAME = frozenset({
@@ -316,12 +317,13 @@ class Translated:
 
 
 def family_of(hf: dict, where: str, target: str | None = None) -> Family:
-    """The family of config.json's model_type for `target`'s library; with no target, PaddleFormers'
-    where it has the family, else PaddleNLP's."""
+    """The family of config.json's model_type for `target`'s library; with no target, the installed
+    library's where only one of PaddleFormers and PaddleNLP is installed and has the family, else
+    PaddleFormers' where it has the family, else PaddleNLP's."""
     model_type = hf.get("model_type")
     named = isinstance(model_type, str)  # a list or a dict is no key of the tables below
     if target is None:
-        target = "paddleformers" if named and model_type in PADDLEFORMERS_FAMILIES else "paddlenlp"
+        target = default_target({lib: named and model_type in families for lib, families in TARGET_FAMILIES.items()})
     families = TARGET_FAMILIES[target]
     if not named or model_type not in families:
         what = "model_type" if named else f"model_type ({_type_name(model_type)})"

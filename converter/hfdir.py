@@ -29,6 +29,9 @@ from .rules.plan import MappingPlan, build_plan
 from .rules.ruleset import resolve_mapping
 
 WEIGHTS = "model_state.pdparams"
+# the key of OUT_DIR's config.json that names the library it was written for (paddleformers or
+# paddlenlp): verify-port HF_DIR OUT_DIR builds that library's class
+WRITTEN_FOR = "paddle_library"
 INDEX = "model_state.pdparams.index.json"
 CONFIG = "config.json"
 # PaddleFormers' default from_pretrained writes this into any directory it is given (and then fails
@@ -233,7 +236,8 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
                     _write_json(inside.file(os.path.join(staged, INDEX)), {
                         "metadata": {"total_size": plan.total_bytes},
                         "weight_map": {i.name: n for piece, n in zip(pieces, names) for i in piece.output_infos()}})
-                _write_json(inside.file(os.path.join(staged, CONFIG)), translated.config)
+                _write_json(inside.file(os.path.join(staged, CONFIG)),
+                            {**translated.config, WRITTEN_FOR: translated.family.target})
             done = {"output": dst, "files": names + ([INDEX] if len(pieces) > 1 else []) + [CONFIG],
                     "mapping": ruleset.name, "tensors": len(plan.output_infos()), "bytes": plan.total_bytes,
                     "dropped": plan.dropped}

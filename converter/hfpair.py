@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from .errors import UserError, quoted
 from .hfconfig import family_of
-from .hfdir import CONFIG, INDEX, WEIGHTS, is_model_directory, read_config
+from .hfdir import CONFIG, INDEX, WEIGHTS, WRITTEN_FOR, is_model_directory, read_config
 from .spec import LOADED, PortSpec
 
 BATCH, LENGTH, PADDED = 2, 16, 5  # token inputs: 2 rows of 16, the second row's last 5 padded
@@ -89,7 +89,8 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
     _hf_weights(hf_dir)
     paddle_weights = _paddle_weight_keys(paddle_dir)
     torch_class = _torch_class(architecture)
-    paddle_class = _paddle_class(_paddle_architecture(paddle_config, architecture))
+    paddle_class = _paddle_class(_paddle_architecture(paddle_config, architecture), paddle_config.get(WRITTEN_FOR),
+                                 paddle_dir)
     ruleset = _ruleset(hf_config, hf_dir, paddle_class.library, mapping)
     log(f"torch: transformers {importlib.metadata.version('transformers')}'s {torch_class.__name__} from "
         f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
@@ -307,10 +308,21 @@ def _hide_torchcodec_without_metadata() -> None:
         sys.modules["torchcodec"] = None
 
 
-def _paddle_class(architecture: str) -> PaddleClass:
+def _paddle_class(architecture: str, written_for: str | None = None, paddle_dir: str = "") -> PaddleClass:
+    """The paddle class of `architecture`: from the library PADDLE_DIR was written for where its
+    config.json says (`written_for`), else from the first installed library that has it."""
     from .lazy import import_paddle
     import_paddle()
     installed = [(lib, name) for lib, name in LIBRARIES if importlib.util.find_spec(lib) is not None]
+    if written_for in dict(LIBRARIES):
+        wanted = [(lib, name) for lib, name in installed if lib == written_for]
+        if not wanted:
+            other = [lib for lib, _ in installed]
+            instead = f", or convert HF_DIR again for {other[0]} (--target {other[0]})" if other else ""
+            raise UserError(f"PADDLE_DIR {quoted(paddle_dir)} was written for {dict(LIBRARIES)[written_for]} "
+                            f"(its config.json's {WRITTEN_FOR!r}), which is not installed: pip install {written_for}"
+                            f"{instead}")
+        installed = wanted
     if not installed:
         raise UserError("verify-port HF_DIR PADDLE_DIR builds the paddle model with PaddleFormers or PaddleNLP, "
                         "neither of which is installed; install paddleformers (pip install paddleformers) or "

@@ -35,6 +35,24 @@ def check_target(target: str | None) -> str | None:
     return target
 
 
+def installed_target() -> str | None:
+    """The library to write for when no --target is given: the one of PaddleFormers and PaddleNLP
+    that is installed here, or None where both or neither are (found without importing either)."""
+    import importlib.util
+    installed = [t for t in TARGETS if importlib.util.find_spec(t) is not None]
+    return installed[0] if len(installed) == 1 else None
+
+
+def default_target(has: dict[str, bool]) -> str:
+    """The library to write for without --target, given which libraries have what is converted
+    (`has`: library -> bool): the installed one where it has it; else PaddleFormers where it has
+    it, else PaddleNLP."""
+    installed = installed_target()
+    if installed is not None and has.get(installed):
+        return installed
+    return PADDLEFORMERS if has.get(PADDLEFORMERS) else PADDLENLP
+
+
 def shipped_for(target: str) -> list[str]:
     """The shipped sets that target this library."""
     return [n for n in shipped_mappings() if target_of(n) == target]
@@ -127,7 +145,7 @@ def detect(infos: dict[str, TensorInfo], names: list[str] | None = None, target:
     names = names or shipped_mappings()
     trials = [try_ruleset(infos, resolve_mapping(n).with_params(params or {})) for n in names]
     fitting = sorted((t for t in trials if t.fits), key=lambda t: (-t.used_rules, t.name))
-    preferred = target or (PADDLEFORMERS if any(target_of(t.name) == PADDLEFORMERS for t in fitting) else PADDLENLP)
+    preferred = target or default_target({lib: any(target_of(t.name) == lib for t in fitting) for lib in TARGETS})
     ours = [t for t in fitting if target_of(t.name) == preferred]
     if not ours:
         tried = [t for t in trials if target_of(t.name) == target] if target else trials

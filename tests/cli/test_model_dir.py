@@ -38,7 +38,7 @@ def test_single_file_directory(tmp):
     config = json.loads((tmp / "out" / "config.json").read_text())
     assert config == {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
                       "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300, "type_vocab_size": 2,
-                      "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
+                      "layer_norm_eps": 1e-12, "hidden_act": "gelu", "paddle_library": "paddlenlp"}
 
 
 @pytest.mark.slow

@@ -88,3 +88,19 @@ def test_train_on_a_classifier_directory_names_the_padding_row_paddlenlp_trains(
     first = train["first_bad"]
     assert first["phase"] == "backward" and first["torch"] == "bert.embeddings.word_embeddings.weight", first
     assert any("dropout set to 0" in note for note in train["notes"]), train["notes"]
+
+
+def test_a_llama_directory_is_written_and_verified_for_the_installed_paddlenlp(tmp_path):
+    """With PaddleNLP installed and PaddleFormers not, the zero-spec commands write PaddleNLP's
+    layout (not PaddleFormers', the default where both are), record the library in OUT_DIR, and
+    verify against PaddleNLP's class."""
+    import importlib.util
+    if importlib.util.find_spec("paddleformers") is not None:
+        pytest.skip("both libraries installed: the default is PaddleFormers'")
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    hf_dir, out_dir = converted_pair(tmp_path, transformers.LlamaForCausalLM, config)
+    assert json.loads((out_dir / "config.json").read_text())["paddle_library"] == "paddlenlp"
+    r = run_verify(hf_dir, out_dir, "--device", "cpu")
+    assert r.code == 0, r
+    assert "PaddleNLP 2.8.1's LlamaForCausalLM" in r.stderr and "rules 'llama'" in r.stderr, r.stderr

@@ -103,6 +103,7 @@ def test_qwen2_directory_for_paddleformers(tmp):
     assert "mapping: 'paddleformers-qwen2' for PaddleFormers 1.2 (config.json's model_type is 'qwen2')" in r.stderr
     config = json.loads((tmp / "out" / "config.json").read_text())
     hf_config = json.loads((tmp / "hf" / "config.json").read_text())
+    assert config.pop("paddle_library") == "paddleformers"  # the library it was written for, which verify-port builds
     assert config == {k: v for k, v in hf_config.items() if k != "transformers_version"}  # HF 5's names, as written
     out = load_pdparams(str(tmp / "out" / "model_state.pdparams"))
     p = "model.layers.1."
