@@ -74,10 +74,35 @@ def float_bytes(values, order: str = "<") -> bytes:
     return struct.pack(f"{order}{len(values)}f", *values)
 
 
-def big_endian_copy(src, dst, itemsizes: dict) -> None:
+STORAGE_ITEMSIZES = {"FloatStorage": 4, "DoubleStorage": 8, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
+                     "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1}
+
+
+def storage_itemsizes(data_pkl: bytes) -> dict:
+    """{storage key: element size} of a torch zip's data.pkl, read with Python's unpickler (every
+    global a stand-in: nothing is imported)."""
+    import io
+    import pickle
+    found = {}
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            return name if name in STORAGE_ITEMSIZES else (lambda *args: None)
+
+        def persistent_load(self, pid):
+            found[pid[2]] = STORAGE_ITEMSIZES[pid[1]]
+    Reader(io.BytesIO(data_pkl)).load()
+    return found
+
+
+def big_endian_copy(src, dst, itemsizes: dict | None = None, compress=None) -> None:
     """torch.save's zip `src` rewritten as a big-endian machine writes it: a `byteorder` record of
-    `big` and each storage's numbers byteswapped (`itemsizes`: storage key -> its element size);
-    every member keeps its name, order and compression."""
+    `big` and each storage's numbers byteswapped (`itemsizes`: storage key -> its element size, read
+    from data.pkl by default); every member keeps its name and order, and its compression unless
+    `compress` is given."""
+    if itemsizes is None:
+        with zipfile.ZipFile(src) as z:
+            itemsizes = storage_itemsizes(z.read(next(n for n in z.namelist() if n.endswith("data.pkl"))))
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         for info in zin.infolist():
             data = zin.read(info)
@@ -86,6 +111,8 @@ def big_endian_copy(src, dst, itemsizes: dict) -> None:
             elif "/data/" in info.filename:
                 size = itemsizes[info.filename.rsplit("/", 1)[1]]
                 data = b"".join(data[i:i + size][::-1] for i in range(0, len(data), size))
+            if compress is not None:
+                info.compress_type = compress
             zout.writestr(info, data)
 
 
