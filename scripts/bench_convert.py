@@ -2,14 +2,17 @@
 about 1.34 GB fp32), stored as safetensors and as a torch .bin.
 
 Every figure is measured in this run, on this machine, and printed as a ratio against a
-baseline from the same run (these machines are noisy):
-  * safetensors -> .pdparams: time / `cp` of the same file (target <= 4), and max RSS
-    against 2 x the largest tensor + 300 MB (target <= 1);
-  * .bin -> .pdparams: time of torch.load + transpose + paddle.save / ours (target >= 5),
-    and max RSS against the checkpoint's size + 300 MB (target < 1).
+baseline from the same run (these machines are noisy): each case runs its baseline and the
+conversion alternately, `--repeat` times, and prints every round, the medians, and the median
+of the per-round ratios:
+  * safetensors -> .pdparams, .bin -> .pdparams, sharded safetensors (2 shards and their index)
+    -> .pdparams, and an HF directory (config.json, model.safetensors) -> a PaddleNLP directory:
+    time / `cp` (`cp -r` for the directories) of the same source (target: safetensors <= 1.3),
+    and max RSS against 2 x the largest tensor + 300 MB (target <= 1);
+  * .bin -> .pdparams also against torch.load + transpose + paddle.save, run once (target >= 5).
 Max RSS is what /usr/bin/time -v reports.
 
-    python scripts/bench_convert.py [--workdir DIR] [--keep]
+    python scripts/bench_convert.py [--workdir DIR] [--keep] [--repeat N] [--cases st,bin,sharded,hfdir]
 
 With --llama-sharded it runs, instead, an HF model directory with Llama shapes (hidden 4096,
 intermediate 11008, vocab 32000, 15 layers: 6.6 GB of bf16 in 2 GB safetensors shards with an
@@ -19,6 +22,7 @@ largest tensor + 300 MB).
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -64,7 +68,25 @@ def make_checkpoints(workdir):
     save_file(state, st)
     torch.save(state, bn)
     largest = max(t.numel() * 4 for t in state.values())
-    return st, bn, largest
+    sharded = os.path.join(workdir, "bert-large-sharded")
+    os.makedirs(sharded)
+    names, weight_map = list(state), {}
+    for i, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+        file = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({k: state[k] for k in part}, os.path.join(sharded, file))
+        weight_map.update({k: file for k in part})
+    index = os.path.join(sharded, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.numel() * 4 for t in state.values())}, "weight_map": weight_map}, f)
+    hfdir = os.path.join(workdir, "bert-large-hf")
+    os.makedirs(hfdir)
+    save_file({k[len("bert."):]: t for k, t in state.items()}, os.path.join(hfdir, "model.safetensors"))
+    with open(os.path.join(hfdir, "config.json"), "w") as f:
+        json.dump({"architectures": ["BertModel"], "model_type": "bert", "hidden_size": HIDDEN,
+                   "num_hidden_layers": LAYERS, "num_attention_heads": 16, "intermediate_size": FFN,
+                   "vocab_size": VOCAB, "max_position_embeddings": POS, "type_vocab_size": 2,
+                   "layer_norm_eps": 1e-12, "hidden_act": "gelu"}, f)
+    return st, bn, largest, sharded, index, hfdir
 
 
 def convert_command():
@@ -109,7 +131,9 @@ paddle.save(out, sys.argv[2])
 
 
 def fresh(path):
-    if os.path.exists(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
         os.remove(path)
 
 
@@ -123,19 +147,36 @@ def best_of(n, fn, *remove):
     return min(r[0] for r in runs), max(r[1] for r in runs)
 
 
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
 def paired(n, first, second, remove):
-    """Runs `first` and `second` alternately n times (so that drift on a noisy machine hits
-    both alike): each one's fastest time and largest max RSS, and the median of the per-pair
-    time ratios second/first."""
+    """Runs `first` (the baseline) and `second` alternately n times, so that drift on a noisy
+    machine hits both alike; (baseline runs, conversion runs), each a list of (seconds, max RSS)."""
     a, b = [], []
     for _ in range(n):
         for run, into in ((first, a), (second, b)):
             for path in remove:
                 fresh(path)
             into.append(run())
-    ratios = sorted(y[0] / x[0] for x, y in zip(a, b))
-    return (min(r[0] for r in a), max(r[1] for r in a)), (min(r[0] for r in b), max(r[1] for r in b)), \
-        ratios[len(ratios) // 2]
+    for path in remove:
+        fresh(path)
+    return a, b
+
+
+def report(label, baseline, a, b, largest, target):
+    """One case's rounds, medians and ratios, and its max RSS against 2 x largest + 300 MiB."""
+    rounds = ", ".join(f"{y[0]:.2f}/{x[0]:.2f}" for x, y in zip(a, b))
+    ratios = [y[0] / x[0] for x, y in zip(a, b)]
+    t_base, t_conv = median(r[0] for r in a), median(r[0] for r in b)
+    rss, rss_target = max(r[1] for r in b), 2 * largest + 300 * MB
+    print(f"{label}: median {t_conv:.2f} s, {baseline} median {t_base:.2f} s (rounds conversion/{baseline}: {rounds}): "
+          f"ratio of medians {t_conv / t_base:.2f}, median of paired ratios {median(ratios):.2f} (target <= {target}); "
+          f"max RSS {rss / MB:.0f} MiB vs 2 x largest + 300 MiB = {rss_target / MB:.0f} MiB: "
+          f"ratio {rss / rss_target:.2f} (target <= 1)", flush=True)
 
 
 LLAMA = dict(hidden=4096, ffn=11008, vocab=32000, layers=15, heads=32)
@@ -229,7 +270,7 @@ def bench_llama_sharded(workdir, repeat, conv):
     rss_target = 2 * largest + 300 * MB
     print(f"sharded bf16 Llama directory -> sharded pdparams directory ({len(shards)} shards + index): "
           f"{t_conv:.2f} s, cp -r {cp_time:.2f} s (best of {repeat}, run alternately): ratio {t_conv / cp_time:.2f}, "
-          f"median of paired ratios {ratios[len(ratios) // 2]:.2f} (target <= 4); max RSS {rss / MB:.0f} MiB vs "
+          f"median of paired ratios {median(ratios):.2f} (target <= 4); max RSS {rss / MB:.0f} MiB vs "
           f"2 x largest + 300 MiB = {rss_target / MB:.0f} MiB: ratio {rss / rss_target:.2f} (target <= 1)")
 
 
@@ -238,6 +279,8 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cases", default="st,bin,sharded,hfdir", help="comma-separated: st, bin, sharded, hfdir")
+    ap.add_argument("--no-naive", action="store_true", help="skip the torch.load + paddle.save baseline")
     ap.add_argument("--llama-sharded", action="store_true",
                     help="run the sharded >= 6 GB bf16 Llama directory case instead (about 20 GB of disk)")
     args = ap.parse_args()
@@ -252,31 +295,33 @@ def main():
             if not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
         return
+    cases = args.cases.split(",")
     try:
-        st, bn, largest = make_checkpoints(workdir)
-        size = os.path.getsize(st)
-        out = os.path.join(workdir, "out.pdparams")
-        conv = convert_command()
-        print(f"checkpoint: {size / MB:.0f} MiB safetensors, {os.path.getsize(bn) / MB:.0f} MiB .bin; "
-              f"largest tensor {largest / MB:.0f} MiB")
-
+        st, bn, largest, sharded, index, hfdir = make_checkpoints(workdir)
+        out, out_dir = os.path.join(workdir, "out.pdparams"), os.path.join(workdir, "out-dir")
         copy = os.path.join(workdir, "copy")
-        (cp_time, _), (t_st, rss_st), median = paired(
-            args.repeat, lambda: timed(["cp", st, copy]),
-            lambda: timed([conv, st, out, "--mapping", "bert", "--quiet"]), (copy, out))
-        rss_target = 2 * largest + 300 * MB
-        print(f"safetensors -> pdparams: {t_st:.2f} s, cp {cp_time:.2f} s (best of {args.repeat}, run alternately): "
-              f"ratio {t_st / cp_time:.2f}, median of paired ratios {median:.2f} (target <= 4); "
-              f"max RSS {rss_st / MB:.0f} MiB vs 2 x largest + 300 MiB = {rss_target / MB:.0f} MiB: "
-              f"ratio {rss_st / rss_target:.2f} (target <= 1)")
-
-        t_base, rss_base = timed([sys.executable, "-c", BASELINE, bn, os.path.join(workdir, "base.pdparams")])
-        t_bin, rss_bin = best_of(args.repeat, lambda: timed([conv, bn, out, "--mapping", "bert", "--quiet"]), out)
-        bin_target = os.path.getsize(bn) + 300 * MB
-        print(f".bin -> pdparams: {t_bin:.2f} s; torch.load + transpose + paddle.save {t_base:.2f} s "
-              f"(max RSS {rss_base / MB:.0f} MiB): speed-up {t_base / t_bin:.1f}x (target >= 5); "
-              f"max RSS {rss_bin / MB:.0f} MiB vs checkpoint + 300 MiB = {bin_target / MB:.0f} MiB: "
-              f"ratio {rss_bin / bin_target:.2f} (target < 1)")
+        conv = convert_command()
+        print(f"checkpoint: {os.path.getsize(st) / MB:.0f} MiB safetensors, {os.path.getsize(bn) / MB:.0f} MiB .bin; "
+              f"largest tensor {largest / MB:.0f} MiB; load average before: {os.getloadavg()[0]:.1f}", flush=True)
+        runs = {"st": ("safetensors -> pdparams", "cp", ["cp", st, copy], [st, out, "--mapping", "bert"], 1.3),
+                "bin": (".bin -> pdparams", "cp", ["cp", bn, copy], [bn, out, "--mapping", "bert"], "-"),
+                "sharded": ("sharded safetensors (2 shards + index) -> pdparams", "cp -r", ["cp", "-r", sharded, copy],
+                            [index, out, "--mapping", "bert"], "-"),
+                "hfdir": ("HF directory (config.json + model.safetensors) -> PaddleNLP directory", "cp -r",
+                          ["cp", "-r", hfdir, copy], [hfdir, out_dir], "-")}
+        for case in cases:
+            label, baseline, cp_cmd, conv_args, target = runs[case]
+            a, b = paired(args.repeat, lambda c=cp_cmd: timed(c), lambda c=conv_args: timed([conv, *c, "--quiet"]),
+                          (copy, out, out_dir))
+            report(label, baseline, a, b, largest, target)
+        if "bin" in cases and not args.no_naive:
+            t_base, rss_base = timed([sys.executable, "-c", BASELINE, bn, os.path.join(workdir, "base.pdparams")])
+            fresh(os.path.join(workdir, "base.pdparams"))
+            t_bin, _ = best_of(args.repeat, lambda: timed([conv, bn, out, "--mapping", "bert", "--quiet"]), out)
+            fresh(out)
+            print(f".bin -> pdparams: best {t_bin:.2f} s of {args.repeat}; torch.load + transpose + paddle.save "
+                  f"{t_base:.2f} s (max RSS {rss_base / MB:.0f} MiB): speed-up {t_base / t_bin:.1f}x (target >= 5)")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
