@@ -11,7 +11,8 @@ dtypes spelled with their byte order from the `byteorder` record, and the view t
 
 It runs only on a file TorchZipSource has accepted, whose pickle has passed every structural
 check (memo, depth, key types, tensor geometry), so Python's unpickler never sees a hash bomb.
-Each tensor's bytes are read once, from the first to the last element its view reaches.
+Each tensor's bytes are read once, from the first to the last element its view reaches, into an
+array of their own (swapped where they are not in this machine's order).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class _Tensor:
     def __init__(self, storage, offset, shape, stride, *rest):
         self.code, self.key = storage
         self.offset, self.shape, self.stride = offset, tuple(shape), tuple(stride)
+
+
+def _contiguous(shape) -> tuple:
+    stride, step = [], 1
+    for d in reversed(shape):
+        stride.insert(0, step)
+        step *= d
+    return tuple(stride)
 
 
 def _parameter(data, *rest):
@@ -96,16 +105,37 @@ class TorchZipReference:
         if 0 in t.shape:
             return np.empty(t.shape, dtype=dtype.newbyteorder("="))
         span = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride))
-        with self._lock, self._zip.open(self._prefix + "data/" + t.key) as member:
-            member.seek(t.offset * dtype.itemsize)
-            raw = member.read(span * dtype.itemsize)
-        if len(raw) != span * dtype.itemsize:
+        flat = self._elements(t, dtype, span)
+        if flat.size != span:
             raise UserError(f"{quoted(self.path)}: storage {quoted(t.key)} ends before tensor {quoted(name)} "
                             "does; the file is corrupt: re-save or re-download it")
-        flat = np.frombuffer(raw, dtype=dtype)
+        native = dtype.newbyteorder("=")
+        if span == int(np.prod(t.shape)) and t.stride == _contiguous(t.shape):
+            return flat.reshape(t.shape) if dtype == native else flat.reshape(t.shape).astype(native)
         strides = tuple(s * dtype.itemsize for s in t.stride)
         view = np.lib.stride_tricks.as_strided(flat, shape=t.shape, strides=strides, writeable=False)
-        return np.array(view, dtype=dtype.newbyteorder("="), order="C")
+        return np.array(view, dtype=native, order="C")
+
+    def _elements(self, t: _Tensor, dtype: np.dtype, span: int) -> np.ndarray:
+        """`span` elements of the tensor's storage from its offset: a stored member read at the
+        place zipfile's own parsing of its local header gives (zipfile would compute the CRC of
+        every byte read: the reader has checked it), a deflated one inflated by zipfile."""
+        start = t.offset * dtype.itemsize
+        with self._lock, self._zip.open(self._prefix + "data/" + t.key) as member:
+            at = getattr(member, "_orig_compress_start", None)
+            if self._zip.getinfo(self._prefix + "data/" + t.key).compress_type != zipfile.ZIP_STORED or at is None:
+                member.seek(start)
+                return np.frombuffer(member.read(span * dtype.itemsize), dtype=dtype)
+            at += start
+            size = min(span * dtype.itemsize, max(member._orig_file_size - start, 0))
+        out = np.empty(size // dtype.itemsize, dtype=dtype)
+        raw, done = memoryview(out).cast("B"), 0
+        while done < len(raw):
+            n = os.preadv(self._zip.fp.fileno(), [raw[done:]], at + done)
+            if n <= 0:
+                return out[:done // dtype.itemsize]
+            done += n
+        return out
 
     def close(self) -> None:
         self._zip.close()
