@@ -63,6 +63,11 @@ def shapes_fit(t_call, p_call) -> bool:
     return len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b))
 
 
+def _holds_exactly(p: str, targets: set[str], receiving: set[str]) -> bool:
+    """Whether the paddle layers under `p` that receive torch weights are exactly `targets`."""
+    return {x for x in receiving if is_under(x, p)} == targets
+
+
 def _calls_fit(t_call, p_call) -> bool:
     """Whether two calls of layers without weights can be the same step: as many outputs, each
     pair broadcast-compatible, and (where the inputs were recorded) the first input of each
@@ -118,16 +123,12 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     used.update(p for p, _ in fused.values())
     own = _targets_by_module(plan)
     holds_weights = lambda t: any(is_under(module, t) for module in own)
-    for path in torch_calls:
-        # the same path, unless the two are layers without weights whose outputs cannot be the
-        # same values (HF Bloom drops out [B, H, T, T], PaddleNLP [B*H, T, T]): those are left
-        # to their parent rather than failed for a shape
-        if path in paddle_calls and (holds_weights(path) or shapes_fit(torch_calls[path], paddle_calls[path])):
-            add(path, path)
-    # weights: a torch module pairs with a paddle layer when the weights of the two subtrees are
-    # exactly the same ones under the mapping, both ways (a fused q|k|v layer that could not be
+    # weights first: a torch module pairs with a paddle layer when the weights of the two subtrees
+    # are exactly the same ones under the mapping, both ways (a fused q|k|v layer that could not be
     # cut into slices holds more than q_proj's). Where several torch modules fit one paddle layer
-    # (a wrapper around a Linear), the one of the same kind wins, then the innermost.
+    # (a wrapper around a Linear, torch's BertPooler against paddle's bare Linear that a rule maps
+    # `pooler.dense` onto), the one of the same kind wins, then the one of the same name, then the
+    # innermost: the mapping decides before names do.
     receiving = set().union(*own.values()) if own else set()
     sources = _sources_by_layer(plan)
     candidates: dict[str, list[str]] = {}
@@ -138,12 +139,19 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         if not targets:
             continue
         p = common_parent(sorted(targets))
-        if p in paddle_calls and p not in used and {x for x in receiving if is_under(x, p)} == targets \
+        p = t if t in paddle_calls and t not in used and is_under(p, t) and _holds_exactly(t, targets, receiving) else p
+        if p in paddle_calls and p not in used and _holds_exactly(p, targets, receiving) \
                 and all(is_under(m, t) for x in targets for m in sources.get(x, ())):
             candidates.setdefault(p, []).append(t)
     for p, ts in candidates.items():
         same_kind = lambda t: kind_of(torch_calls[t].type) == kind_of(paddle_calls[p].type)
-        add(max(ts, key=lambda t: (same_kind(t), t.count("."))), p)
+        add(max(ts, key=lambda t: (same_kind(t), t == p, t.count("."))), p)
+    for path in torch_calls:
+        # then the same path, unless the two are layers without weights whose outputs cannot be the
+        # same values (HF Bloom drops out [B, H, T, T], PaddleNLP [B*H, T, T]): those are left
+        # to their parent rather than failed for a shape
+        if path in paddle_calls and (holds_weights(path) or shapes_fit(torch_calls[path], paddle_calls[path])):
+            add(path, path)
     # layers without weights: same family, execution order, under the same paired ancestor
     groups_t: dict[tuple, list[str]] = {}
     groups_p: dict[tuple, list[str]] = {}

@@ -237,7 +237,7 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
             if ref is not None and not ref.output_err:
                 ref.output_err = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, known)
                 if fmt is None:
-                    ref.condition = _condition(mod, args, out)
+                    ref.condition = _condition(mod, _before(args, out, _c, widen), out)
                     if isinstance(out, torch.Tensor):  # a wrapper returning its child's output: the child's
                         if ref.condition is None:
                             ref.condition = conditions.get(out)
@@ -252,6 +252,20 @@ def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, betwee
         for h in handles:
             h.remove()
     return refs
+
+
+def _before(args, out, call: Call, widen) -> tuple:
+    """A call's positional inputs as they were before it ran: where the module wrote its output
+    over its input (`LeakyReLU(inplace=True)`), the widened copy of torch's recorded input, which
+    is what the forced pass handed it."""
+    import torch
+    first = args[0] if args else None
+    if isinstance(first, torch.Tensor) and isinstance(out, torch.Tensor) and first.numel() \
+            and first.data_ptr() == out.data_ptr():
+        recorded = torch_inputs(call)
+        if recorded and tuple(recorded[0].shape) == tuple(first.shape):
+            return (widen(recorded[0]), *args[1:])
+    return args
 
 
 def _condition(module, args, out) -> np.ndarray | None:

@@ -51,12 +51,24 @@ class InputMatch:
 
 
 def common_shape(a: tuple, b: tuple) -> tuple | None:
-    """The shape both are compared in: the one both broadcast to, else the one that merges the
-    other's leading axes (see merged_shape); None when there is neither."""
+    """The shape both are compared in: where they hold as many elements in the same order and
+    differ only in axes of size 1 ([B, C, 1, 1] against [B, C]), the one of fewer axes, never the
+    grid broadcasting would make of them; else the one both broadcast to, else the one that merges
+    the other's leading axes (see merged_shape); None when there is none."""
+    squeezed = _squeezed_alike(tuple(a), tuple(b))
+    if squeezed is not None:
+        return squeezed
     try:
         return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
     except ValueError:
         return merged_shape(tuple(a), tuple(b))
+
+
+def _squeezed_alike(a: tuple, b: tuple) -> tuple | None:
+    """Of two shapes that differ only in axes of size 1, the one with fewer axes; else None."""
+    if a == b or [d for d in a if d != 1] != [d for d in b if d != 1]:
+        return None
+    return a if len(a) <= len(b) else b
 
 
 def merged_shape(a: tuple, b: tuple) -> tuple | None:
@@ -79,7 +91,8 @@ def lay_out(array: np.ndarray, shape: tuple) -> np.ndarray:
     shape = tuple(shape)
     if tuple(array.shape) == shape:
         return array
-    if array.size == math.prod(shape) and merged_shape(tuple(array.shape), shape) is not None:
+    if array.size == math.prod(shape) and (merged_shape(tuple(array.shape), shape) is not None
+                                           or _squeezed_alike(tuple(array.shape), shape) is not None):
         return array.reshape(shape)
     return np.broadcast_to(array, shape)
 
@@ -87,7 +100,7 @@ def lay_out(array: np.ndarray, shape: tuple) -> np.ndarray:
 def _laid_out_alike(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two arrays numpy can broadcast against each other: as they are, or the one whose leading
     axes the other merges reshaped to match."""
-    merged = merged_shape(tuple(a.shape), tuple(b.shape))
+    merged = _squeezed_alike(tuple(a.shape), tuple(b.shape)) or merged_shape(tuple(a.shape), tuple(b.shape))
     if merged is None or a.size != b.size:
         return a, b
     return a.reshape(merged), b.reshape(merged)
