@@ -65,9 +65,16 @@ def common_shape(a: tuple, b: tuple) -> tuple | None:
 
 
 def _squeezed_alike(a: tuple, b: tuple) -> tuple | None:
-    """Of two shapes that differ only in axes of size 1, the one with fewer axes; else None."""
+    """Of two shapes that differ only in axes of size 1 where broadcasting them would make a grid of
+    more elements than either holds ([B, C, 1, 1] and [B, C]), the one with fewer axes; else None
+    ([1, T, H] and [T, H] broadcast to the same elements: left to broadcasting)."""
     if a == b or [d for d in a if d != 1] != [d for d in b if d != 1]:
         return None
+    try:
+        if math.prod(np.broadcast_shapes(a, b)) == math.prod(a):
+            return None
+    except ValueError:
+        pass
     return a if len(a) <= len(b) else b
 
 
