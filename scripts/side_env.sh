@@ -21,14 +21,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 
 # build_side_env DIR: builds DIR from the arrays PINS and OTHERS (installed together under
-# constraints.txt), installs the project with PROJECT_ARGS (pip arguments after
+# $CONSTRAINTS, default constraints.txt), installs the project with PROJECT_ARGS (pip arguments after
 # `--no-build-isolation`), each step only when what it depends on changed, and prints DIR's python.
 build_side_env() {
     local env_dir=$1
     local py="$env_dir/bin/python"
     local stamp="$env_dir/.torch2paddle-side-env"
+    local constraints=${CONSTRAINTS:-$ROOT/constraints.txt}
     local want
-    want=$({ printf '%s\n' "${PINS[@]}" "${OTHERS[@]}"; cat "$ROOT/constraints.txt"; "$PYTHON" -c 'import sys; print(sys.version)'; } \
+    want=$({ printf '%s\n' "${PINS[@]}" "${OTHERS[@]}"; cat "$constraints"; "$PYTHON" -c 'import sys; print(sys.version)'; } \
         | sha256sum | cut -d' ' -f1)
 
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" || ! -x "$py" ]]; then
@@ -37,7 +38,7 @@ build_side_env() {
         rm -rf "$env_dir"
         mkdir -p "$(dirname "$env_dir")"
         "$PYTHON" -m venv "$env_dir"
-        "$py" -m pip install --quiet -c "$ROOT/constraints.txt" "${OTHERS[@]}" "${PINS[@]}" >&2
+        "$py" -m pip install --quiet -c "$constraints" "${OTHERS[@]}" "${PINS[@]}" >&2
         echo "$want" > "$stamp"  # written last: an interrupted build is redone next time
         echo "side_env: built in $((SECONDS - start)) s" >&2
     fi

@@ -4,8 +4,9 @@ imports a framework itself, where it needs one).
 Markers (registered in pyproject.toml, strict):
 - slow: the tests that make up most of the suite's time; `-m "not slow"` is the fast subset.
 - paddle: set here on every test whose file uses paddle or runs verify-port (which needs it).
-- side_env: set here on tests/real_models and tests/real_models_paddleformers, which need a side
-  environment (scripts/side_env.sh, scripts/side_env_paddleformers.sh)."""
+- side_env: set here on tests/real_models, tests/real_models_paddleformers and tests/real_ports, which
+  need a side environment (scripts/side_env.sh, scripts/side_env_paddleformers.sh,
+  scripts/side_env_ports.sh)."""
 import os
 import re
 import sys
@@ -20,7 +21,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # paddle's set-up notes, as conv
 _NEEDS_PADDLE = re.compile(r"\bimport paddle\b|\bimport_paddle\b|helpers\.(planted|models|blocks)\b|\brun_verify\b|"
                            r"\bverify_port\b|converter\.(verify|train|compare|examples)\b|\bspec_path\b|\bSPECS\b|"
                            r"\bPortSpec\b|\bspec_from_functions\b")
-_SIDE_ENVS = tuple(os.path.join(ROOT, "tests", d) + os.sep for d in ("real_models", "real_models_paddleformers"))
+_SIDE_ENVS = tuple(os.path.join(ROOT, "tests", d) + os.sep for d in ("real_models", "real_models_paddleformers", "real_ports"))
 
 
 def pytest_collection_modifyitems(items):

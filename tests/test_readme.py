@@ -51,6 +51,11 @@ def test_ci_runs_the_paddleformers_suite_the_readme_gives():
     assert side.endswith("pytest -q tests/real_models_paddleformers") and side in _ci_lines()
 
 
+def test_ci_runs_the_ports_suite_the_readme_gives():
+    (side,) = _readme_lines("PY=$(scripts/side_env_ports.sh)")
+    assert side.endswith("pytest -q tests/real_ports") and side in _ci_lines()
+
+
 def test_ci_checks_the_shipped_rule_sets_against_paddlenlp():
     (check,) = {line for line in _readme_lines("PY=$(scripts/side_env.sh)") if "check_mappings_paddlenlp" in line}
     assert check in _ci_lines()

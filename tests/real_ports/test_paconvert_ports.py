@@ -1,0 +1,129 @@
+"""PaConvert's output of real model files against the torch originals: verify-port and
+convert-weights with rules inferred from the two models (mapping None, no rule file).
+
+Each paddle model is PaConvert 3.3.1's translation of a torchvision model file (or HF transformers
+4.44.2's modeling_bert.py), made at test time from the installed package with the least hand fix
+that makes it run on paddle 3.3.1 (ports_paconvert.py lists each fix and why; HF's file gets paddle
+stand-ins of the parts of PreTrainedModel its forward uses). PaConvert writes `paddle.compat.nn.Linear` for
+`nn.Linear`, which keeps torch's `[out, in]` layout: nothing may be transposed. Clean pairs pass
+under both strategies and convert; in the Vision Transformer, torchvision's MLP and a BERT with
+intermediate size = hidden size every Linear is square, so a transposed weight would still fit
+every shape: they must pass too, and their converted Linears hold torch's weights as they are.
+
+Runs in the side environment of scripts/side_env_ports.sh; elsewhere it is skipped.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+pytest.importorskip("torchvision")
+pytest.importorskip("paconvert")
+pytest.importorskip("paddle")
+pytest.importorskip("transformers")
+
+from ports_harness import convert, outputs_of, verify  # noqa: E402
+from ports_paconvert import ConvertedPair, set_on_layers  # noqa: E402
+
+STRATEGIES = ("full", "binary")
+NO_AUX = (("aux_logits", False), ("init_weights", True))
+# every Linear square (64 x 64): hidden, MLP and classes alike
+SQUARE_VIT = (("image_size", 32), ("patch_size", 8), ("num_layers", 2), ("num_heads", 4), ("hidden_dim", 64),
+              ("mlp_dim", 64), ("num_classes", 64))
+SMALL_SWIN = (("patch_size", [4, 4]), ("embed_dim", 32), ("depths", [2, 2]), ("num_heads", [2, 4]),
+              ("window_size", [4, 4]), ("num_classes", 10))
+
+def bert_config(intermediate_size):
+    from transformers import BertConfig
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=intermediate_size, max_position_embeddings=64, return_dict=False)
+    config._attn_implementation = "eager"  # the attention BertModel writes out (no torch SDPA)
+    return config
+
+
+def token_ids():
+    ids = np.random.default_rng(0).integers(1, 99, (2, 12)).astype("int64")
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+CLEAN = [
+    ConvertedPair("resnet18", "torchvision/models/resnet.py", "resnet18", 64),
+    ConvertedPair("mobilenet_v2", "torchvision/models/mobilenetv2.py", "mobilenet_v2", 64),
+    ConvertedPair("mobilenet_v3_small", "torchvision/models/mobilenetv3.py", "mobilenet_v3_small", 64),
+    ConvertedPair("vgg11_bn", "torchvision/models/vgg.py", "vgg11_bn", 64),
+    ConvertedPair("squeezenet1_1", "torchvision/models/squeezenet.py", "squeezenet1_1", 64),
+    ConvertedPair("alexnet", "torchvision/models/alexnet.py", "alexnet", 64),
+    ConvertedPair("googlenet", "torchvision/models/googlenet.py", "googlenet", 64, NO_AUX),
+    ConvertedPair("densenet121", "torchvision/models/densenet.py", "densenet121", 64),
+    ConvertedPair("shufflenet_v2_x0_5", "torchvision/models/shufflenetv2.py", "shufflenet_v2_x0_5", 64),
+    ConvertedPair("inception_v3", "torchvision/models/inception.py", "inception_v3", 75, NO_AUX),
+    ConvertedPair("mnasnet0_5", "torchvision/models/mnasnet.py", "mnasnet0_5", 64),
+    ConvertedPair("swin-small", "torchvision/models/swin_transformer.py", "SwinTransformer", 32, SMALL_SWIN),
+    ConvertedPair("vit-square", "torchvision/models/vision_transformer.py", "VisionTransformer", 32, SQUARE_VIT),
+    # torchvision.ops.MLP: three square Linears and nothing else
+    ConvertedPair("mlp-square", "torchvision/ops/misc.py", "MLP", 0, (("in_channels", 64), ("hidden_channels", [64, 64, 64])),
+                  input_shape=(2, 64)),
+    # HF BERT: query, key, value, attention output and pooler square; all square with intermediate 32
+    ConvertedPair("hf-bert", "transformers/models/bert/modeling_bert.py", "BertModel", kwargs=(("config", bert_config(37)),),
+                  inputs=token_ids),
+    ConvertedPair("hf-bert-square", "transformers/models/bert/modeling_bert.py", "BertModel",
+                  kwargs=(("config", bert_config(32)),), inputs=token_ids),
+]
+
+# (a port with a bug planted in PaConvert's output, the torch module that must be named first)
+PLANTED = [
+    # the hand fix of mobilenetv3.py's `partial(BatchNorm2D, eps=0.001, ...)` done by dropping eps:
+    # paddle's default epsilon 1e-5 instead of torch's 1e-3
+    (ConvertedPair("mobilenet_v3_small-batchnorm-epsilon-default", "torchvision/models/mobilenetv3.py", "mobilenet_v3_small", 64,
+                   fix=set_on_layers("BatchNorm2D", "_epsilon", 1e-5)), "features.0.1"),
+    # the first GELU of a Swin block in its tanh form
+    (ConvertedPair("swin-small-gelu-tanh", "torchvision/models/swin_transformer.py", "SwinTransformer", 32, SMALL_SWIN,
+                   fix=set_on_layers("GELU", "_approximate", True, first_only=True)), "features.1.0.mlp.1"),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+def test_clean_paconvert_port_passes(pair, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert outcome.exit_code == 0 and outcome.verdict == "pass", f"{pair.name} --strategy {strategy}: {outcome}"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("pair,culprit", PLANTED, ids=[p.name for p, _ in PLANTED])
+def test_planted_bug_is_named_at_its_module(pair, culprit, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
+
+
+@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+def test_clean_paconvert_port_converts(pair, tmp_path):
+    converted = convert(pair.spec, str(tmp_path))
+    assert converted.exit_code == 0, f"{pair.name}: exit {converted.exit_code}: {converted.headline}"
+    torch_out, paddle_out = outputs_of(pair.spec, str(tmp_path / "model.pdparams"))
+    assert torch_out.shape == paddle_out.shape
+    assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
+
+
+@pytest.mark.parametrize("name", ["vit-square", "mlp-square", "hf-bert-square"])
+def test_square_compat_linears_are_never_transposed(name, tmp_path):
+    """Every Linear of these ports is a square paddle.compat.nn.Linear: the converted file holds
+    each as torch has it, [out, in]."""
+    import paddle
+    import torch
+    pair = next(p for p in CLEAN if p.name == name)
+    spec = pair.spec()
+    linears = {name for name, m in spec.torch_model().named_modules() if isinstance(m, torch.nn.Linear)}
+    assert linears and all(m.weight.shape[0] == m.weight.shape[1] for name, m in spec.torch_model().named_modules()
+                           if name in linears)
+    converted = convert(pair.spec, str(tmp_path))
+    assert converted.exit_code == 0, converted.headline
+    state = paddle.load(str(tmp_path / "model.pdparams"))
+    torch_state = spec.torch_model().state_dict()
+    for name in linears:
+        np.testing.assert_array_equal(np.asarray(state[f"{name}.weight"]), torch_state[f"{name}.weight"].numpy(),
+                                      err_msg=f"{name}.weight")

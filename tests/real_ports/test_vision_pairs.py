@@ -1,0 +1,85 @@
+"""torchvision against paddle.vision: verify-port and convert-weights with rules inferred from the
+two models (no rule file), on random weights.
+
+* Clean pairs pass under both strategies, and convert: the converted file loads into the paddle
+  model with no key missing or left over, and both models then give the same outputs.
+* paddle.vision's own AlexNet, SqueezeNet and Inception-v3 are not torchvision's as shipped: their
+  `Dropout(mode="downscale_in_infer")` scales by 1 - p in eval (torch's dropout is the identity),
+  and SqueezeNet's max pools round down where torchvision's round up (`ceil_mode=True`; the sizes
+  differ from a 64x64 input on). Their clean pairs set torch's dropout convention on the paddle side
+  (and SqueezeNet's runs at 67x67, where both roundings agree); as shipped, the difference is
+  named at its module.
+* Planted bugs (a pool's rounding, an activation, an average pool's padding) are named at their module.
+
+Runs in the side environment of scripts/side_env_ports.sh; elsewhere it is skipped.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+pytest.importorskip("torchvision")
+pytest.importorskip("paddle")
+
+from ports_harness import convert, outputs_of, verify  # noqa: E402
+from ports_vision import (VisionPair, avg_pool_exclusive, ceil_mode_pool, dropout_as_torch,  # noqa: E402
+                    first_activation_relu)
+
+STRATEGIES = ("full", "binary")
+INCEPTION = {"aux_logits": False, "init_weights": True}  # paddle.vision's Inception-v3 has no auxiliary head
+
+CLEAN = [
+    VisionPair("resnet18", "resnet18", "resnet18", 64),
+    VisionPair("vgg11_bn", "vgg11_bn", "vgg11", 64, paddle_kwargs={"batch_norm": True}),
+    VisionPair("mobilenet_v2", "mobilenet_v2", "mobilenet_v2", 64),
+    VisionPair("mobilenet_v3_small", "mobilenet_v3_small", "mobilenet_v3_small", 64),
+    VisionPair("densenet121", "densenet121", "densenet121", 64),
+    VisionPair("shufflenet_v2_x0_5", "shufflenet_v2_x0_5", "shufflenet_v2_x0_5", 64),
+    VisionPair("squeezenet1_0", "squeezenet1_0", "squeezenet1_0", 67, fix=dropout_as_torch),
+    VisionPair("inception_v3", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION, fix=dropout_as_torch),
+    VisionPair("alexnet", "alexnet", "alexnet", 224, fix=dropout_as_torch),
+]
+
+# (pair, the torch module that must be named first)
+DIFFERENT = [
+    # paddle.vision as shipped
+    (VisionPair("squeezenet1_0-as-shipped-64", "squeezenet1_0", "squeezenet1_0", 64), "features.6"),
+    (VisionPair("squeezenet1_0-as-shipped-67", "squeezenet1_0", "squeezenet1_0", 67), "classifier.0"),
+    (VisionPair("alexnet-as-shipped", "alexnet", "alexnet", 224), "classifier.0"),
+    (VisionPair("inception_v3-as-shipped", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION), "dropout"),
+    # planted
+    (VisionPair("resnet18-maxpool-ceil-mode", "resnet18", "resnet18", 64, fix=ceil_mode_pool("maxpool")), "maxpool"),
+    (VisionPair("mobilenet_v3_small-first-hardswish-relu", "mobilenet_v3_small", "mobilenet_v3_small", 64,
+                fix=first_activation_relu("Hardswish")), "features.0.2"),
+    # torch's Mixed_5b pools with F.avg_pool2d (no module): its own code is what differs
+    (VisionPair("inception_v3-avgpool-exclusive", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION,
+                fix=lambda m: (dropout_as_torch(m), avg_pool_exclusive("inception_block_list.0.branch_pool")(m))),
+     "Mixed_5b"),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+def test_clean_pair_passes(pair, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert outcome.exit_code == 0 and outcome.verdict == "pass", f"{pair.name} --strategy {strategy}: {outcome}"
+
+
+@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+def test_clean_pair_converts(pair, tmp_path):
+    converted = convert(pair.spec, str(tmp_path))
+    assert converted.exit_code == 0, f"{pair.name}: exit {converted.exit_code}: {converted.headline}"
+    torch_out, paddle_out = outputs_of(pair.spec, str(tmp_path / "model.pdparams"))
+    assert torch_out.shape == paddle_out.shape
+    assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("pair,culprit", DIFFERENT, ids=[p.name for p, _ in DIFFERENT])
+def test_difference_is_named_at_its_module(pair, culprit, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
