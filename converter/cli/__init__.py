@@ -20,8 +20,4 @@ def main_convert():
 
 
 def main_verify():
-    import warnings
-    # numpy's floating-point warnings (a NaN subtracted, a float32 overflow) are what the report says
-    # in its own words; printed, they would add lines to a one-line refusal
-    warnings.filterwarnings("ignore", r"(invalid value|overflow|divide by zero) encountered", RuntimeWarning)
     verify_port(prog_name="verify-port")

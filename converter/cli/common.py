@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 import click
 
@@ -85,7 +86,10 @@ def one_line_errors(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            with terminations():
+            with terminations(), warnings.catch_warnings():
+                # numpy's floating-point warnings (a NaN subtracted, a float32 overflow) are what the report
+                # says in its own words; printed, they would add lines to a one-line refusal
+                warnings.filterwarnings("ignore", r"(invalid value|overflow|divide by zero) encountered", RuntimeWarning)
                 return func(*args, **kwargs)
         except PortError as exc:
             click.echo(f"error: {exc.render()}", err=True)  # escaped by render; details on indented lines
