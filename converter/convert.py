@@ -12,7 +12,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import CheckFailed, UserError, one_line
-from .io import open_sink_format, open_source
+from .io import open_sink_format, open_source, source_bytes
 from .io.atomic import AtomicOutput, OutputGroup, check_outputs
 from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits, contiguous, row_blocks
@@ -236,7 +236,6 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
     by_name = plan.by_output_name()
     bar, tick = _progress(plan.total_bytes, progress)
     written = [0]
-    f = output.file
 
     def on_written(nbytes):
         written[0] += nbytes
@@ -252,10 +251,11 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
         readback = ReadBack(output.readable_path(), plan, source)
 
         def on_data(info, offset):
-            f.flush()  # the bytes must be in the file before they are read back
+            output.file.flush()  # the bytes must be in the file before they are read back
             readback.written(info, offset)
         try:
-            writer(f, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data)
+            writer(output.file, plan.output_infos(), lambda info: by_name[info.name].compute(read), on_written, on_data,
+                   lambda info: source_bytes(by_name[info.name], source))  # bytes the plan leaves as they are: copied
         finally:
             mismatches = readback.close()
         source.check_unchanged()  # a source changed meanwhile is said as such, not as a mismatch

@@ -34,8 +34,8 @@ import tempfile
 from typing import Callable
 
 from ..errors import UserError, quoted
+from .sink import OutputFile  # written in few large writes, tensor data straight from its buffer or source file
 
-BUFFER = 16 << 10  # the output file's buffer: small writes gather in it, tensor data (base.WRITE_PIECE) passes it by
 _LONGEST_KEPT_NAME = 100  # bytes of the destination's name a hidden name keeps whole
 _AT_FDCWD, _RENAME_NOREPLACE, _RENAME_EXCHANGE = -100, 1, 2
 _UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
@@ -393,7 +393,7 @@ class AtomicOutput:
         if self._fd is None:
             self._fd, self._tmp_name = tempfile.mkstemp(prefix=_hidden_name(self.path), suffix=".partial",
                                                         dir=self.directory)
-        self.file = os.fdopen(self._fd, "wb", buffering=BUFFER)
+        self.file = OutputFile(self._fd)
         return self.file
 
     def __enter__(self):

@@ -64,35 +64,27 @@ def valid_bools(path: str, name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
-WRITE_PIECE = 64 << 10  # bytes per write() of tensor data; larger than the output's buffer (atomic.BUFFER)
-
-
-def write_block(file, block: np.ndarray) -> None:
-    """A C-ordered array's bytes, straight from its buffer, 64 KiB a write (as `cp` moves them):
-    the kernel backs a larger write with larger page-cache folios, and on a virtual machine whose
-    freed memory went back to the host those cost far more per byte. Measured here, writing 1 GB
-    after 1 GB was freed: 16 MiB writes 4.5 s, 256 KiB 0.35 s; 6 GB after 6.6 GB was freed:
-    256 KiB writes 18 s, 64 KiB 2.5 to 10 s."""
-    raw = memoryview(block.reshape(-1)).cast("B")
-    for start in range(0, len(raw), WRITE_PIECE):
-        file.write(raw[start:start + WRITE_PIECE])
-
-
 def write_tensors(file, position: int, infos, produce, before=None, after: bytes = b"", progress=None,
-                  on_data=None) -> int:
+                  on_data=None, copied=None) -> int:
     """Each info's tensor `produce(info)`, slab by slab (layout.c_order_blocks), preceded by the
     bytes `before(info)` and followed by `after`: the data part that every writer shares.
-    `on_data(info, offset)` is called once a tensor's bytes are all written (offset: where they
-    start), `progress(nbytes)` after each tensor. `position` is where the file stands now;
-    returns where it stands after (counted, not asked of the file: no seek per tensor)."""
+    `copied(info)`, where given (the file has copy_from, sink.OutputFile), says where a tensor's
+    bytes lie unchanged in a source file, (StableFile, offset, nbytes), or None: those are copied
+    in the kernel, never produced. `on_data(info, offset)` is called once a tensor's bytes are all
+    written (offset: where they start), `progress(nbytes)` after each tensor. `position` is where
+    the file stands now; returns where it stands after (counted, not asked of the file)."""
     offset = None
-    for info, block, last in c_order_blocks(infos, produce):
+    for info, block, last in c_order_blocks(_marked(infos, copied), _skipping(produce)):
         if offset is None:
             if before is not None:
-                position += file.write(before(info))
+                position += file.write(before(info.real if isinstance(info, _Copied) else info))
             offset = position
-        write_block(file, block)
-        position += block.nbytes
+        if isinstance(info, _Copied):
+            file.copy_from(info.file, info.offset, info.real.nbytes)
+            position += info.real.nbytes
+            info = info.real
+        else:
+            position += file.write(block.reshape(-1))  # straight from its buffer (see sink.OutputFile)
         if last:
             if on_data is not None:
                 on_data(info, offset)
@@ -102,6 +94,25 @@ def write_tensors(file, position: int, infos, produce, before=None, after: bytes
             if progress is not None:
                 progress(info.nbytes)
     return position
+
+
+class _Copied:
+    """A tensor copied from its source file: it passes the layout worker as an empty tensor (in
+    its place among the others, holding no memory), and the writer copies `real`'s bytes."""
+
+    def __init__(self, real, file, offset: int):
+        self.real, self.file, self.offset = real, file, offset
+        self.name, self.dtype, self.shape, self.nbytes = real.name, real.dtype, (0,), 0
+
+
+def _marked(infos, copied):
+    for info in infos:
+        found = copied(info) if copied is not None else None
+        yield info if found is None else _Copied(info, found[0], found[1])
+
+
+def _skipping(produce):
+    return lambda info: np.empty(0, dtypes.storage(info.dtype)) if isinstance(info, _Copied) else produce(info)
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,11 @@ class Source:
         the conversion's self-check: a defect of the reader cannot pass a check made by itself."""
         return self.read(name)
 
+    def byte_range(self, name: str):
+        """(StableFile, offset, nbytes) where the tensor's bytes lie in C order, unchanged, in a
+        file (read as `read` reads it), or None; a writer copies such bytes without reading them."""
+        return None
+
     def release(self, name: str) -> None:
         """The caller is done with this tensor for now: let its memory go."""
 
@@ -185,6 +201,9 @@ class RenamedSource(Source):
 
     def reference(self, name: str) -> np.ndarray:
         return self.inner.reference(self._orig[name])
+
+    def byte_range(self, name: str):
+        return self.inner.byte_range(self._orig[name])
 
     def release(self, name: str) -> None:
         self.inner.release(self._orig[name])

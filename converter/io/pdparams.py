@@ -92,16 +92,17 @@ def check_names(infos: list[TensorInfo]) -> None:
                             "or write .safetensors")
 
 
-def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:
+def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_data=None, copied=None) -> None:
     """A protocol-4 pickle of {name: ndarray}, written opcode by opcode: each array's bytes go
-    to the file straight from its buffer, one tensor in memory at a time. paddle.load and
-    pickle.load read it as a plain dict of numpy arrays."""
+    to the file straight from its buffer (or from the source file, `copied`: see
+    base.write_tensors), one tensor in memory at a time. paddle.load and pickle.load read it as a
+    plain dict of numpy arrays."""
     check_names(infos)
     position = file.tell() + file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
 
     def before(info):
         return _unicode(info.name) + _array_header(info.shape, dtypes.storage(info.dtype), info.nbytes)
-    write_tensors(file, position, infos, produce, before, b"tbs", progress, on_data)  # tbs: TUPLE (the state), BUILD, SETITEM
+    write_tensors(file, position, infos, produce, before, b"tbs", progress, on_data, copied)  # tbs: TUPLE, BUILD, SETITEM
     file.write(b".")  # STOP
 
 
@@ -328,6 +329,13 @@ class PdparamsSource(Source):
         offset, dtype, shape, order = self._where[name]
         flat = self._file.array(name, offset, dtype, math.prod(shape))
         return valid_bools(self.path, name, flat.reshape(shape, order=order))
+
+    def byte_range(self, name: str):
+        if name not in self._where:
+            return None
+        offset, dtype, shape, order = self._where[name]
+        nbytes = math.prod(shape) * dtype.itemsize
+        return (self._file, offset, nbytes) if order == "C" or len(shape) < 2 else None
 
     def check_unchanged(self) -> None:
         self._file.check_unchanged()

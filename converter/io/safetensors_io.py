@@ -127,6 +127,10 @@ class SafetensorsSource(Source):
         flat = self._file.array(name, offset, dtypes.storage(info.dtype), info.numel)
         return valid_bools(self.path, name, flat.reshape(info.shape))
 
+    def byte_range(self, name: str):
+        offset, nbytes = self._offsets[name]
+        return self._file, offset, nbytes
+
     def check_unchanged(self) -> None:
         self._file.check_unchanged()
 
@@ -134,8 +138,9 @@ class SafetensorsSource(Source):
         self._file.close()
 
 
-def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_data=None) -> None:
-    """Write tensors in the given order; `produce(info)` returns its storage array."""
+def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_data=None, copied=None) -> None:
+    """Write tensors in the given order; `produce(info)` returns its storage array (`copied`:
+    see base.write_tensors)."""
     header = {"__metadata__": {"format": "np"}}
     offset = 0
     for info in infos:
@@ -146,4 +151,4 @@ def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_
     raw += b" " * (-len(raw) % 8)
     file.write(struct.pack("<Q", len(raw)))
     file.write(raw)
-    write_tensors(file, file.tell(), infos, produce, progress=progress, on_data=on_data)
+    write_tensors(file, file.tell(), infos, produce, progress=progress, on_data=on_data, copied=copied)

@@ -100,6 +100,9 @@ class ShardedSource(Source):
     def reference(self, name: str) -> np.ndarray:
         return self._owner[name].reference(name)
 
+    def byte_range(self, name: str):
+        return self._owner[name].byte_range(name)
+
     def release(self, name: str) -> None:
         self._owner[name].release(name)
 

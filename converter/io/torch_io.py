@@ -224,6 +224,13 @@ class TorchSource(Source):
                                                writeable=False)
         return valid_bools(self.path, name, view)
 
+    def byte_range(self, name: str):
+        t = self._tensors[name]
+        place = self._places.get(t.untyped_storage().data_ptr())
+        if place is None or not t.is_contiguous():
+            return None
+        return self._file, place + t.storage_offset() * t.element_size(), t.numel() * t.element_size()
+
     def reference(self, name: str) -> np.ndarray:
         """The tensor as torch.load decoded it (byte order, view), not as `read` takes its bytes."""
         return tensor_to_numpy(self._tensors[name])

@@ -28,6 +28,7 @@ import math
 import collections
 import os
 import struct
+import sys
 import threading
 import zipfile
 import zlib
@@ -37,6 +38,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import CheckFailed, UserError, quoted
 from . import unpickle
+from .copyrange import c_ordered
 from .stable import StableFile
 from .base import MAX_BYTES, MAX_DIMS, MAX_REPEATED, Source, TensorInfo, repeated_bytes, shape_problem, valid_bools
 
@@ -351,6 +353,20 @@ class TorchZipSource(Source):
         dtype = dtypes.storage(t.storage.dtype)
         flat = self._storage(t.storage.key, dtype, t.storage.numel)
         return valid_bools(self.path, name, strided(flat, t.offset, t.shape, t.stride, self.order))
+
+    def byte_range(self, name: str):
+        """A stored storage's bytes, where they are in this machine's byte order and the tensor
+        views them in C order. The storage's CRC is checked first (it is read for that, once),
+        so that a corrupt member is refused as `read` refuses it."""
+        t = self._tensors[name]
+        itemsize = dtypes.itemsize(t.storage.dtype)
+        start = self._starts.get(t.storage.key)
+        native = itemsize == 1 or self.order == ("<" if sys.byteorder == "little" else ">")
+        if start is None or not native or not c_ordered(t.shape, t.stride):
+            return None
+        if t.storage.key not in self._checked:
+            self._storage(t.storage.key, dtypes.storage(t.storage.dtype), t.storage.numel)
+        return self._file, start + t.offset * itemsize, t.numel * itemsize
 
     def reference(self, name: str) -> np.ndarray:
         """The tensor decoded independently of `read` (torch_reference.py), for the self-check."""

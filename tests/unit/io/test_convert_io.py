@@ -198,19 +198,36 @@ def test_torch_zip_checkpoint_is_read_without_importing_torch(tmp):
         assert back[k].dtype == v.dtype and torch.equal(back[k], v.detach()), k
 
 
-def test_a_tensor_written_wrong_fails_the_check_and_leaves_no_file(tmp, monkeypatch):
+@pytest.mark.parametrize("path", ["computed", "copied"])
+def test_a_tensor_written_wrong_fails_the_check_and_leaves_no_file(tmp, monkeypatch, path):
+    """A wrong bit written by either path of the writer: a tensor computed (the plan's views of
+    the source, laid out) or copied from the source file in the kernel (io/copyrange.py)."""
+    import converter.convert
+    from converter.io.sink import OutputFile
     from converter.rules.plan import TargetEntry
     torch.manual_seed(0)
     torch.save({"a": torch.randn(4, 4), "b": torch.randn(3)}, tmp / "m.pt")
     (tmp / "o.pdparams").write_bytes(b"previous")
-    original = TargetEntry.compute
+    compute, copy_from = TargetEntry.compute, OutputFile.copy_from
 
     def corrupt(self, read):  # the writer's path only; the check recomputes from the source
-        array = np.array(original(self, read))
+        array = np.array(compute(self, read))
         if self.name == "b":
             array.view(np.uint32)[1] ^= 1
         return array
-    monkeypatch.setattr(TargetEntry, "compute", corrupt)
+
+    def corrupt_copy(self, src, offset, count):  # the copy lands, then its second element has a bit flipped
+        start = self.position
+        copy_from(self, src, offset, count)
+        if count == 12:  # 'b'
+            word = bytearray(os.pread(src.fd, 4, offset + 4))
+            word[0] ^= 1
+            os.pwrite(self.fd, bytes(word), start + 4)
+    if path == "computed":
+        monkeypatch.setattr(converter.convert, "source_bytes", lambda entry, source: None)
+        monkeypatch.setattr(TargetEntry, "compute", corrupt)
+    else:
+        monkeypatch.setattr(OutputFile, "copy_from", corrupt_copy)
     r = run_convert(tmp / "m.pt", tmp / "o.pdparams", "--mapping", _rules(tmp, KEEP_ALL), "--force")
     assert r.code == 1, r
     assert "'b': differs from source 'b' at index (1,)" in r.stderr
