@@ -147,3 +147,21 @@ def replace(value, new: dict | list, is_leaf: Leaf = is_float_tensor):
         return new.get(k, leaf)
 
     return map_leaves(value, swap, is_leaf)
+
+
+def containers_copied(value, is_leaf: Leaf = is_float_tensor):
+    """`value` with every list, dict and other container in it copied, its leaves and other values the
+    same objects: a snapshot of a structure that its owner may change later (DenseNet hands each
+    layer the list of features that it appends to afterwards)."""
+    def walk(v, on_path: frozenset):
+        if is_leaf(v):
+            return v
+        children = _children(v)
+        if children is None or id(v) in on_path:
+            return v
+        if len(on_path) >= MAX_DEPTH:
+            raise _too_deep()
+        inside = on_path | {id(v)}
+        return _rebuild(v, [(k, walk(c, inside)) for k, c in children])
+
+    return walk(value, frozenset())

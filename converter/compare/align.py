@@ -63,6 +63,22 @@ def shapes_fit(t_call, p_call) -> bool:
     return len(a) == len(b) and all(common_shape(x, y) is not None for x, y in zip(a, b))
 
 
+def _fitting_holder(p: str, t_call, paddle_calls: dict, used: set, targets: set[str], receiving: set[str]) -> str:
+    """Of `p` and its ancestors that hold exactly the same weights, the innermost whose outputs can
+    be the torch call's values (paddle.vision's transition layer pools in the block around the
+    layer that holds the norm and the convolution, torchvision's in the module that holds them);
+    `p` where none can."""
+    holder = p
+    while holder:
+        call = paddle_calls.get(holder)
+        if call is not None and holder not in used and shapes_fit(t_call, call):
+            return holder
+        holder = parent(holder)
+        if not _holds_exactly(holder, targets, receiving):
+            break
+    return p
+
+
 def _holds_exactly(p: str, targets: set[str], receiving: set[str]) -> bool:
     """Whether the paddle layers under `p` that receive torch weights are exactly `targets`."""
     return {x for x in receiving if is_under(x, p)} == targets
@@ -140,6 +156,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
             continue
         p = common_parent(sorted(targets))
         p = t if t in paddle_calls and t not in used and is_under(p, t) and _holds_exactly(t, targets, receiving) else p
+        p = _fitting_holder(p, torch_calls[t], paddle_calls, used, targets, receiving)
         if p in paddle_calls and p not in used and _holds_exactly(p, targets, receiving) \
                 and all(is_under(m, t) for x in targets for m in sources.get(x, ())):
             candidates.setdefault(p, []).append(t)
@@ -179,4 +196,4 @@ def _reading(t_call, p_call):
     if t_call.module is None or p_call.module is None:
         return None
     family = lookup(t_call.module, p_call.module)
-    return family.reads(t_call.module) if family is not None and family.reads is not None else None
+    return family.reads(t_call.module, p_call.module) if family is not None and family.reads is not None else None

@@ -12,7 +12,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
-from ..tree import flatten, replace
+from ..tree import containers_copied, flatten, replace
 
 
 def call_tensors(args, kwargs, is_tensor) -> list:
@@ -189,8 +189,10 @@ class Recorder:
                                                     {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
+        if keep:  # the structures as they were at the call: a caller may append to a list it handed on
+            args, kwargs = containers_copied((tuple(args), dict(kwargs)), self.is_tensor or (lambda v: False))
         self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(path),
-                                args=args if keep else (), kwargs=dict(kwargs) if keep else {})
+                                args=args if keep else (), kwargs=kwargs if keep else {})
         self.counter += 1
 
     def _post(self, path, output, is_tensor):

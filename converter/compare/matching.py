@@ -10,6 +10,8 @@ paired with the torch input that holds the same values after broadcasting:
 * VALUE     the same values up to broadcasting (exactly, for integers and booleans;
             within MATCH_RTOL of the tensor's largest magnitude for floats, since the
             enclosing code computed it with its own rounding);
+* JOINED    the torch inputs source..source+count-1, joined along `axis` (torchvision's DenseNet
+            hands each layer the list of features so far, paddle.vision's their concatenation);
 * MASK      both are attention masks that mask the same positions, in other conventions
             (additive or boolean, other shapes): paddle's is kept as it is;
 * POSITION  left over on both sides, of the same kind and broadcast-compatible shapes, in
@@ -30,7 +32,7 @@ import math
 
 import numpy as np
 
-SAME, VALUE, MASK, POSITION, NONE = "same", "value", "mask", "position", "none"
+SAME, VALUE, JOINED, MASK, POSITION, NONE = "same", "value", "joined", "mask", "position", "none"
 MATCH_RTOL = 5e-2
 MASKED_BELOW = -1e3  # an additive mask value at or below this masks its position
 
@@ -48,6 +50,8 @@ class InputMatch:
     index: int  # among the call tensors of the side being forced (paddle's, in a forced paddle pass)
     source: int | None  # among the other side's call tensors: the one it takes the values of
     how: str
+    count: int = 1  # JOINED: how many of the other side's tensors, from `source` on
+    axis: int = 0  # JOINED: the axis they are joined along
 
 
 def common_shape(a: tuple, b: tuple) -> tuple | None:
@@ -272,6 +276,12 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict[int, int] |
             matches[j] = InputMatch(j, best[1], VALUE)
     taken = {m.source for m in matches.values()}
     for j in range(len(paddle_values)):
+        if j not in matches and len(torch_values) > 1:
+            joined = _joined_run(paddle_array(j), torch_values, taken)
+            if joined is not None:
+                matches[j] = InputMatch(j, joined[0], JOINED, joined[1], joined[2])
+                taken.update(range(joined[0], joined[0] + joined[1]))
+    for j in range(len(paddle_values)):
         if j in matches:
             continue
         i = next((i for i, t in enumerate(torch_values) if i not in taken and same_mask(paddle_array(j), t)), None)
@@ -290,6 +300,37 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict[int, int] |
             left.remove(i)
         matches[j] = InputMatch(j, i, NONE if i is None else POSITION)
     return [matches[j] for j in range(len(paddle_values))]
+
+
+MAX_JOINED = 256  # torch inputs tried as one joined paddle input
+
+
+def _joined_run(a: np.ndarray, torch_values: list, taken: set) -> tuple | None:
+    """(first, count, axis): a run of two or more torch inputs, none taken yet, that joined along one
+    axis hold `a`'s values (see same_values); None where none does."""
+    if a.ndim == 0 or _kind(a) != "f":
+        return None
+    for first in range(len(torch_values)):
+        for axis in range(a.ndim):
+            size, last = 0, first
+            while last < min(len(torch_values), first + MAX_JOINED) and last not in taken:
+                t = torch_values[last]
+                if t.ndim != a.ndim or _kind(t) != "f" or \
+                        any(t.shape[k] != a.shape[k] for k in range(a.ndim) if k != axis):
+                    break
+                size += t.shape[axis]
+                last += 1
+                if size >= a.shape[axis]:
+                    break
+            if last - first >= 2 and size == a.shape[axis] and \
+                    same_values(np.concatenate(torch_values[first:last], axis=axis), a) is not None:
+                return first, last - first, axis
+    return None
+
+
+def joined(arrays: list, match: InputMatch) -> np.ndarray:
+    """The torch arrays a JOINED match takes, joined."""
+    return np.concatenate(arrays[match.source:match.source + match.count], axis=match.axis)
 
 
 def _stands_for(t: np.ndarray, a: np.ndarray) -> bool:
@@ -312,6 +353,9 @@ def describe(matches: list[InputMatch], shapes: list[tuple]) -> str:
         shape = "x".join(map(str, shapes[m.index])) or "scalar"
         if m.how == MASK:
             parts.append(f"input {m.index} [{shape}] is a mask in another convention (same positions): kept as it was")
+        elif m.how == JOINED:
+            parts.append(f"input {m.index} [{shape}] is torch's inputs {m.source} to {m.source + m.count - 1} joined "
+                         f"along axis {m.axis}: given them joined")
         elif m.how == NONE:
             parts.append(f"input {m.index} [{shape}] has no counterpart on the other side: left as computed")
     return "; ".join(parts)
@@ -330,6 +374,10 @@ class OutputPairs:
     # per pair, the order of paddle's axes that lays its output out as torch's (HF's q_norm runs
     # on [batch, heads, tokens, dim], PaddleFormers' on [batch, tokens, heads, dim]); None: as it is
     axes: tuple = ()
+    # per pair, the part of paddle's output that holds torch's: (axis, start, stop) along one axis
+    # (paddle.vision's DenseNet layer returns its input and its new features joined, torchvision's
+    # the new features alone); None: all of it
+    spans: tuple = ()
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -339,15 +387,22 @@ class OutputPairs:
 
     def of_paddle(self, items: list) -> list:
         """Paddle's items paired with torch's, each laid out as torch's where its axes come in
-        another order (an item already in torch's shape, as a forced run's is, is taken as it is)."""
-        axes = self.axes or (None,) * len(self.paddle)
-        return [_in_order(items[j], order, shape) for j, order, shape in zip(self.paddle, axes, self.shapes)]
+        another order, and cut to its span where torch's is part of it (an item already in torch's
+        shape, as a forced run's is, is taken as it is)."""
+        return [_in_span(_in_order(items[j], order, shape), span, shape)
+                for j, order, span, shape in zip(self.paddle, self._axes(), self._spans(), self.shapes)]
 
     def fits(self, paddle_items: list) -> bool:
         """Whether another set of paddle outputs (a forced run's) can stand where these were."""
-        axes = self.axes or (None,) * len(self.paddle)
-        return all(j < len(paddle_items) and common_shape(tuple(_in_order(paddle_items[j], order, s).shape), s) == s
-                   for j, order, s in zip(self.paddle, axes, self.shapes))
+        return all(j < len(paddle_items)
+                   and common_shape(tuple(_in_span(_in_order(paddle_items[j], order, s), span, s).shape), s) == s
+                   for j, order, span, s in zip(self.paddle, self._axes(), self._spans(), self.shapes))
+
+    def _axes(self) -> tuple:
+        return self.axes or (None,) * len(self.paddle)
+
+    def _spans(self) -> tuple:
+        return self.spans or (None,) * len(self.paddle)
 
 
 MAX_AXES_PERMUTED = 5  # outputs of up to this many axes are tried in every order of their axes
@@ -365,6 +420,34 @@ def _axes_order(t: np.ndarray, p: np.ndarray) -> tuple | None:
     gaps = {order: same_values(np.transpose(p, order), t) for order in fits}
     found = {order: d for order, d in gaps.items() if d is not None}
     return min(found, key=found.get) if found else None
+
+
+def _span_of(t: np.ndarray, p: np.ndarray) -> tuple | None:
+    """(axis, start, stop): where p holds t's values as a run along the one axis their shapes differ
+    in, at its start or its end (an output joined to its input); None where it does not."""
+    if t.ndim != p.ndim or t.ndim == 0:
+        return None
+    differ = [k for k in range(t.ndim) if t.shape[k] != p.shape[k]]
+    if len(differ) != 1 or p.shape[differ[0]] <= t.shape[differ[0]]:
+        return None
+    axis, n = differ[0], t.shape[differ[0]]
+    found = {}
+    for start in sorted({0, p.shape[axis] - n}):
+        gap = same_values(np.take(p, range(start, start + n), axis=axis), t)
+        if gap is not None:
+            found[(axis, start, start + n)] = gap
+    return min(found, key=found.get) if found else None
+
+
+def _in_span(item, span: tuple | None, shape: tuple):
+    """`item` (numpy or paddle) cut to `span` where that gives `shape`."""
+    if span is None or tuple(item.shape) == tuple(shape):
+        return item
+    axis, start, stop = span
+    if item.ndim <= axis or item.shape[axis] < stop:
+        return item
+    index = (slice(None),) * axis + (slice(start, stop),)
+    return item[index]
 
 
 def _in_order(item, order: tuple | None, shape: tuple):
@@ -386,6 +469,9 @@ def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -
         order = _axes_order(t_values()[0], p_values()[0])
         if order is not None:
             return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (order,))
+        span = _span_of(t_values()[0], p_values()[0])
+        if span is not None:
+            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (None,), (span,))
     if t_values is None or p_values is None:
         shapes = [common_shape(a, b) for a, b in zip(t_shapes, p_shapes)]
         n = next((k for k, s in enumerate(shapes) if s is None), len(shapes))

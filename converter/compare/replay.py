@@ -18,7 +18,7 @@ from .budget import MatmulStats
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, replace_call_tensors, tensor_version
 from .identity import ByIdentity
-from .matching import POSITION, VALUE, describe, fit, match_inputs
+from .matching import JOINED, POSITION, VALUE, describe, fit, joined, match_inputs
 from ..families import lookup
 from .precision import cpu_has_native_bf16, torch_rounding
 from ..tree import flatten, is_torch_tensor, map_leaves
@@ -54,10 +54,7 @@ class TorchCopies:
                                  and tuple(c.shape) == tuple(like.shape) and self.source_of(c) is not None)
 
     def _copy(self, tensor, like):
-        import paddle
-        array = fit(torch_side.to_numpy(tensor), tuple(like.shape))
-        copy = paddle.to_tensor(np.ascontiguousarray(array), place=like.place)
-        copy = copy.astype(like.dtype) if copy.dtype != like.dtype else copy
+        copy = _paddle_like(fit(torch_side.to_numpy(tensor), tuple(like.shape)), like)
         self._sources.put(copy, (tensor, tensor_version(copy)))
         return copy
 
@@ -102,8 +99,16 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopi
     matches = match_inputs([(lambda v=v: _paddle_array(v, handed, as_numpy)) for v in values], torch_arrays, same)
     new = {m.index: handed.copy_of(pool[m.source], values[m.index]) for m in matches
            if m.how in (VALUE, POSITION) and fit(torch_arrays[m.source], tuple(values[m.index].shape)) is not None}
+    new.update((m.index, _paddle_like(joined(torch_arrays, m), values[m.index])) for m in matches if m.how == JOINED)
     args, kwargs = replace_call_tensors(args, kwargs, paddle_side.is_tensor, new)
     return args, kwargs, Forcing(matches, [tuple(v.shape) for v in values])
+
+
+def _paddle_like(array: np.ndarray, like):
+    """`array` as a paddle tensor on `like`'s place, in its dtype."""
+    import paddle
+    tensor = paddle.to_tensor(np.ascontiguousarray(array), place=like.place)
+    return tensor.astype(like.dtype) if tensor.dtype != like.dtype else tensor
 
 
 def _paddle_array(value, handed: TorchCopies, as_numpy):

@@ -110,9 +110,11 @@ class Family:
     # the entry covers its torch types only where the paddle layer is one of its paddle types (a torch
     # Linear ported as PaddleFormers' LMHead): it stands beside the torch type's own entry
     paddle_specific: bool = False
-    # how the paddle layer's outputs read as the torch module's, made from the torch module (a gate's
-    # logits read as a router's softmax and top-k weights): an object with .of(outputs) and .note
-    reads: Callable[[object], object] | None = None
+    # how the paddle layer's outputs read as the torch module's, made from the torch module and the
+    # paddle layer (a gate's logits read as a router's softmax and top-k weights; a BatchNorm whose
+    # activation paddle applies inside it): an object with .of(outputs) (paddle's), optionally
+    # .of_torch(outputs) (torch's, tensors or numpy arrays), and .note; None where they compare as they are
+    reads: Callable[[object, object], object] | None = None
 
     @property
     def pairing_kind(self) -> str:

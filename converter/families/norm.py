@@ -1,7 +1,12 @@
 """Normalisation layers: BatchNorm's running stats are `_mean`/`_variance` in paddle, and
 InstanceNorm's weight is `scale`. Counters and statistics paddle does not keep are dropped.
 Epsilon is `eps` in torch and `_epsilon` in paddle; paddle's BatchNorm momentum weights the
-old statistics (torch's the new batch)."""
+old statistics (torch's the new batch). paddle's legacy `nn.BatchNorm(act=...)` runs its activation
+inside the layer: compared after it (FusedActivation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, register
@@ -62,9 +67,63 @@ def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
                       "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm", kind="batch statistics")]
 
 
+@dataclass(frozen=True)
+class FusedActivation:
+    """paddle's legacy `nn.BatchNorm(act=...)` applies its activation inside the layer, where torch
+    runs it as a module of its own after the norm: the two are compared after the activation,
+    torch's output put through it (`of_torch`), paddle's as it is."""
+
+    act: str
+
+    @classmethod
+    def of_module(cls, torch_module, paddle_layer=None) -> FusedActivation | None:
+        act = getattr(paddle_layer, "_act", None)
+        return cls(act) if isinstance(act, str) and act in _ACTIVATIONS else None
+
+    def of(self, outputs: list) -> list:
+        return outputs
+
+    def of_torch(self, outputs: list) -> list:
+        """torch's outputs (tensors or numpy arrays, each given back as it came) put through the activation."""
+        import numpy as np
+        out = []
+        for o in outputs:
+            if isinstance(o, np.ndarray):
+                out.append(_ACTIVATIONS[self.act](o) if np.issubdtype(o.dtype, np.floating) else o)
+            elif o.is_floating_point():
+                import torch
+                out.append(torch.from_numpy(_ACTIVATIONS[self.act](o.detach().cpu().numpy())))
+            else:
+                out.append(o)
+        return out
+
+    @property
+    def note(self) -> str:
+        return (f"compared after the activation: paddle's BatchNorm applies act='{self.act}' inside it, torch's output "
+                f"put through {self.act}")
+
+
+def _relu(x):
+    import numpy as np
+    return np.maximum(x, x.dtype.type(0))
+
+
+def _sigmoid(x):
+    import numpy as np
+    with np.errstate(over="ignore"):
+        return (1 / (1 + np.exp(-x))).astype(x.dtype)
+
+
+def _tanh(x):
+    import numpy as np
+    return np.tanh(x)
+
+
+_ACTIVATIONS = {"relu": _relu, "sigmoid": _sigmoid, "tanh": _tanh}  # paddle's act names
+
 register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
                 ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,
-                epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics)))
+                epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics), reads=FusedActivation.of_module))
 register(Family("layer-norm", ("LayerNorm",), ("LayerNorm",), _affine, epsilon=EPSILON))
 register(Family("group-norm", ("GroupNorm",), ("GroupNorm",), _affine, epsilon=EPSILON))
 register(Family("instance-norm", ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),

@@ -70,7 +70,7 @@ class RouterReading:
     normalised: bool
 
     @classmethod
-    def of_module(cls, torch_module) -> RouterReading | None:
+    def of_module(cls, torch_module, paddle_layer=None) -> RouterReading | None:
         top_k = _top_k(torch_module)
         return None if top_k is None else cls(top_k, bool(getattr(torch_module, "norm_topk_prob", True)))
 
@@ -106,7 +106,7 @@ class ScatteredTopK:
     top_k: int
 
     @classmethod
-    def of_module(cls, torch_module) -> ScatteredTopK | None:
+    def of_module(cls, torch_module, paddle_layer=None) -> ScatteredTopK | None:
         top_k = _top_k(torch_module)
         return None if top_k is None else cls(top_k)
 
@@ -143,7 +143,7 @@ class GroupedRouting:
     bias: tuple[float, ...]  # the router's e_score_correction_bias, as torch holds it
 
     @classmethod
-    def of_module(cls, torch_module) -> GroupedRouting | None:
+    def of_module(cls, torch_module, paddle_layer=None) -> GroupedRouting | None:
         """From the torch router and its model's config (DeepSeek-V3's router holds the weight and
         bias only: its block reads the rest from the same config)."""
         config = getattr(torch_module, "config", None)

@@ -61,13 +61,17 @@ def _pairing_note(t_out: list, p_out: list, pairs: OutputPairs) -> str:
     if pairs.torch != pairs.paddle or len(t_out) != len(p_out):
         notes.append(f"outputs paired by value: torch {list(pairs.torch)} with paddle {list(pairs.paddle)} "
                      f"(torch gives {len(t_out)}, paddle {len(p_out)})")
-    axes = pairs.axes or (None,) * len(pairs.paddle)
-    for j, order in zip(pairs.paddle, axes):
+    axes, spans = pairs.axes or (None,) * len(pairs.paddle), pairs.spans or (None,) * len(pairs.paddle)
+    for j, order, span in zip(pairs.paddle, axes, spans):
         if order is not None:
             notes.append(f"paddle's output {list(p_out[j].shape)} compared with its axes in the order {list(order)}, "
                          "torch's layout of the same values")
-    differ = [(list(t_out[i].shape), list(p_out[j].shape)) for i, j, order in zip(pairs.torch, pairs.paddle, axes)
-              if tuple(t_out[i].shape) != tuple(p_out[j].shape) and order is None]
+        if span is not None:
+            notes.append(f"torch's output is elements {span[1]}:{span[2]} of paddle's {list(p_out[j].shape)} along "
+                         f"axis {span[0]}: compared there")
+    differ = [(list(t_out[i].shape), list(p_out[j].shape))
+              for i, j, order, span in zip(pairs.torch, pairs.paddle, axes, spans)
+              if tuple(t_out[i].shape) != tuple(p_out[j].shape) and order is None and span is None]
     merged = [(a, b) for a, b in differ if merged_shape(tuple(a), tuple(b)) is not None]
     broadcast = [d for d in differ if d not in merged]
     if broadcast:

@@ -150,3 +150,110 @@ def test_outputs_that_differ_in_axes_of_size_one_are_compared_squeezed(strategy)
     assert report.exit_code == 0, report.forward.first_bad
     dropout = next(row for row in report.forward.layers if row.torch == "dropout")
     assert dropout.max_abs < 1e-5 and list(dropout.shape) in ([2, 6], [2, 6, 1, 1]), dropout
+
+
+# ------------------------------------------------------------------ DenseNet's two ways of writing one block
+
+class TorchDenseLayer(torch.nn.Module):
+    """As torchvision's: handed the list of features so far, it joins them itself."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.relu, self.conv = torch.nn.BatchNorm2d(c), torch.nn.ReLU(), torch.nn.Conv2d(c, 4, 3, padding=1)
+
+    def forward(self, features):
+        return self.conv(self.relu(self.norm(torch.cat(features, 1))))
+
+
+class TorchTransition(torch.nn.Sequential):
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.relu, self.conv = torch.nn.BatchNorm2d(c), torch.nn.ReLU(), torch.nn.Conv2d(c, 4, 1)
+        self.pool = torch.nn.AvgPool2d(2)
+
+
+class TorchDense(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.layers = torch.nn.ModuleList([TorchDenseLayer(4 + 4 * i) for i in range(3)])
+        self.transition = TorchTransition(16)
+
+    def forward(self, x):
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(features))  # the list each layer was handed grows after the call
+        return self.transition(torch.cat(features, 1))
+
+
+class NormActConv(paddle.nn.Layer):
+    """As paddle.vision's: the legacy BatchNorm applies the activation inside it."""
+
+    def __init__(self, c, out, k):
+        super().__init__()
+        self.norm, self.conv = paddle.nn.BatchNorm(c, act="relu"), paddle.nn.Conv2D(c, out, k, padding=k // 2)
+
+    def forward(self, x):
+        return self.conv(self.norm(x))
+
+
+class PaddleDenseLayer(paddle.nn.Layer):
+    """As paddle.vision's: handed the joined features, it returns them with its own joined on."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.conv = paddle.nn.BatchNorm(c, act="relu"), paddle.nn.Conv2D(c, 4, 3, padding=1)
+
+    def forward(self, x):
+        return paddle.concat([x, self.conv(self.norm(x))], axis=1)
+
+
+class PaddleTransition(paddle.nn.Layer):
+    def __init__(self, c):
+        super().__init__()
+        self.body, self.pool = NormActConv(c, 4, 1), paddle.nn.AvgPool2D(2)
+
+    def forward(self, x):
+        return self.pool(self.body(x))
+
+
+class PaddleDense(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.stem = paddle.nn.Conv2D(3, 4, 3, padding=1)
+        self.blocks = paddle.nn.Sequential(*[PaddleDenseLayer(4 + 4 * i) for i in range(3)])
+        self.transition = PaddleTransition(16)
+
+    def forward(self, x):
+        return self.transition(self.blocks(self.stem(x)))
+
+
+def dense_rules(tmp):
+    rules = [{"kind": "rename", "key": "stem.weight", "to": "stem.weight"}, {"kind": "rename", "key": "stem.bias", "to": "stem.bias"}]
+    for torch_path, paddle_path in [(f"layers.{i}", f"blocks.{i}") for i in range(3)] + [("transition", "transition.body")]:
+        for name, paddle_name in (("norm.weight", "norm.weight"), ("norm.bias", "norm.bias"), ("norm.running_mean", "norm._mean"),
+                                  ("norm.running_var", "norm._variance"), ("conv.weight", "conv.weight"), ("conv.bias", "conv.bias")):
+            rules.append({"kind": "rename", "key": f"{torch_path}.{name}", "to": f"{paddle_path}.{paddle_name}"})
+        rules.append({"kind": "drop", "key": f"{torch_path}.norm.num_batches_tracked"})
+    path = tmp / "dense.json"
+    path.write_text(json.dumps({"name": "dense", "rules": rules}))
+    return str(path)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_dense_block_written_both_ways_passes(tmp, strategy):
+    """torch hands each layer a list it appends to afterwards, paddle the joined features; paddle's
+    layer returns its input and its features joined, torch's its features alone; paddle's BatchNorm
+    applies the activation inside it; paddle pools around the layer that holds the transition's
+    weights. Each layer is paired and compared on what both compute."""
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchDense().eval()
+    spec = spec_from_functions(torch_model, PaddleDense, x_of(1, 3, 8, 8), mapping=dense_rules(tmp))
+    report = verify_port(spec, VerifyOptions(strategy=strategy))
+    assert report.exit_code == 0, report.forward.first_bad
+    rows = {row.torch: row for row in report.forward.layers}
+    assert rows["layers.1"].paddle == "blocks.1" and rows["transition"].paddle == "transition", rows.keys()
+    assert "compared after the activation" in rows["layers.0.norm"].note
+    assert "elements 8:12 of paddle's" in rows["layers.1"].note
+    assert rows["layers.2"].max_abs < 1e-5
