@@ -29,6 +29,15 @@ def quoted(text) -> str:
     return "'" + one_line(text) + "'"
 
 
+MAX_SIZE = 1 << 62  # bytes: past any disk or memory; a size option's bound
+
+
+def shown_value(text) -> str:
+    """An option's value quoted for a message, cut to 40 characters (with its length) where longer."""
+    text = str(text)
+    return quoted(text) if len(text) <= 40 else f"{quoted(text[:40])}... ({len(text)} characters)"
+
+
 class PortError(Exception):
     exit_code = 2
 

@@ -18,7 +18,7 @@ import re
 from fractions import Fraction
 
 from . import dtypes
-from .errors import UserError, quoted
+from .errors import MAX_SIZE, UserError, quoted, shown_value
 from .hfconfig import TARGET_NAMES, Translated, shown, translate_config
 from .io import open_source
 from .io.atomic import OutputGroup, check_outputs
@@ -53,9 +53,6 @@ def converts_a_directory(src: str, dst: str) -> bool:
     return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
 
 
-MAX_SIZE = 1 << 62  # bytes: past any disk; a size option's bound
-
-
 def parse_size(text: str) -> int:
     """'5GB' (10^9), '500MiB' (2^20) or a number of bytes, as HF's max_shard_size: exact (no float),
     from 1 byte to MAX_SIZE; one line otherwise, however many digits it has."""
@@ -65,12 +62,6 @@ def parse_size(text: str) -> int:
         raise UserError(f"--max-shard-size {shown_value(text)} is not a size from 1 byte to 4 EiB; give one like 5GB, "
                         "500MB or 2GiB")
     return size
-
-
-def shown_value(text) -> str:
-    """An option's value quoted for a message, cut to 40 characters (with its length) where longer."""
-    text = str(text)
-    return quoted(text) if len(text) <= 40 else f"{quoted(text[:40])}... ({len(text)} characters)"
 
 
 def read_config(directory: str) -> dict:

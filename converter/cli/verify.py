@@ -80,7 +80,7 @@ def memory_size(text: str) -> int:
     """--max-memory's SIZE in bytes: a number with K, M, G or T (powers of 1024; KiB, KB and K alike)."""
     from fractions import Fraction
 
-    from ..hfdir import MAX_SIZE, shown_value
+    from ..errors import MAX_SIZE, shown_value
     match = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]?)(?:I?B)?\s*", text, re.IGNORECASE)
     size = int(Fraction(match.group(1)) * UNITS[match.group(2).upper()]) if match else 0  # exact, no float
     if not 1 <= size < MAX_SIZE:  # more than any machine's memory: refused as such
