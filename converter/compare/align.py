@@ -84,20 +84,32 @@ def _holds_exactly(p: str, targets: set[str], receiving: set[str]) -> bool:
     return {x for x in receiving if is_under(x, p)} == targets
 
 
-def _calls_fit(t_call, p_call) -> bool:
-    """Whether two calls of layers without weights can be the same step: as many outputs, each
-    pair broadcast-compatible, and (where the inputs were recorded) the first input of each
-    holding the same values (two dropouts of one shape, one after the attention and one after
-    the MLP, are told apart by what they receive)."""
-    if not shapes_fit(t_call, p_call):
-        return False
+def _calls_fit(t_call, p_call, as_many: bool = False) -> bool:
+    """Whether two calls of layers without weights can be the same step: (where the inputs were
+    recorded) the first input of each holding the same values (two dropouts of one shape, one after
+    the attention and one after the MLP, are told apart by what they receive) and as many outputs;
+    in an outline, as many outputs, each pair broadcast-compatible, or (`as_many`: both sides have as
+    many such layers under the parent) of other sizes (see _sized_apart)."""
     from ..frameworks import paddle_side, torch_side
     from .capture import call_tensors
     x = call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor)
     y = call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)
-    if not x or not y:
-        return True  # an outline: shapes are all there is
-    return same_values(paddle_side.to_numpy(y[0]), torch_side.to_numpy(x[0])) is not None
+    if not x or not y:  # an outline: shapes are all there is, and the order where both sides have as many
+        return shapes_fit(t_call, p_call) or (as_many and _sized_apart(t_call, p_call))
+    if same_values(paddle_side.to_numpy(y[0]), torch_side.to_numpy(x[0])) is None:
+        return False
+    # the same values in: the same step, even where its outputs hold other counts of elements (a
+    # MaxPool with ceil_mode on one side only): then it is the first layer whose output is wrong
+    return shapes_fit(t_call, p_call) or _sized_apart(t_call, p_call)
+
+
+def _sized_apart(t_call, p_call) -> bool:
+    """As many outputs, and one of them of another count of elements: one step computing a result of
+    another size, not the same values laid out otherwise (HF Bloom drops out [B, H, T, T] where
+    PaddleNLP has [B*H, T, T] or other layouts: those are left to their parent)."""
+    import math
+    return len(t_call.shapes) == len(p_call.shapes) and any(
+        math.prod(a) != math.prod(b) for a, b in zip(t_call.shapes, p_call.shapes))
 
 
 def in_order(a: list, b: list, fits) -> list[tuple]:
@@ -182,7 +194,8 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     for key, t_list in groups_t.items():
         p_list = groups_p.get(key, [])
         if key[0] is not None:
-            for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p])):
+            as_many = len(t_list) == len(p_list)
+            for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p], as_many)):
                 add(t, p)
     ordered = sorted(pairs.items(), key=lambda kv: torch_calls[kv[0]].end)
     return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type,

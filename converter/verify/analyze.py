@@ -122,6 +122,20 @@ def layer_budget(session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.
     return make_budget(formats, y_t, y64, matmul, rounding)
 
 
+def _inputs_differ(t_call: Call, p_call: Call) -> str:
+    """Where a pair's first inputs differ in shape too: that the shape changed before the pair, in
+    code that is not compared on its own; else ""."""
+    from ..compare.capture import call_tensors
+    from ..frameworks import paddle_side, torch_side
+    x = call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor)
+    y = call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)
+    if not x or not y or common_shape(tuple(x[0].shape), tuple(y[0].shape)) is not None:
+        return ""
+    return (f"; its inputs differ in shape already (torch {list(x[0].shape)}, paddle {list(y[0].shape)}): the shape "
+            "changed before it, in code not compared on its own (a functional call, or a module called more than "
+            "once, whose first call alone is compared)")
+
+
 def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
     """(the row with the end-to-end metrics, torch's matched outputs as one array or None, the
     shapes they are compared in)."""
@@ -132,7 +146,7 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
         if t_out and p_out:
             return _row(session, pair, shape, ratio=float("inf"), note=(
                 f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
-                f"paddle {[list(b.shape) for b in p_out]}")), None, pairs
+                f"paddle {[list(b.shape) for b in p_out]}{_inputs_differ(t_call, p_call)}")), None, pairs
         side = "paddle's side" if t_out else "torch's side" if p_out else "either side"
         return _row(session, pair, shape, ratio=float("inf") if t_out or p_out else 0.0,
                     note="no floating output on " + side), None, pairs

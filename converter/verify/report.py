@@ -241,8 +241,13 @@ def summary_lines(report: Report) -> list[str]:
                      f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
     else:
         r = report.first_bad
-        lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle {r.paddle or '<model>'}"
-                     f": local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} (ratio {r.ratio:.3g})")
+        if r.local_max_abs is None and r.note:  # no error to measure: the outputs cannot be compared at all
+            lines.append(f"FAIL: first layer whose outputs cannot be compared: {r.torch or '<model>'} ({r.type}) ~ "
+                         f"paddle {r.paddle or '<model>'}: {r.note}")
+        else:
+            lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle "
+                         f"{r.paddle or '<model>'}: local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} "
+                         f"(ratio {r.ratio:.3g})")
     for d in report.diagnosis:
         lines.append(f"  cause: {d.cause}")
         lines.append(f"  hint:  {d.hint}")

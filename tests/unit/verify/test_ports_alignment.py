@@ -257,3 +257,42 @@ def test_a_dense_block_written_both_ways_passes(tmp, strategy):
     assert "compared after the activation" in rows["layers.0.norm"].note
     assert "elements 8:12 of paddle's" in rows["layers.1"].note
     assert rows["layers.2"].max_abs < 1e-5
+
+
+# ------------------------------------------------------------------ a pool whose output shape differs
+
+class TorchPooling(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.pool, self.conv2 = torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.nn.Conv2d(4, 4, 1)
+        self.head = torch.nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        return self.head(self.conv2(self.pool(self.conv1(x))))
+
+
+class PaddlePooling(paddle.nn.Layer):
+    def __init__(self, ceil_mode):
+        super().__init__()
+        self.conv1, self.pool = paddle.nn.Conv2D(3, 4, 3), paddle.nn.MaxPool2D(3, 2, ceil_mode=ceil_mode)
+        self.conv2, self.head = paddle.nn.Conv2D(4, 4, 1), paddle.nn.AdaptiveAvgPool2D(1)
+
+    def forward(self, x):
+        return self.head(self.conv2(self.pool(self.conv1(x))))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("ceil_mode", [True, False], ids=["clean", "floor"])
+def test_a_pool_that_changes_the_shape_is_the_layer_named(strategy, ceil_mode):
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchPooling()
+    spec = spec_from_functions(torch_model, lambda: PaddlePooling(ceil_mode), x_of(1, 3, 10, 10))
+    report = verify_port(spec, VerifyOptions(strategy=strategy))
+    if ceil_mode:
+        assert report.exit_code == 0, report.forward.first_bad
+    else:
+        bad = report.forward.first_bad
+        assert report.exit_code == 1 and bad.torch == "pool" and bad.paddle == "pool", bad
+        if strategy == "full":
+            assert "outputs differ in shape: torch [[1, 4, 4, 4]], paddle [[1, 4, 3, 3]]" in bad.note
