@@ -6,6 +6,8 @@ import contextlib
 import threading
 import dataclasses
 import os
+import sys
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,17 +101,23 @@ def spec_call_errors(spec_path: str, name: str):
                         "its value") from None
 
 
+# packages whose frames stand between this package's code and the error it made: numpy raising
+# for a hook of ours, torch's or paddle's modules calling our hooks
+_BETWEEN = frozenset({"numpy", "torch", "paddle"})
+
+
 def _raised_by_us(exc: BaseException) -> bool:
-    """The exception was raised in this package's own code (not in a model: the bundled example
-    ports in converter/examples are models)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
-        return False
+    """The exception was raised by this package's own code (not in a model: the bundled example
+    ports in converter/examples are models): the innermost frame that is neither the standard
+    library's nor numpy's, torch's or paddle's is this package's."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    where = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    return where.startswith(here + os.sep) and not where.startswith(os.path.join(here, "examples") + os.sep)
+    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        top = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if top in _BETWEEN or top in sys.stdlib_module_names:
+            continue
+        where = os.path.abspath(frame.f_code.co_filename)
+        return where.startswith(here + os.sep) and not where.startswith(os.path.join(here, "examples") + os.sep)
+    return False
 
 
 def _keys_off(missing, unexpected) -> str:

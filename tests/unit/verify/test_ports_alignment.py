@@ -296,3 +296,16 @@ def test_a_pool_that_changes_the_shape_is_the_layer_named(strategy, ceil_mode):
         assert report.exit_code == 1 and bad.torch == "pool" and bad.paddle == "pool", bad
         if strategy == "full":
             assert "outputs differ in shape: torch [[1, 4, 4, 4]], paddle [[1, 4, 3, 3]]" in bad.note
+
+
+# ------------------------------------------------------------------ whose failure it is
+
+def test_a_failure_inside_numpy_called_by_the_tool_is_the_tools():
+    from converter.compare.matching import lay_out
+    from converter.compare.session import _raised_by_us
+    with pytest.raises(ValueError) as ours:
+        lay_out(np.ones(3), (2,))  # numpy raises, for this package's own call
+    assert _raised_by_us(ours.value)
+    with pytest.raises(RuntimeError) as models:
+        torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 5))  # a model's own mistake, raised by torch
+    assert not _raised_by_us(models.value)
