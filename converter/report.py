@@ -40,8 +40,12 @@ class PortReport:
         return 0 if self else 1
 
     def to_json(self) -> dict:
+        """The forward report's body with the composed `verdict` at the top, the forward check's own
+        as `forward_verdict`, and the training checks' under "train" (with their own `verdict`)."""
         body = self.forward.to_json()
-        return body if self.train is None else dict(body, train=self.train.to_json())
+        if self.train is None:
+            return dict(body, forward_verdict=body["verdict"])
+        return dict(body, verdict=self.verdict, forward_verdict=body["verdict"], train=self.train.to_json())
 
     @classmethod
     def from_json(cls, body: dict) -> PortReport:
@@ -51,14 +55,39 @@ class PortReport:
         return cls(Report.from_json(body), None if train is None else TrainReport.from_json(train))
 
 
+FORWARD = "forward check: "  # heads the forward check's own verdict line where training checks ran too
+
+
 def render_text(report: PortReport, max_rows: int = 60) -> str:
-    """The terminal report: the training checks first, as they ran, then the forward table and summary."""
+    """The terminal report: the training checks first, as they ran, then the forward table and
+    summary; its last line is the composed verdict."""
     from .verify.report import render_text as forward_text
-    text = forward_text(report.forward, max_rows=max_rows)
     if report.train is None:
-        return text
+        return forward_text(report.forward, max_rows=max_rows)
     from .train.report import render_text as train_text
-    return f"{train_text(report.train)}\n{text}"
+    return f"{train_text(report.train)}\n{forward_text(report.forward, max_rows=max_rows, label=FORWARD)}\n" \
+        + verdict_line(report)
+
+
+def verdict_line(report: PortReport) -> str:
+    """The composed verdict in one line, naming the checks that failed and where; with the forward
+    check alone, its own verdict line."""
+    from .verify.report import verdict_line as forward_line
+    if report.train is None:
+        return forward_line(report.forward)
+    from .train.report import first_bad_line
+    forward, train = report.forward.verdict, report.train.verdict
+    if report.verdict is Verdict.PASS:
+        return (f"PASS: the training checks ({len(report.train.steps)} step(s)) and the forward check "
+                f"({len(report.forward.layers)} compared layers) are within their expected-error budgets")
+    failed = []
+    if train is Verdict.FAIL:
+        failed.append(f"the training checks fail ({first_bad_line(report.train)})")
+    if forward is Verdict.FAIL:
+        failed.append(f"the forward check fails ({forward_line(report.forward).removeprefix('FAIL: ')})")
+    passed = [name for name, v in (("the training checks", train), ("the forward check", forward))
+              if v is Verdict.PASS]
+    return "FAIL: " + "; ".join(failed) + ("; " + passed[0] + " passes" if passed else "")
 
 
 def render_json(report: PortReport) -> str:
@@ -73,9 +102,10 @@ def render_html(report: PortReport) -> str:
     and table, and the training checks' section; a failed training check's section comes first,
     so that the page leads with the culprit it names."""
     from .verify.report import html_body, html_page
-    sections = [html_body(report.forward)]
-    if report.train is not None:
-        from .train.report import render_html_section
-        training = render_html_section(report.train) + "\n"
-        sections.insert(0 if report.train.verdict is Verdict.FAIL else 1, training)
-    return html_page(report.verdict, "".join(sections))
+    if report.train is None:
+        return html_page(report.verdict, html_body(report.forward))
+    from .train.report import render_html_section
+    sections = [html_body(report.forward, label=FORWARD)]
+    training = render_html_section(report.train) + "\n"
+    sections.insert(0 if report.train.verdict is Verdict.FAIL else 1, training)
+    return html_page(report.verdict, "".join(sections), headline=verdict_line(report))

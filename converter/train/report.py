@@ -42,6 +42,15 @@ def render_text(report: TrainReport) -> str:
     return "\n".join(lines)
 
 
+def first_bad_line(report: TrainReport) -> str:
+    """Where the training checks failed first, in a few words (empty when they pass)."""
+    fb = report.first_bad
+    if fb is None:
+        return ""
+    return (f"first over budget: {PHASE_NAMES[fb.phase]}{_at_step(fb)}, torch '{fb.torch}' / paddle '{fb.paddle}', "
+            f"ratio {_ratio(fb.ratio)}")
+
+
 def _at_step(row) -> str:
     return f" at step {row.step}" if row.step is not None else ""
 

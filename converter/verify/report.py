@@ -192,7 +192,9 @@ def weight_lines(report: Report) -> list[str]:
     return lines + [""]
 
 
-def render_text(report: Report, max_rows: int = 60) -> str:
+def render_text(report: Report, max_rows: int = 60, label: str = "") -> str:
+    """The forward check's table and summary; `label` heads its verdict line where the report's
+    own verdict is composed after it (the forward check's, with the training checks')."""
     rows = _rows(report)
     total, left_out = len(rows), ""
     if len(rows) > max_rows:  # keep the first bad layer and its neighbours in view
@@ -210,10 +212,11 @@ def render_text(report: Report, max_rows: int = 60) -> str:
     if left_out:
         lines.append(left_out)
     lines.append("")
-    return "\n".join(lines + weight_lines(report) + summary_lines(report))
+    return "\n".join(lines + weight_lines(report) + summary_lines(report, label))
 
 
-def summary_lines(report: Report) -> list[str]:
+def summary_lines(report: Report, label: str = "") -> list[str]:
+    """The forward check's summary, ending with its verdict line (headed by `label` where given)."""
     lines = []
     p = report.precision
     lines.append("precision: torch " + p["torch"]["effective"] + ", paddle " + p["paddle"]["effective"]
@@ -229,29 +232,34 @@ def summary_lines(report: Report) -> list[str]:
     w = report.weights
     if w is not None and not w.differ:
         lines.append(f"loaded weights: all {w.checked} equal to torch's under mapping '{w.mapping}', bit for bit")
-    if report.first_bad is None and report.weights_differ:
-        lines.append(f"FAIL: {len(w.differ)} of {w.checked} loaded paddle weight(s) differ from torch's under mapping "
-                     f"'{w.mapping}' (see their table); every compared layer is within its expected-error budget")
-    elif report.first_bad is None:
-        lines.append(f"PASS: all {len(report.layers)} compared layers are within their expected-error budget")
+    lines.append(label + verdict_line(report))
+    if report.verdict is Verdict.PASS:
         return lines
-    elif report.first_bad is report.outputs:
-        o = report.outputs
-        lines.append(f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
-                     f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
-    else:
-        r = report.first_bad
-        if r.local_max_abs is None and r.note:  # no error to measure: the outputs cannot be compared at all
-            lines.append(f"FAIL: first layer whose outputs cannot be compared: {r.torch or '<model>'} ({r.type}) ~ "
-                         f"paddle {r.paddle or '<model>'}: {r.note}")
-        else:
-            lines.append(f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle "
-                         f"{r.paddle or '<model>'}: local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} "
-                         f"(ratio {r.ratio:.3g})")
     for d in report.diagnosis:
         lines.append(f"  cause: {d.cause}")
         lines.append(f"  hint:  {d.hint}")
     return lines
+
+
+def verdict_line(report: Report) -> str:
+    """The forward check's verdict in one line: PASS, or FAIL with what failed first."""
+    w = report.weights
+    if report.first_bad is None and report.weights_differ:
+        return (f"FAIL: {len(w.differ)} of {w.checked} loaded paddle weight(s) differ from torch's under mapping "
+                f"'{w.mapping}' (see their table); every compared layer is within its expected-error budget")
+    if report.first_bad is None:
+        return f"PASS: all {len(report.layers)} compared layers are within their expected-error budget"
+    if report.first_bad is report.outputs:
+        o = report.outputs
+        return (f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
+                f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
+    r = report.first_bad
+    if r.local_max_abs is None and r.note:  # no error to measure: the outputs cannot be compared at all
+        return (f"FAIL: first layer whose outputs cannot be compared: {r.torch or '<model>'} ({r.type}) ~ "
+                f"paddle {r.paddle or '<model>'}: {r.note}")
+    return (f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle "
+            f"{r.paddle or '<model>'}: local error {_num(r.local_max_abs)} vs budget {_num(r.budget)} "
+            f"(ratio {r.ratio:.3g})")
 
 
 def render_html(report: Report) -> str:
@@ -259,7 +267,7 @@ def render_html(report: Report) -> str:
     return html_page(report.verdict, html_body(report))
 
 
-def html_body(report: Report) -> str:
+def html_body(report: Report, label: str = "") -> str:
     """What the page shows of the forward check: an inline SVG plot of error and budget against
     depth (log scale), the diagnosis, the summary, the loaded weights that differ, and the table."""
     finite = lambda v: v is not None and math.isfinite(v) and v > 0
@@ -290,7 +298,7 @@ def html_body(report: Report) -> str:
                    for row in _rows(report))
     diag = "".join(f"<li><b>{html.escape(d.layer)}</b>: {html.escape(d.cause)}<br><i>{html.escape(d.hint)}</i></li>"
                    for d in report.diagnosis)
-    text = html.escape("\n".join(summary_lines(report)))
+    text = html.escape("\n".join(summary_lines(report, label)))
     weights = ""
     if report.weights_differ:
         cells = lambda row, tag: "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in row)
@@ -300,10 +308,12 @@ def html_body(report: Report) -> str:
     return f"{''.join(svg)}<ul>{diag}</ul><pre>{text}</pre>{weights}<table><tr>{head}</tr>{body}</table>"
 
 
-def html_page(verdict: Verdict, body: str) -> str:
-    """The page around the sections: its style, and the verdict as its heading."""
+def html_page(verdict: Verdict, body: str, headline: str = "") -> str:
+    """The page around the sections: its style, the verdict as its heading and `headline`, the
+    composed verdict's line, under it."""
+    said = f"<p><b>{html.escape(headline)}</b></p>" if headline else ""
     return ("<!doctype html><html><head><meta charset='utf-8'><title>verify-port report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
             "tr.bad{background:#fdd}</style></head><body>"
-            f"<h1>verify-port: {verdict.upper()}</h1>{body}</body></html>\n")
+            f"<h1>verify-port: {verdict.upper()}</h1>{said}{body}</body></html>\n")
