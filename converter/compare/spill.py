@@ -76,6 +76,11 @@ class _Tensors:
         return flatten((self.args, self.kwargs, self.outputs, self.returned), lambda v: isinstance(v, Spilled))
 
 
+def free_bytes(folder: str) -> int:
+    """The bytes free on the disk holding `folder`, read each time a spill writes."""
+    return shutil.disk_usage(folder).free
+
+
 def _filesystem(folder: str) -> str | None:
     """The type of the filesystem holding `folder` (Linux: /proc/mounts), or None where unknown."""
     try:
@@ -154,7 +159,7 @@ class Spill:
             if values is None:
                 array = data()
                 values = _Values(self._end, int(array.nbytes), version)
-                if array.nbytes > shutil.disk_usage(self.folder).free - KEEP_FREE:
+                if array.nbytes > free_bytes(self.folder) - KEEP_FREE:
                     raise OSError("the disk would keep less than KEEP_FREE bytes free")
                 _write(self._file.fileno(), array, values.offset)
                 self._end += values.nbytes

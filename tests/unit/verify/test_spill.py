@@ -131,11 +131,12 @@ def test_a_spill_leaves_nothing_on_disk(tmp_path):
 
 def test_a_disk_that_would_keep_too_little_free_gives_an_incomplete_spill_that_cannot_be_read(monkeypatch):
     side, model, run = _sides()[1]
-    free = spill_module.shutil.disk_usage(on_disk()).free
-    monkeypatch.setattr(spill_module, "KEEP_FREE", free + 1)
+    asked = []  # the disk's free bytes, as the spill reads them: a byte less than it keeps free
+    monkeypatch.setattr(spill_module, "free_bytes", lambda folder: asked.append(folder) or spill_module.KEEP_FREE - 1)
     spill = Spill(side)
     with paddle.no_grad():
         outline = capture_calls(side, model, run, None, False, spill=spill).calls
+    assert asked == [spill.folder]
     assert not spill.complete and spill.nbytes == 0 and spill._file is None
     with pytest.raises(ValueError, match="incomplete"):
         spill.revive(outline, list(outline))
