@@ -89,6 +89,17 @@ class VisionPair:
                         inputs=lambda: image(self.size, self.batch), mapping=None, label=f"<{self.name}>")
 
 
+def batchnorm_epsilon(epsilon: float):
+    """paddle.vision's Inception-v3 normalises with BatchNorm2D's default epsilon 1e-5, where
+    torchvision's BasicConv2d uses 1e-3: set torch's on every paddle BatchNorm2D."""
+    def fix(model):
+        import paddle
+        for layer in model.sublayers():
+            if isinstance(layer, paddle.nn.BatchNorm2D):
+                layer._epsilon = epsilon  # read by BatchNorm2D.forward
+    return fix
+
+
 def ceil_mode_pool(path: str):
     """A planted bug: the paddle MaxPool2D at `path` rounds its output size up (ceil_mode)."""
     def fix(model):

@@ -86,8 +86,18 @@ PLANTED = [
 ]
 
 
+# Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
+COMPAT_MHA = ("rule inference refuses paddle.compat.nn.MultiheadAttention against torch's MultiheadAttention "
+              "(\"expected one of MultiHeadAttention\"): exit 2")
+DEFECTS = {"vit-square": COMPAT_MHA}
+
+
+def _xfail(name):
+    return [pytest.mark.xfail(strict=True, reason=DEFECTS[name])] if name in DEFECTS else []
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+@pytest.mark.parametrize("pair", [pytest.param(p, id=p.name, marks=_xfail(p.name)) for p in CLEAN])
 def test_clean_paconvert_port_passes(pair, strategy):
     outcome = verify(pair.spec, strategy)
     assert outcome.exit_code == 0 and outcome.verdict == "pass", f"{pair.name} --strategy {strategy}: {outcome}"
@@ -100,7 +110,7 @@ def test_planted_bug_is_named_at_its_module(pair, culprit, strategy):
     assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
 
 
-@pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
+@pytest.mark.parametrize("pair", [pytest.param(p, id=p.name, marks=_xfail(p.name)) for p in CLEAN])
 def test_clean_paconvert_port_converts(pair, tmp_path):
     converted = convert(pair.spec, str(tmp_path))
     assert converted.exit_code == 0, f"{pair.name}: exit {converted.exit_code}: {converted.headline}"
@@ -109,7 +119,7 @@ def test_clean_paconvert_port_converts(pair, tmp_path):
     assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
 
 
-@pytest.mark.parametrize("name", ["vit-square", "mlp-square", "hf-bert-square"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_xfail(n)) for n in ("vit-square", "mlp-square", "hf-bert-square")])
 def test_square_compat_linears_are_never_transposed(name, tmp_path):
     """Every Linear of these ports is a square paddle.compat.nn.Linear: the converted file holds
     each as torch has it, [out, in]."""

@@ -5,9 +5,10 @@ two models (no rule file), on random weights.
   model with no key missing or left over, and both models then give the same outputs.
 * paddle.vision's own AlexNet, SqueezeNet and Inception-v3 are not torchvision's as shipped: their
   `Dropout(mode="downscale_in_infer")` scales by 1 - p in eval (torch's dropout is the identity),
-  and SqueezeNet's max pools round down where torchvision's round up (`ceil_mode=True`; the sizes
-  differ from a 64x64 input on). Their clean pairs set torch's dropout convention on the paddle side
-  (and SqueezeNet's runs at 67x67, where both roundings agree); as shipped, the difference is
+  SqueezeNet's max pools round down where torchvision's round up (`ceil_mode=True`; the sizes
+  differ from a 64x64 input on), and Inception-v3's BatchNorms use epsilon 1e-5 where
+  torchvision's use 1e-3. Their clean pairs set torch's conventions on the paddle side (and
+  SqueezeNet's runs at 67x67, where both roundings agree); as shipped, the first difference is
   named at its module.
 * Planted bugs (a pool's rounding, an activation, an average pool's padding) are named at their module.
 
@@ -26,11 +27,12 @@ pytest.importorskip("torchvision")
 pytest.importorskip("paddle")
 
 from ports_harness import convert, outputs_of, verify  # noqa: E402
-from ports_vision import (VisionPair, avg_pool_exclusive, ceil_mode_pool, dropout_as_torch,  # noqa: E402
-                    first_activation_relu)
+from ports_vision import (VisionPair, avg_pool_exclusive, batchnorm_epsilon, both, ceil_mode_pool,  # noqa: E402
+                          dropout_as_torch, first_activation_relu)
 
 STRATEGIES = ("full", "binary")
 INCEPTION = {"aux_logits": False, "init_weights": True}  # paddle.vision's Inception-v3 has no auxiliary head
+INCEPTION_AS_TORCH = both(dropout_as_torch, batchnorm_epsilon(1e-3))
 
 CLEAN = [
     VisionPair("resnet18", "resnet18", "resnet18", 64),
@@ -40,7 +42,7 @@ CLEAN = [
     VisionPair("densenet121", "densenet121", "densenet121", 64),
     VisionPair("shufflenet_v2_x0_5", "shufflenet_v2_x0_5", "shufflenet_v2_x0_5", 64),
     VisionPair("squeezenet1_0", "squeezenet1_0", "squeezenet1_0", 67, fix=dropout_as_torch),
-    VisionPair("inception_v3", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION, fix=dropout_as_torch),
+    VisionPair("inception_v3", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION, fix=INCEPTION_AS_TORCH),
     VisionPair("alexnet", "alexnet", "alexnet", 224, fix=dropout_as_torch),
 ]
 
@@ -50,14 +52,16 @@ DIFFERENT = [
     (VisionPair("squeezenet1_0-as-shipped-64", "squeezenet1_0", "squeezenet1_0", 64), "features.6"),
     (VisionPair("squeezenet1_0-as-shipped-67", "squeezenet1_0", "squeezenet1_0", 67), "classifier.0"),
     (VisionPair("alexnet-as-shipped", "alexnet", "alexnet", 224), "classifier.0"),
-    (VisionPair("inception_v3-as-shipped", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION), "dropout"),
+    (VisionPair("inception_v3-as-shipped", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION), "Conv2d_1a_3x3.bn"),
+    (VisionPair("inception_v3-dropout-as-shipped", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION,
+                fix=batchnorm_epsilon(1e-3)), "dropout"),
     # planted
     (VisionPair("resnet18-maxpool-ceil-mode", "resnet18", "resnet18", 64, fix=ceil_mode_pool("maxpool")), "maxpool"),
     (VisionPair("mobilenet_v3_small-first-hardswish-relu", "mobilenet_v3_small", "mobilenet_v3_small", 64,
                 fix=first_activation_relu("Hardswish")), "features.0.2"),
     # torch's Mixed_5b pools with F.avg_pool2d (no module): its own code is what differs
     (VisionPair("inception_v3-avgpool-exclusive", "inception_v3", "inception_v3", 75, torch_kwargs=INCEPTION,
-                fix=lambda m: (dropout_as_torch(m), avg_pool_exclusive("inception_block_list.0.branch_pool")(m))),
+                fix=both(INCEPTION_AS_TORCH, avg_pool_exclusive("inception_block_list.0.branch_pool"))),
      "Mixed_5b"),
 ]
 
@@ -78,8 +82,25 @@ def test_clean_pair_converts(pair, tmp_path):
     assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("pair,culprit", DIFFERENT, ids=[p.name for p, _ in DIFFERENT])
+# Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
+SHAPE_CHANGING_POOL = ("a max pool whose output shape differs is not named: the next convolution is, "
+                       "its inputs 'differ in shape already'")
+DEFECTS = {
+    ("squeezenet1_0-as-shipped-64", "full"): SHAPE_CHANGING_POOL,
+    ("squeezenet1_0-as-shipped-64", "binary"): SHAPE_CHANGING_POOL,
+    ("alexnet-as-shipped", "binary"): ("binary names torch's features.9 (ReLU, paired with paddle's _conv5.relu) as over "
+                                       "budget at a unit's boundary, not the dropout that scales by 1 - p"),
+}
+
+
+def _runs(cases):
+    return [pytest.param(pair, culprit, strategy, id=f"{pair.name}-{strategy}",
+                         marks=[pytest.mark.xfail(strict=True, reason=DEFECTS[pair.name, strategy])]
+                         if (pair.name, strategy) in DEFECTS else [])
+            for pair, culprit in cases for strategy in STRATEGIES]
+
+
+@pytest.mark.parametrize("pair,culprit,strategy", _runs(DIFFERENT))
 def test_difference_is_named_at_its_module(pair, culprit, strategy):
     outcome = verify(pair.spec, strategy)
     assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
