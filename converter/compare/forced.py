@@ -375,11 +375,24 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
                 or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_MEASURED_SIZE \
                 or _hands_on_its_input(passes.t_calls[pair.torch], loc.outputs):
             continue
-        errs = _own_output_errors(pair, loc, _run_float64(session, pair, passes.t_calls[pair.torch],
-                                                          passes.p_calls[pair.paddle]))
+        run = _run_float64(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
+        errs = _own_output_errors(pair, loc, run)
+        if errs is not None and not _same_run(run, _run_float64(session, pair, passes.t_calls[pair.torch],
+                                                                passes.p_calls[pair.paddle])):
+            _note_random(session, pair.paddle)  # an error re-measured on a random draw would hold the draw
+            continue
         if errs is not None:
             out[pair.paddle] = errs
     return out
+
+
+def _note_random(session, path: str) -> None:
+    """Said in the report's notes: a paddle layer whose float64 copy gave other outputs on a second
+    run of the same inputs (its own error is then not measured: torch's stands in)."""
+    session.plan.notes.append(f"paddle layer '{path}' is not deterministic in eval: a float64 copy of it gave other "
+                              "outputs on a second run of the same inputs (dropout active or a random op in eval: "
+                              "paddle.nn.functional.dropout defaults to training=True); its own error was not "
+                              "measured")
 
 
 def _run_float64(session, pair, t_call, p_call, inside=(), lower=LOWER_FLOATS):

@@ -29,6 +29,7 @@ class Options:
     # (the same report, slower; for debugging the speed machinery). T2P_SERIAL=1 sets it.
     serial: bool = field(default_factory=lambda: os.environ.get("T2P_SERIAL", "") == "1")
     max_memory: int | None = None  # the most the process may hold, in bytes (--max-memory); None: what is available
+    train: bool = False  # the training checks run on the session too: they hold both models, never streamed
 
 
 _FLOAT64_RUNS = {"running": 0, "before": None, "lock": threading.Lock()}
@@ -174,13 +175,17 @@ class PortSession:
         from .stream import on_meta_device, plan_build
         # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
         self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded),
-                                options.max_memory)
+                                options.max_memory, options.train)
         with spec_call_errors(spec.path, "torch_model"), self.build.torch():
             self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
         self.streams: dict = {}  # side -> its weights streamed block by block (compare/stream.py)
         self.checkpoint = None
         if on_meta_device(self.torch_model):
+            if options.train:
+                raise UserError(f"verify-port --train: torch_model() from '{spec.path}' is built on the meta device (its "
+                                "weights streamed block by block), and the training checks hold both models: build it "
+                                "with its weights, or run without --train")
             self._stream_torch(weights)
         else:
             self.undo.push(restore.record_torch_device(self.torch_model))
@@ -363,16 +368,34 @@ class PortSession:
         widen = lambda v: v.astype("float64") if np.issubdtype(v.dtype, np.floating) else v
         wide = {k: widen(v) for k, v in self.inputs.items()} if isinstance(self.inputs, dict) \
             else tuple(widen(v) for v in self.inputs)
-        try:  # a cast to float32 computes in float64 here; one to a narrower format rounds as in the model
+        def run() -> dict[str, list]:
             with _paddle_keeps_float64(("float32",)), paddle_side.cpu_threads(import_torch().get_num_threads()):
                 calls = capture_calls(paddle_side, self._paddle64,
                                       lambda: paddle_side.forward(self._paddle64, wide, self.device), set(paths)).calls
-            out = {path: to_numpy_list(calls[path].outputs, "paddle") for path in paths}
+            return {path: to_numpy_list(calls[path].outputs, "paddle") for path in paths}
+        try:  # a cast to float32 computes in float64 here; one to a narrower format rounds as in the model
+            out, again = run(), run()
         except Exception:  # noqa: BLE001 - a model that does not run in float64: nothing measured
             return None
         if any(a.dtype != np.float64 for outputs in out.values() for a in outputs):
             return None  # it computed in float32 inside
+        random = [path for path in paths if not repeated(out[path], again[path])]
+        if random:  # a budget re-measured on it would grow to hold the randomness: nothing measured
+            self._note_random(random)
+            return None
         return out
+
+    def _note_random(self, paths) -> None:
+        """Said once in the report's notes: the float64 copy of the paddle model gave other outputs
+        on a second run of the same inputs, so paddle's own drift was not measured on it."""
+        if getattr(self, "_said_random", False):
+            return
+        self._said_random = True
+        where = ", ".join(repr(p) if p else "the model's outputs" for p in sorted(paths)[:3])
+        self.plan.notes.append(f"the paddle model is not deterministic in eval: a float64 copy of it gave other "
+                               f"outputs at {where} on a second run of the same inputs (dropout active or a random op "
+                               "in eval: paddle.nn.functional.dropout defaults to training=True); paddle's own drift "
+                               "was not measured, the budget is torch's")
 
     def _paddle_model64(self):
         """A float64 copy of the paddle model with its weights: a deep copy cast to float64, or, where
@@ -487,3 +510,29 @@ def returned(value, side, depth: int = 0) -> str:
         return type(value).__name__ + "(" + ", ".join(f"{f.name}={inner(getattr(value, f.name))}"
                                                       for f in dataclasses.fields(value)) + ")"
     return "None" if value is None else f"a {type(value).__name__}"
+
+
+# two runs of one float64 model on the same inputs that differ by more than this, relative to the
+# largest value, draw something at random (a dropout's mask); a kernel that sums in another order
+# from one run to the next (atomics on a GPU) moves a float64 result by about 1e-16 of it
+REPEAT_TOLERANCE = 1e-9
+
+
+def repeated(one: list, other: list) -> bool:
+    """Whether two runs' outputs (lists of arrays) are the same run's, up to REPEAT_TOLERANCE."""
+    if len(one) != len(other):
+        return False
+    for a, b in zip(one, other):
+        if a.shape != b.shape:
+            return False
+        if not np.issubdtype(a.dtype, np.floating):
+            if not np.array_equal(a, b):
+                return False
+            continue
+        if np.array_equal(a, b, equal_nan=True):
+            continue
+        scale = float(np.nanmax(np.abs(np.where(np.isfinite(a), a, 0)))) if a.size else 0.0
+        if not np.all(np.isclose(a, b, rtol=0, atol=REPEAT_TOLERANCE * max(scale, np.finfo(np.float64).tiny),
+                                 equal_nan=True)):
+            return False
+    return True
