@@ -163,7 +163,7 @@ def _train_check(port, tspec, steps) -> TrainReport:
                 final = final_rows(session, t32, t64, tfmt, p, check.drift, own)
         rows += final
         bad = first_bad(rows)
-        notes = _notes(session, tspec)
+        notes = _notes(session, tspec) + conventions(session, rows)
         report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
         report.optimizer_code = session.translation.code() if session.translation is not None else None
         report.diagnosis = diagnose(session, tspec, report, batches, Runs(t32, t64, tfmt, p, loss_probe, check))
@@ -200,6 +200,24 @@ def _described(session, tspec) -> str:
     if tspec.has["paddle_optimizer"]:
         return "the spec's paddle_optimizer(model)"
     return "translated from torch's: " + session.translation.describe()
+
+
+def conventions(session, rows) -> list:
+    """The conventions that differ between the two libraries, are not bugs of the port, and were
+    budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
+    variance updated with the biased batch variance on paddle's side, and the optimizer's."""
+    from ..lazy import import_paddle
+    said = []
+    variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note
+                 and "var" in f"{r.paddle} {r.torch}".lower()]
+    if variances:
+        shown = ", ".join(f"'{v}'" for v in variances[:3]) + (f" and {len(variances) - 3} more" if len(variances) > 3 else "")
+        said.append(f"convention: paddle {import_paddle().__version__} updates BatchNorm's running variance with the "
+                    "biased batch variance (torch: the unbiased one, n/(n-1) times it over the n values of a channel); "
+                    f"torch's batch statistics were replayed under paddle's rule for {shown}: not a bug of the port")
+    if session.translation is not None:
+        said += [f"convention: {note}" for note in session.translation.notes if note.startswith("paddle")]
+    return said
 
 
 def _notes(session, tspec) -> list:
