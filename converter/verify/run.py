@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .analyze import culprit_evidence
 from .finite import check_finite
-from .strategies import BinarySearch, ChunkedCapture, Strategy, StrategyResult, choose, first_bad
+from .full import Strategy, StrategyResult, first_bad
+from .strategies import BinarySearch, ChunkedCapture, choose
 from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose

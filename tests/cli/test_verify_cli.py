@@ -172,7 +172,7 @@ def test_captures_running_at_once_share_one_memory_limit():
     """Full capture records torch and paddle at the same time: the limit bounds what both hold
     together, and once it is passed both stop."""
     from converter.examples import bert_port as B
-    from converter.verify.strategies import FullCapture
+    from converter.verify.full import FullCapture
     from converter.compare.capture import Allowance, CaptureTooLarge, capture_torch
     from converter.compare.session import PortSession
     session = PortSession(spec_from_functions(B.torch_model, B.paddle_model, B.inputs, label="bert"),

@@ -125,36 +125,11 @@ def test_a_ratio_over_every_budget_reads_back_as_a_failure():
     _same_renderings(report, back)
 
 
-def _marked(marker, bad: set) -> tuple:
-    """(what the marker found, the indices it probed in order) when the probes in `bad` are bad."""
-    probed = []
-    while not marker.stop():
-        index = marker.next()
-        probed.append(index)
-        marker.step(index in bad)
-    return marker.found, probed
-
-
-@pytest.mark.parametrize("n", [1, 2, 7, 16])
-def test_the_bisector_finds_the_first_bad_index_where_badness_persists(n):
-    from converter.verify.strategies import Bisector
-    for first in range(n + 1):
-        found, probed = _marked(Bisector(n), set(range(first, n)))
-        assert found == (first if first < n else None)
-        assert len(probed) <= math.ceil(math.log2(n + 1))
-
-
-def test_the_linear_marker_probes_in_order_and_stops_at_the_first_bad():
-    from converter.verify.strategies import LinearMarker
-    assert _marked(LinearMarker([0, 2, 3, 5]), {3, 5}) == (3, [0, 2, 3])
-    assert _marked(LinearMarker([1, 4]), set()) == (None, [1, 4])
-    assert _marked(LinearMarker([]), {0}) == (None, [])
-
-
 def test_both_strategies_declare_one_interface():
-    from converter.verify.strategies import BinarySearch, FullCapture, Strategy, StrategyResult, choose
+    from converter.verify.full import FullCapture, Strategy, StrategyResult
+    from converter.verify.strategies import BinarySearch, ChunkedCapture
     import inspect
-    for strategy in (choose("full", 1 << 30), choose("binary", 1 << 30)):
-        assert isinstance(strategy, (FullCapture, BinarySearch)) and isinstance(strategy.name, str)
+    for strategy in (FullCapture(1 << 30), BinarySearch(1 << 30), ChunkedCapture(1 << 30)):
+        assert isinstance(strategy.name, str)
         assert inspect.signature(type(strategy).run).return_annotation in (StrategyResult, "StrategyResult")
     assert "run" in Strategy.__dict__

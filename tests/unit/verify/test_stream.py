@@ -278,7 +278,7 @@ def test_the_sweep_makes_no_block_for_the_units_it_returns_recorded(checkpoint, 
     every side; the rows are those of a sweep whose chunks run every block. (The chunks' capture
     passes run: no spill.)"""
     from converter.compare import spill
-    from converter.verify import strategies
+    from converter.verify import sweep as sweeping
     from converter.verify.strategies import BinarySearch
     monkeypatch.setattr(spill, "KEEP_FREE", 1 << 62)  # no disk keeps that much free
     spec = spec_from_functions(meta_torch, lazy_paddle, inputs)
@@ -289,7 +289,7 @@ def test_the_sweep_makes_no_block_for_the_units_it_returns_recorded(checkpoint, 
             found = BinarySearch(limit_bytes=1 << 17).run(session)
         return found, made
     returned, fewer = sweep()
-    monkeypatch.setattr(strategies, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr(sweeping, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
     run, more = sweep()
     assert f"{LAYERS + 3} units in {LAYERS + 3} capture(s)" in " ".join(returned.notes), returned.notes
     assert [repr(r) for r in returned.results] == [repr(r) for r in run.results] and returned.first_bad is None

@@ -11,8 +11,9 @@ from converter.compare import capture, spill
 from converter.compare.session import Options, PortSession
 from converter.paths import is_under
 from converter.spec import spec_from_functions
-from converter.verify import strategies
-from converter.verify.strategies import BinarySearch, FullCapture, _capture
+from converter.verify import endtoend, full
+from converter.verify.full import FullCapture, _capture
+from converter.verify.strategies import BinarySearch
 
 D, LAYERS = 16, 4
 
@@ -112,7 +113,7 @@ def test_a_units_full_capture_ends_after_the_unit_and_gives_the_same_rows():
         whole, calls = _counted(session, lambda: FullCapture().capture(session, paths))
         assert calls[0] >= 1 and calls[1] >= 1 and calls[2] >= 2  # run to the end: paddle's capture and forced pass
     assert _rows(stopped) == _rows(whole) and len(_rows(whole)) == 3
-    assert strategies.first_bad(stopped.results).torch == "blocks.1.1"  # the planted tanh GELU
+    assert full.first_bad(stopped.results).torch == "blocks.1.1"  # the planted tanh GELU
 
 
 def test_a_module_called_again_after_the_tail_is_waited_for():
@@ -136,7 +137,8 @@ def test_the_binary_search_runs_fewer_layers_after_its_units_and_finds_the_same_
         return BinarySearch(limit_bytes=1).run(session)
     with _session(tanh_in=2, emulate={"paddle": "bf16"}) as session:
         stopped, early = _counted(session, lambda: search(session))
-        monkeypatch.setattr(strategies, "wanted_calls", lambda paths, counts: None)  # every pass to the end
+        for module in (full, endtoend):  # every pass to the end
+            monkeypatch.setattr(module, "wanted_calls", lambda paths, counts: None)
         whole, late = _counted(session, lambda: search(session))
     assert _rows(stopped) == _rows(whole) and stopped.first_bad.torch == whole.first_bad.torch == "blocks.2.1"
     assert stopped.passes == whole.passes

@@ -12,7 +12,7 @@ import pytest
 from converter.compare.session import Options
 from converter.spec import spec_from_functions
 from converter.verify.run import verify
-from converter.verify.strategies import PADDLE_DRIFT
+from converter.verify.endtoend import PADDLE_DRIFT
 
 from helpers.wide_llama import L, bf16_valued, wide_shape  # noqa: F401 - wide_shape: the fixture, found by name
 

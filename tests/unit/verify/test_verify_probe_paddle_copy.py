@@ -9,7 +9,9 @@ import pytest
 
 from converter.compare.session import Options, PortSession
 from converter.spec import spec_from_functions
-from converter.verify.strategies import PADDLE_DRIFT, BinarySearch, _capture
+from converter.verify.endtoend import PADDLE_DRIFT
+from converter.verify.full import _capture
+from converter.verify.strategies import BinarySearch
 
 from helpers.wide_llama import L, bf16_valued, wide_shape  # noqa: F401 - wide_shape: the fixture, found by name
 
@@ -31,11 +33,11 @@ def test_the_probes_read_paddles_copy_at_every_unit_from_one_pass(monkeypatch):
                      Options(device="cpu", strategy="binary")) as session:
         search, once, asked_once = _search(session, None, monkeypatch)
         t_calls, _ = _capture(session, keep=False)
-        elements = sum(int(np.prod(s)) for u in search.units for s in t_calls[u.torch].shapes)
+        elements = sum(int(np.prod(s)) for u in search.state.units for s in t_calls[u.torch].shapes)
         # the boundaries fit (16 bytes an element in fp32: both sides' float32, the float64 reference's),
         # the copy's outputs beside them (8 more) do not
         _, each, asked_each = _search(session, 20 * elements, monkeypatch)
-    assert len(asked_once) == 1 and len(asked_once[0]) == len(search.units)
+    assert len(asked_once) == 1 and len(asked_once[0]) == len(search.state.units)
     assert len(asked_each) > 1 and all(len(paths) == 1 for paths in asked_each)
     assert repr(once.outputs) == repr(each.outputs) and PADDLE_DRIFT in once.outputs.note
     assert once.outputs.ratio < 1

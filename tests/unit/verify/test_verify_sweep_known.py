@@ -16,7 +16,7 @@ from converter.compare import spill
 from converter.compare.precision import ROUNDING_DRAWS
 from converter.compare.session import Options, PortSession
 from converter.spec import spec_from_functions
-from converter.verify import strategies
+from converter.verify import sweep
 from converter.verify.strategies import BinarySearch
 
 D, LAYERS, BATCH = 16, 4, 8
@@ -138,7 +138,7 @@ def test_chunks_after_the_first_do_not_run_the_units_before_them_and_give_the_sa
     limit = boundary_bytes(len(emulate or {})) + UNIT_BYTES
     with _session(tanh_in, emulate) as session:
         known, fewer, handed = _search(session, limit)
-    monkeypatch.setattr(strategies, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr(sweep, "returning_recorded", lambda *args, **kwargs: contextlib.nullcontext())
     with _session(tanh_in, emulate) as session:  # a session of its own: copies made once (paddle's float64 one) alike
         whole, more, handed_whole = _search(session, limit)
     captures = LAYERS + 1 if tanh_in is None else tanh_in + 1  # the sweep stops at the chunk it names
