@@ -30,7 +30,8 @@ import_paddle()  # first, quietly: the example imports paddle at its top
 
 from converter.examples import bert_port as B  # noqa: E402
 from converter.spec import spec_from_functions  # noqa: E402
-from converter.verify.strategies import choose  # noqa: E402
+from converter.verify.full import FullCapture  # noqa: E402
+from converter.verify.strategies import BinarySearch  # noqa: E402
 from converter.compare.session import Options, PortSession  # noqa: E402
 from converter.compare.memory import resident_bytes as rss  # noqa: E402
 
@@ -122,7 +123,7 @@ def caches(repeat=3):
             if off:
                 identity.TURNED_OFF.add(off)
             t0 = time.process_time()
-            choose("full", None).run(session)
+            FullCapture().run(session)
             times[off].append(time.process_time() - t0)
     identity.TURNED_OFF.clear()
     base = statistics.median(times[None])
@@ -153,7 +154,7 @@ def memory_one(name, layers, off=None):
     B.resize(hidden=256, layers=layers, heads=4, ffn=1024, seq=512, batch=4)
     session = PortSession(clean_spec(), Options(device="cpu"))
     session.run_torch(), session.run_paddle()  # allocator warm-up for a plain forward
-    strategy = choose(name, None)
+    strategy = FullCapture() if name == "full" else BinarySearch()  # no capture limit
     with PeakRss() as peak:
         found = strategy.run(session)
     print(peak.held, found.passes)

@@ -5,10 +5,11 @@ blocks and its largest block), the float64 reference's part widened for the whol
 already) and its largest blocks (widened as it runs, see compare/widen.py: one where they are
 read from the checkpoint or a block is more than BLOCK_SHARE of the memory available), where
 weights stream the free storage kept for the next blocks (a float64 block's, compare/recycle.py), and the
-activations the strategy keeps: under `auto` and `binary` at most twice the capture limit (the
-forced passes hold about as much again as the capture), which they keep to; under `full`, four
-times the floating outputs of one torch forward (torch's capture, paddle's, the forced paddle
-pass and the float64 references' errors), measured by such a forward without keeping them.
+activations the run keeps: under a capture limit at most twice that limit (the forced passes hold
+about as much again as the capture), which the captures keep to; where every layer's activations
+are held at once, four times the floating outputs of one torch forward (torch's capture, paddle's,
+the forced paddle pass and the float64 references' errors), measured by such a forward without
+keeping them.
 
 The capture limit (`capture_limit`) is CAPTURE_SHARE of the memory available; where the weights
 are streamed, at most STREAMED_UNITS blocks' activations, measured on the first block by a torch
@@ -18,7 +19,7 @@ a time, not a share of the memory that grows with the machine.
 Before the models are built (`before_build`), the same parts are estimated from the checkpoint's
 header (its keys, shapes and dtypes): the blocks are the families of keys `PREFIX.N.` that the
 model's largest module lists hold, a floating tensor is held in the dtype the model computes in,
-and the activations are what `auto` and `binary` keep at most (the strategy's share of the memory
+and the activations are what a run under a capture limit keeps at most (its share of the memory
 left); set-up in memory also holds the converted paddle weights once more while it loads them. A
 run that fits neither in memory nor streamed stops there, before anything is allocated.
 """
@@ -36,7 +37,7 @@ from ..errors import UserError
 GiB = 1 << 30
 NARROW = 0.8  # a run needing more than this share of what is available is said so in the report
 FULL_CAPTURE_COPIES = 4
-CAPTURE_SHARE = 0.2  # the capture limit of `auto` and `binary`: this share of the memory available (verify/run.py)
+CAPTURE_SHARE = 0.2  # the capture limit: this share of the memory available (verify/run.py)
 STREAMED_UNITS = 4  # ... and where the weights are streamed, at most this many blocks' activations
 BLOCK_SHARE = 0.05  # a float64 block over this share of the memory available: the reference widens one at a time
 
@@ -114,13 +115,12 @@ def _read_int(path: str) -> int | None:
         return None  # no such file, or "max": no limit
 
 
-def capture_limit(session, strategy: str = "auto") -> int:
-    """What the captures of `auto` and `binary` may hold (the forced passes hold about as much
-    again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at most
-    STREAMED_UNITS times what one block's calls record on both sides (block_activations; not
-    measured for `full`, which has no limit)."""
+def capture_limit(session) -> int:
+    """What the captures of a run under a capture limit may hold (the forced passes hold about as
+    much again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at
+    most STREAMED_UNITS times what one block's calls record on both sides (block_activations)."""
     limit = int(available_memory(session.options.max_memory)[0] * CAPTURE_SHARE)
-    if getattr(session, "streams", None) and strategy != "full":
+    if getattr(session, "streams", None):
         block = block_activations(session)
         if block:
             limit = min(limit, STREAMED_UNITS * block)
@@ -129,9 +129,9 @@ def capture_limit(session, strategy: str = "auto") -> int:
 
 def block_activations(session) -> int | None:
     """Bytes the captures of both models hold for the torch model's first block: its calls' floating
-    outputs, and inputs alike, in float32, on both sides (as the binary strategy's sweep counts a
-    unit's), from a torch forward that records shapes alone and ends once that block has run; None
-    for a model without blocks."""
+    outputs, and inputs alike, in float32, on both sides (as the sweep counts a unit's, verify/sweep.py),
+    from a torch forward that records shapes alone and ends once that block has run; None for a
+    model without blocks."""
     from ..frameworks import torch_side
     from ..paths import is_under
     from .capture import capture_calls
@@ -150,12 +150,10 @@ def block_activations(session) -> int | None:
     return 2 * 2 * 4 * elements
 
 
-def estimate(session, strategy: str, limit: int) -> Estimate:
+def estimate(session, limit: int | None) -> Estimate:
+    """The run's peak: its captures under `limit`, or (None) every layer's activations at once."""
     reference, blocks = session.reference64.most_bytes()
-    if strategy == "full":
-        activations = FULL_CAPTURE_COPIES * _forward_outputs(session)
-    else:
-        activations = 2 * limit
+    activations = FULL_CAPTURE_COPIES * _forward_outputs(session) if limit is None else 2 * limit
     checkpoint = getattr(session, "checkpoint", None)
     spare = checkpoint.storages.cap if checkpoint is not None else 0
     return Estimate(_models_bytes(session), reference, blocks, activations, spare)
@@ -173,7 +171,7 @@ def _models_bytes(session) -> int:
 
 def _available(session) -> tuple[int, str]:
     """available_memory under the session's --max-memory; a UserError where it leaves none (said
-    before any estimate: the full strategy's measures a forward)."""
+    before any estimate: that of every layer's activations at once measures a forward)."""
     available, source = available_memory(session.options.max_memory)
     if available == 0:
         raise UserError(f"verify-port: {source} leaves no memory for the run: raise that limit, or free memory")
@@ -181,26 +179,26 @@ def _available(session) -> tuple[int, str]:
 
 
 def whole_capture(session) -> tuple[Estimate, str | None]:
-    """The full strategy's estimate, and where every layer's activations at once do not fit in the
-    memory available, the report's note saying so: the run then judges a few units at a time
-    (strategies.ChunkedCapture), and check() is asked about that run instead."""
+    """The estimate of every layer's activations at once, and where they do not fit in the memory
+    available, what the report's note says of it: the run then judges a few units at a time under a
+    capture limit, and check() is asked about that run instead."""
     available, source = _available(session)
     one_block(session, available)
-    est = estimate(session, "full", 0)
+    est = estimate(session, None)
     if est.more <= available:
         return est, None
     return est, (f"memory: every layer's activations at once need about {readable_size(est.peak)} ({est.parts()}), "
-                 f"{readable_size(est.more)} more than the set-up holds, and {readable_size(available)} is available by {source}: "
-                 "the full strategy captures a few units at a time")
+                 f"{readable_size(est.more)} more than the set-up holds, and {readable_size(available)} is available by {source}")
 
 
-def check(session, strategy: str, limit: int, est: Estimate | None = None) -> list[str]:
-    """The report's note when the run fits narrowly; a UserError when it does not fit (`est`: the
-    run's estimate where it was made already). Where it fits with room to spare, the float64
-    reference and the streamed models keep as many blocks as half that room holds, in equal shares."""
+def check(session, limit: int | None, est: Estimate | None = None) -> list[str]:
+    """The report's note when the run (its captures under `limit`, or every layer's activations at
+    once) fits narrowly; a UserError when it does not fit (`est`: its estimate where made already).
+    Where it fits with room to spare, the float64 reference and the streamed models keep as many
+    blocks as half that room holds, in equal shares."""
     available, source = _available(session)
     one_block(session, available)
-    est = est or estimate(session, strategy, limit)
+    est = est or estimate(session, limit)
     if est.more > available:
         raise UserError(f"verify-port needs about {est.peak / GiB:.1f} GiB ({est.parts()}): {est.more / GiB:.1f} GiB "
                         f"more than the set-up holds, and {available / GiB:.1f} GiB is available by {source}; give "
@@ -352,7 +350,7 @@ def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "f
     ones held in `torch_dtype`), paddle's (`paddle_infos`, floating ones in `paddle_dtype`: a paddle
     weights file; None: converted from torch's, the same bytes), the float64 reference's part
     outside the blocks and `keep` blocks (`streamed_keep` where streamed, as each side's), and the
-    activations `auto` and `binary` keep at most. `paddle_streams`: the streamed run streams
+    activations a run under a capture limit keeps at most. `paddle_streams`: the streamed run streams
     paddle's weights too (else it holds them all)."""
     torch_held = held_from_header(torch_infos, torch_dtype)
     paddle_held = torch_held if paddle_infos is None else held_from_header(paddle_infos, paddle_dtype)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from .analyze import culprit_evidence
 from .finite import check_finite
-from .full import Strategy, StrategyResult, first_bad
-from .strategies import BinarySearch, ChunkedCapture, choose
+from dataclasses import dataclass
+
+from .full import FullCapture, Strategy, StrategyResult, first_bad
+from .strategies import BinarySearch, ChunkedCapture
 from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
@@ -31,14 +33,15 @@ def verify(spec, options: Options, weights=None, converted=None, mapping=None, b
 
 def run_on(session: PortSession, options: Options, bisect: bool = False, capture_limit: int | None = None) -> Report:
     """The Report of the forward check on a set-up session (whose restore is the caller's)."""
-    strategy, limit, notes = _planned(session, options.strategy, capture_limit)  # a run that cannot fit stops here
+    plan = planned(session, options.strategy, capture_limit)  # a run that cannot fit stops here
+    strategy, notes = plan.strategy, list(plan.notes)
     try:
         found = strategy.run(session)
     except CaptureTooLarge as exc:
-        if isinstance(exc, PassComplete):  # ends one pass, caught by the pass that armed it: never here
-            raise
-        notes.append(f"activations exceed {limit / 2**30:.1f} GiB: switched to the low-memory binary search")
-        strategy = BinarySearch(limit)
+        if isinstance(exc, PassComplete) or plan.switch is None:  # PassComplete ends one pass, caught by the
+            raise  # pass that armed it: never here
+        notes.append(f"activations exceed {plan.limit / 2**30:.1f} GiB: switched to the low-memory binary search")
+        strategy = plan.switch
         found = strategy.run(session)
     notes.extend(found.notes)
     results, bad, outputs = found.results, found.first_bad, found.outputs
@@ -64,20 +67,38 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
                   outputs, weights)
 
 
-def _planned(session, name: str, capture_limit: int | None) -> tuple[Strategy, int, list[str]]:
-    """The strategy the run takes, its capture limit (a share of the memory available; a few blocks'
-    activations where the weights are streamed: the forced passes hold about as much again as the
-    capture) and the memory's notes. `full`, whose activations at once do not fit, captures a few
-    units at a time (ChunkedCapture, under binary's limit: see memory.whole_capture)."""
-    limit_of = lambda strategy: capture_limit if capture_limit is not None else memory.capture_limit(session, strategy)
-    if name != "full":
-        limit = limit_of(name)
-        return choose(name, limit), limit, memory.check(session, name, limit)
-    est, chunked = memory.whole_capture(session)
-    if chunked is None:
-        return choose(name, 0), 0, memory.check(session, name, 0, est)  # full has no capture limit
-    limit = limit_of("binary")
-    return ChunkedCapture(limit), limit, [chunked, *memory.check(session, "binary", limit)]
+@dataclass(frozen=True)
+class Plan:
+    """The strategy a run takes, its capture limit, the memory's notes, and the strategy it switches
+    to where its captures pass that limit (None: it does not switch)."""
+
+    strategy: Strategy
+    limit: int
+    notes: tuple[str, ...]
+    switch: Strategy | None = None
+
+
+def planned(session, name: str, capture_limit: int | None = None) -> Plan:
+    """The one place a run's strategy is chosen, from its name (auto, full or binary) and the memory
+    available. The capture limit is a share of the memory available (a few blocks' activations where
+    the weights are streamed: the forced passes hold about as much again as the capture), or
+    `capture_limit` where given. `binary`: BinarySearch under the limit. `auto`: FullCapture under
+    it, switching to BinarySearch where its captures pass it. `full`: FullCapture without a limit
+    where every layer's activations at once fit, else a few units at a time (ChunkedCapture, under
+    the limit: see memory.whole_capture). A run that does not fit raises UserError here."""
+    limit_of = lambda: capture_limit if capture_limit is not None else memory.capture_limit(session)
+    if name == "full":
+        est, chunked = memory.whole_capture(session)
+        if chunked is None:
+            return Plan(FullCapture(None), 0, tuple(memory.check(session, None, est)))
+        limit = limit_of()
+        return Plan(ChunkedCapture(limit), limit, (f"{chunked}: the full strategy captures a few units at a time",
+                                                   *memory.check(session, limit)))
+    limit = limit_of()
+    notes = tuple(memory.check(session, limit))
+    if name == "binary":
+        return Plan(BinarySearch(limit), limit, notes)
+    return Plan(FullCapture(limit), limit, notes, BinarySearch(limit))
 
 
 def _context(session, found: StrategyResult, bad) -> Context:

@@ -290,9 +290,3 @@ class ChunkedCapture(BinarySearch):
     def _swept(self, units: int, captures: int) -> str:
         return (f"full capture in chunks: every layer judged against its own budget, {units} units in {captures} "
                 "capture(s), as their activations at once do not fit in the memory available")
-
-
-def choose(strategy: str, limit_bytes: int):
-    if strategy == "binary":
-        return BinarySearch(limit_bytes)
-    return FullCapture(limit_bytes if strategy == "auto" else None)

@@ -184,7 +184,7 @@ def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_one_block_
     options = Options(device="cpu", strategy=strategy)
     limit = 1 << 20
     with PortSession(spec, options, weights=checkpoint) as session:
-        need = memory.estimate(session, strategy, limit).more  # no room beyond it: one block per side
+        need = memory.estimate(session, None if strategy == "full" else limit).more  # no room beyond it: one block per side
         monkeypatch.setattr(memory, "available_memory", lambda cap=None: (int(need / 0.85), "available memory"))
         blocks = session.torch_model.layers
         outside = sum(p.numel() * p.element_size() for name, p in session.torch_model.named_parameters()
@@ -211,7 +211,7 @@ def test_the_tensors_held_stay_within_the_part_outside_the_blocks_and_one_block_
         assert wide.keep == 1 and 0 < max(seen["float64"]) <= 2 * bound  # widened to float64: twice the bytes
         # both sides' estimate counts the part outside the blocks and one block, not the whole model
         whole = sum(p.numel() * p.element_size() for p in session.torch_model.parameters())
-        assert memory.estimate(session, strategy, 1 << 20).models == 2 * bound < 2 * whole
+        assert memory.estimate(session, None if strategy == "full" else 1 << 20).models == 2 * bound < 2 * whole
     assert _torch_bytes_held(session.torch_model) == 0  # every tensor back on the meta device after the run
     assert _paddle_bytes_held(session.paddle_model) == 0
 
@@ -312,7 +312,7 @@ def test_full_on_streamed_weights_whose_activations_do_not_fit_judges_a_few_bloc
     with PortSession(spec_from_functions(meta_torch, lambda: lazy_paddle(bug_at), inputs), options,
                      weights=checkpoint) as session:
         limit = memory.block_activations(session)
-        whole, chunked = memory.estimate(session, "full", 0).more, memory.estimate(session, "binary", limit).more
+        whole, chunked = memory.estimate(session, None).more, memory.estimate(session, limit).more
         assert chunked < whole
         monkeypatch.setattr(memory, "available_memory", lambda cap=None: ((whole + chunked) // 2, "the figure set here"))
         in_chunks = run_on(session, options, bisect=True, capture_limit=limit)

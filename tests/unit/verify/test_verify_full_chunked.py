@@ -31,8 +31,8 @@ def _full(session, available=None):
 def _between(session) -> int:
     """Memory that holds the run a unit at a time but not every layer's activations at once."""
     session.reference64.tensors.keep = 1  # what so little memory leaves it (memory.one_block)
-    whole = memory.estimate(session, "full", 0).more
-    chunked = memory.estimate(session, "binary", ONE_UNIT).more
+    whole = memory.estimate(session, None).more
+    chunked = memory.estimate(session, ONE_UNIT).more
     assert chunked < whole
     return (whole + chunked) // 2
 
@@ -63,7 +63,7 @@ def test_full_judges_every_layer_a_few_units_at_a_time_where_they_do_not_fit_at_
 def test_a_run_that_fits_neither_at_once_nor_a_unit_at_a_time_stops_with_one_line():
     with _session(None) as session:
         session.reference64.tensors.keep = 1
-        too_little = memory.estimate(session, "binary", ONE_UNIT).more - 1
+        too_little = memory.estimate(session, ONE_UNIT).more - 1
         with pytest.raises(UserError) as caught:
             _full(session, too_little)
     said = str(caught.value)

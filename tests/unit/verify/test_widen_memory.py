@@ -28,7 +28,7 @@ def two_blocks_kept(session, monkeypatch):
 
 
 def test_the_estimate_counts_both_models_and_the_reference_held_at_most(session):
-    est = memory.estimate(session, "binary", 1 << 20)
+    est = memory.estimate(session, 1 << 20)
     torch_bytes = sum(t.numel() * t.element_size() for t in session.torch_model.state_dict(keep_vars=True).values()
                       if t.is_floating_point())
     assert est.models >= 2 * torch_bytes  # the paddle model holds the same weights, in float32 too
@@ -39,12 +39,12 @@ def test_the_estimate_counts_both_models_and_the_reference_held_at_most(session)
 
 
 def test_full_captures_activations_grow_with_the_inputs(session):
-    small = memory.estimate(session, "full", 0).activations
+    small = memory.estimate(session, None).activations
     inputs = session.inputs
     session.inputs = {k: v.repeat(2, axis=0) for k, v in inputs.items()} if isinstance(inputs, dict) \
         else tuple(v.repeat(2, axis=0) for v in inputs)
     try:
-        large = memory.estimate(session, "full", 0).activations
+        large = memory.estimate(session, None).activations
     finally:
         session.inputs = inputs
     assert small > 0 and 1.9 * small < large < 2.1 * small
@@ -52,7 +52,7 @@ def test_full_captures_activations_grow_with_the_inputs(session):
 
 def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
     monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
-    est = memory.estimate(session, "binary", 1 << 20)
+    est = memory.estimate(session, 1 << 20)
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (est.more - 1, "the cgroup's limit (test)"))
     with pytest.raises(UserError) as caught:
         run_on(session, Options(device="cpu", strategy="binary"), capture_limit=1 << 20)
@@ -64,34 +64,34 @@ def test_a_run_that_cannot_fit_stops_with_one_line(session, monkeypatch):
 def test_a_run_that_fits_narrowly_says_so_and_an_ample_one_says_nothing(session, monkeypatch):
     limit = 1 << 20
     monkeypatch.setattr(session.reference64.tensors, "keep", 1)  # what so little memory leaves it (see below)
-    est = memory.estimate(session, "binary", limit)
+    est = memory.estimate(session, limit)
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (int(est.more / 0.9), "available memory"))
-    notes = memory.check(session, "binary", limit)
+    notes = memory.check(session, limit)
     assert len(notes) == 1 and notes[0].startswith("memory: the run needs about")
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (10 * est.more, "available memory"))
-    assert memory.check(session, "binary", limit) == []
+    assert memory.check(session, limit) == []
 
 
 def test_room_to_spare_keeps_more_widened_blocks_and_none_keeps_one(session, monkeypatch):
     limit = 1 << 20
     tensors = session.reference64.tensors
-    est = memory.estimate(session, "binary", limit)
+    est = memory.estimate(session, limit)
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (int(est.more / 0.9), "available memory"))
-    memory.check(session, "binary", limit)
+    memory.check(session, limit)
     assert tensors.keep == 1  # a block is far more than BLOCK_SHARE of so little memory
     monkeypatch.setattr(memory, "available_memory", lambda cap=None: (100 * est.more, "available memory"))
-    memory.check(session, "binary", limit)
+    memory.check(session, limit)
     assert tensors.keep == tensors.blocks > 2
 
 
 def test_a_block_over_its_share_of_the_memory_is_widened_alone(session):
     tensors = session.reference64.tensors
-    block = memory.estimate(session, "binary", 0).blocks // 2
+    block = memory.estimate(session, 0).blocks // 2
     memory.one_block(session, int(block / memory.BLOCK_SHARE) + 1)
     assert tensors.keep == 2
     memory.one_block(session, int(block / memory.BLOCK_SHARE) - 1)
     assert tensors.keep == 1
-    assert memory.estimate(session, "binary", 0).blocks == block
+    assert memory.estimate(session, 0).blocks == block
 
 
 def test_the_available_memory_is_the_systems_or_less():
