@@ -91,10 +91,10 @@ class VerifyOptions:
                               f"max_memory must be a number of bytes above 0, or None; got {self.max_memory!r}")
 
     def session_options(self) -> Options:
-        """The options a verification session takes (all of these but bisect, train and steps)."""
+        """The options a verification session takes (all of these but bisect and steps)."""
         from .compare.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),
-                       strategy=self.strategy, max_memory=self.max_memory)
+                       strategy=self.strategy, max_memory=self.max_memory, train=self.train)
 
 
 def _one_of(option: str, what: str, value, allowed: tuple) -> None:

@@ -155,18 +155,12 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
     from .compare import memory
     available, where = memory.available_memory(max_memory)
     planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
-    if planned.in_memory_peak <= available:
+    need = planned.must_stream(available, where, "verify-port HF_DIR PADDLE_DIR", train, None if streamable else (
+        f"a run that streams the weights block by block reads HF_DIR's one tensor at a time, which {quoted(path)} (a "
+        "torch pickle of the format before zip files) does not allow: save HF_DIR with save_pretrained(..., "
+        "safe_serialization=True), or free memory"))
+    if need is None:
         return None, ""
-    need = planned.need(available, where)
-    if train:
-        raise UserError(f"verify-port --train: {need}, and the training checks hold both models: run without "
-                        "--train (the forward check streams the weights block by block), or free memory")
-    if not streamable:
-        raise UserError(f"verify-port HF_DIR PADDLE_DIR: {need}; a run that streams the weights block by block reads "
-                        f"HF_DIR's one tensor at a time, which {quoted(path)} (a torch pickle of the format before zip "
-                        "files) does not allow: save HF_DIR with save_pretrained(..., safe_serialization=True), or free "
-                        "memory")
-    planned.refuse_unless_streamed_fits(available, "verify-port HF_DIR PADDLE_DIR", need)
     return path, f"weights: streamed block by block from both directories, as {need}"
 
 

@@ -335,12 +335,24 @@ class Planned:
         return (f"in memory the run needs about {self.in_memory_peak / GiB:.1f} GiB ({self.in_memory.parts()}), "
                 f"and {available / GiB:.1f} GiB is available by {where}")
 
-    def refuse_unless_streamed_fits(self, available: int, command: str, need: str) -> None:
-        """One line where the run does not fit streamed either."""
+    def must_stream(self, available: int, where: str, command: str, train: bool, cannot_stream: str | None) -> str | None:
+        """None where the run fits in memory, else what the in-memory run needs (both models' weights
+        then stream block by block); a UserError in one line where they cannot: with `train` (the
+        training checks hold both models), where the checkpoint cannot stream (`cannot_stream` says
+        why and what to do), or where the run does not fit streamed either."""
+        if self.in_memory_peak <= available:
+            return None
+        need = self.need(available, where)
+        if train:
+            raise UserError(f"verify-port --train: {need}, and the training checks hold both models: run without "
+                            "--train (the forward check streams the weights block by block), or free memory")
+        if cannot_stream is not None:
+            raise UserError(f"{command}: {need}; {cannot_stream}")
         if self.streamed.peak > available:
             raise UserError(f"{command}: {need}; with both models' weights streamed block by block it needs about "
                             f"{self.streamed.peak / GiB:.1f} GiB ({self.streamed.parts()}): free memory, or run on a "
                             "machine with more")
+        return need
 
 
 def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "float32", paddle_infos: dict | None = None,

@@ -29,6 +29,7 @@ class Options:
     # (the same report, slower; for debugging the speed machinery). T2P_SERIAL=1 sets it.
     serial: bool = field(default_factory=lambda: os.environ.get("T2P_SERIAL", "") == "1")
     max_memory: int | None = None  # the most the process may hold, in bytes (--max-memory); None: what is available
+    train: bool = False  # the training checks run on the session too: they hold both models, never streamed
 
 
 _FLOAT64_RUNS = {"running": 0, "before": None, "lock": threading.Lock()}
@@ -174,13 +175,17 @@ class PortSession:
         from .stream import on_meta_device, plan_build
         # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
         self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded),
-                                options.max_memory)
+                                options.max_memory, options.train)
         with spec_call_errors(spec.path, "torch_model"), self.build.torch():
             self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
         self.streams: dict = {}  # side -> its weights streamed block by block (compare/stream.py)
         self.checkpoint = None
         if on_meta_device(self.torch_model):
+            if options.train:
+                raise UserError(f"verify-port --train: torch_model() from '{spec.path}' is built on the meta device (its "
+                                "weights streamed block by block), and the training checks hold both models: build it "
+                                "with its weights, or run without --train")
             self._stream_torch(weights)
         else:
             self.undo.push(restore.record_torch_device(self.torch_model))

@@ -120,7 +120,7 @@ class Build:
 
 
 def plan_build(weights: str | None, converted: str | None = None, loaded: bool = False,
-               max_memory: int | None = None) -> Build:
+               max_memory: int | None = None, train: bool = False) -> Build:
     """How to build the models of a run with `weights` (a torch checkpoint), decided from its header
     before anything is built: as the spec builds them where the in-memory run fits (a torch model
     built on the meta device streams all the same), streamed where it does not and the checkpoint
@@ -128,7 +128,7 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
     tensors are taken as float32 (the dtype a model computes in unless it is built in another).
     `converted`: paddle's weights read from that file; `loaded`: the paddle model loads its own
     weights (streamed only when `converted` gives them); `max_memory`: the most the process may hold
-    (--max-memory)."""
+    (--max-memory); `train`: the training checks run too, which hold both models (never streamed)."""
     if not weights:
         return Build(False)
     from ..io import open_source
@@ -142,15 +142,12 @@ def plan_build(weights: str | None, converted: str | None = None, loaded: bool =
     paddle_streams = converted is not None or not loaded
     available, where = memory.available_memory(max_memory)
     planned = memory.before_build(torch_infos, available, paddle_infos=paddle_infos, paddle_streams=paddle_streams)
-    if planned.in_memory_peak <= available:
+    need = planned.must_stream(available, where, "verify-port", train, None if read_tensor_by_tensor(files) else (
+        f"a run that streams the weights block by block reads --weights one tensor at a time, which '{weights}' (a "
+        "torch pickle of the format before zip files) does not allow: save the checkpoint as safetensors "
+        "(safetensors.torch.save_file, or save_pretrained), or free memory"))
+    if need is None:
         return Build(True)
-    need = planned.need(available, where)
-    if not read_tensor_by_tensor(files):
-        raise UserError(f"verify-port: {need}; a run that streams the weights block by block reads --weights one tensor "
-                        f"at a time, which '{weights}' (a torch pickle of the format before zip files) does not allow: "
-                        "save the checkpoint as safetensors (safetensors.torch.save_file, or save_pretrained), or "
-                        "free memory")
-    planned.refuse_unless_streamed_fits(available, "verify-port", need)
     return Build(True, True, paddle_streams, f"weights: streamed block by block, as {need}")
 
 

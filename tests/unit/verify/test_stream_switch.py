@@ -244,3 +244,39 @@ def test_a_run_given_less_memory_than_it_needs_in_memory_streams_within_it(files
     why = [n for n in streamed.notes if n.startswith("weights: streamed block by block")]
     assert len(why) == 1 and "by --max-memory" in why[0] and "this process holds" in why[0], streamed.notes
     assert all(p.is_meta for p in built["torch"].parameters())
+
+
+def test_training_with_weights_too_large_for_memory_is_refused_in_one_line_before_the_models_are_built(files):
+    """verify-port --spec S --weights W --train with W too large for --max-memory: the training
+    checks hold both models, so the run is refused before torch_model() is called (the forward check
+    alone streams). --max-memory of a byte leaves no memory beside what the process holds."""
+    from converter.api import VerifyOptions, verify_port
+    built = {}
+    with pytest.raises(UserError) as caught:
+        verify_port(_spec(built), VerifyOptions(device="cpu", train=True, max_memory=1), weights=files["safetensors"])
+    said = str(caught.value)
+    assert "\n" not in said and said.startswith("verify-port --train: in memory the run needs about"), said
+    assert "by --max-memory" in said and "run without --train" in said, said
+    assert built == {}  # neither model was built
+
+
+def test_training_a_torch_model_built_on_the_meta_device_is_refused_before_the_paddle_model_is_built(files):
+    """A torch_model() built on the meta device streams its weights whatever the memory: with --train
+    it is refused in one line, and the paddle model is not built."""
+    from converter.api import VerifyOptions, verify_port
+    built = {}
+
+    def torch_model():
+        with torch.device("meta"):
+            built["torch"] = TorchStack()
+        return built["torch"]
+
+    def paddle_model():
+        built["paddle"] = PaddleStack()
+        return built["paddle"]
+    spec = spec_from_functions(torch_model, paddle_model, inputs)
+    with pytest.raises(UserError) as caught:
+        verify_port(spec, VerifyOptions(device="cpu", train=True), weights=files["safetensors"])
+    said = str(caught.value)
+    assert "\n" not in said and said.startswith("verify-port --train: torch_model() from") and "meta device" in said, said
+    assert list(built) == ["torch"]  # refused before paddle_model() was called
