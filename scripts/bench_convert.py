@@ -107,14 +107,15 @@ def compile_package():
 
 
 def timed(cmd, env=None):
-    """(wall seconds, max RSS bytes) of a command run under /usr/bin/time -v."""
+    """(wall seconds, max RSS bytes, CPU seconds: user + system) of a command run under /usr/bin/time -v."""
     t0 = time.perf_counter()
     p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) * 1024
-    return wall, rss
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", p.stderr).group(1)) for kind in ("User", "System"))
+    return wall, rss, cpu
 
 
 BASELINE = """
@@ -138,13 +139,13 @@ def fresh(path):
 
 
 def best_of(n, fn, *remove):
-    """Fastest wall time and largest max RSS of n runs, each into a fresh output file."""
+    """Fastest wall time, largest max RSS and median CPU time of n runs, each into a fresh output file."""
     runs = []
     for _ in range(n):
         for path in remove:
             fresh(path)
         runs.append(fn())
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+    return min(r[0] for r in runs), max(r[1] for r in runs), median(r[2] for r in runs)
 
 
 def median(values):
@@ -172,9 +173,11 @@ def report(label, baseline, a, b, largest, target):
     rounds = ", ".join(f"{y[0]:.2f}/{x[0]:.2f}" for x, y in zip(a, b))
     ratios = [y[0] / x[0] for x, y in zip(a, b)]
     t_base, t_conv = median(r[0] for r in a), median(r[0] for r in b)
+    cpu_base, cpu_conv = median(r[2] for r in a), median(r[2] for r in b)
     rss, rss_target = max(r[1] for r in b), 2 * largest + 300 * MB
     print(f"{label}: median {t_conv:.2f} s, {baseline} median {t_base:.2f} s (rounds conversion/{baseline}: {rounds}): "
           f"ratio of medians {t_conv / t_base:.2f}, median of paired ratios {median(ratios):.2f} (target <= {target}); "
+          f"CPU (user + system) median {cpu_conv:.2f} s, {baseline} {cpu_base:.2f} s; "
           f"max RSS {rss / MB:.0f} MiB vs 2 x largest + 300 MiB = {rss_target / MB:.0f} MiB: "
           f"ratio {rss / rss_target:.2f} (target <= 1)", flush=True)
 
@@ -315,12 +318,13 @@ def main():
                           (copy, out, out_dir))
             report(label, baseline, a, b, largest, target)
         if "bin" in cases and not args.no_naive:
-            t_base, rss_base = timed([sys.executable, "-c", BASELINE, bn, os.path.join(workdir, "base.pdparams")])
+            t_base, rss_base, cpu_base = timed([sys.executable, "-c", BASELINE, bn, os.path.join(workdir, "base.pdparams")])
             fresh(os.path.join(workdir, "base.pdparams"))
-            t_bin, _ = best_of(args.repeat, lambda: timed([conv, bn, out, "--mapping", "bert", "--quiet"]), out)
+            t_bin, _, cpu_bin = best_of(args.repeat, lambda: timed([conv, bn, out, "--mapping", "bert", "--quiet"]), out)
             fresh(out)
             print(f".bin -> pdparams: best {t_bin:.2f} s of {args.repeat}; torch.load + transpose + paddle.save "
-                  f"{t_base:.2f} s (max RSS {rss_base / MB:.0f} MiB): speed-up {t_base / t_bin:.1f}x (target >= 5)")
+                  f"{t_base:.2f} s (max RSS {rss_base / MB:.0f} MiB): speed-up {t_base / t_bin:.1f}x (target >= 5); "
+                  f"CPU (user + system) {cpu_bin:.2f} s (median) against {cpu_base:.2f} s: {cpu_base / cpu_bin:.1f}x")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         if not args.keep:
