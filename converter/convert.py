@@ -69,15 +69,25 @@ class _ReadCache:
 AUTO = "auto"  # --mapping auto: the shipped rule set that fits the checkpoint's keys
 
 
+@dataclass(frozen=True)
+class Targets:
+    """The paddle model's state-dict entries, and which of them hold state rather than weights
+    (buffers, parameters it does not train): those no torch tensor fills are not written."""
+
+    infos: dict[str, TensorInfo]
+    state: frozenset[str]
+
+
 def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | None = None,
-                   log=lambda line: None, target: str | None = None) -> tuple[RuleSet, dict[str, TensorInfo] | None]:
+                   log=lambda line: None, target: str | None = None) -> tuple[RuleSet, Targets | None]:
     """The rule set to use and, when the paddle model is known, its state-dict entries. With
     neither a mapping nor a spec (or `auto`), the shipped set that fits `infos` (said on `log`),
     among `target`'s (paddleformers or paddlenlp) when given."""
     targets = None
     if spec is not None:
         from .frameworks.paddle_side import state_dict_infos
-        targets = state_dict_infos(spec.paddle_model())
+        model = spec.paddle_model()
+        targets = Targets(state_dict_infos(model), frozenset(_paddle_buffers(model)))
     name = mapping or (spec.mapping if spec is not None else None)
     if name == AUTO or (not name and spec is None):
         from .rules.detect import detect
@@ -105,8 +115,21 @@ def _refuse_open(ruleset: RuleSet, emit_mapping: str | None, force: bool, log) -
                     "fix the port or pass --mapping:", list(ruleset.open))
 
 
-def plan_conversion(source: Source, ruleset: RuleSet, targets, dtype: str | None) -> MappingPlan:
-    return build_plan(source.infos, ruleset, targets, dtypes.canonical(dtype) if dtype else None)
+def plan_conversion(source: Source, ruleset: RuleSet, targets: Targets | None, dtype: str | None,
+                    log=lambda line: None) -> MappingPlan:
+    """The plan, checked against the paddle model's entries where they are known; its state that no
+    torch tensor fills (a position_ids buffer, running statistics torch does not keep) is left out,
+    said on `log`: the paddle model keeps its own."""
+    infos = None
+    if targets is not None:
+        loose = _loose_plan(source, ruleset)
+        filled = set() if loose is None else {n for e in loose.entries for n in (e.name, *e.aliases)}
+        left = sorted(targets.state - filled) if loose is not None else []
+        infos = {k: v for k, v in targets.infos.items() if k not in left}
+        if left:
+            log(f"note: {len(left)} paddle state tensor(s) that no torch tensor fills are not written (the paddle model "
+                f"keeps its own): {', '.join(left[:SHOWN_BUFFERS])}{' ...' if len(left) > SHOWN_BUFFERS else ''}")
+    return build_plan(source.infos, ruleset, infos, dtypes.canonical(dtype) if dtype else None)
 
 
 def compare_rows(entry: TargetEntry, info: TensorInfo, got: np.ndarray, rows, read) -> str | None:
@@ -290,7 +313,7 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
         for note in ruleset.notes:
             log(f"note: {one_line(note)}")
         _refuse_open(ruleset, emit_mapping, force, log)
-        plan = plan_conversion(source, ruleset, targets, dtype)
+        plan = plan_conversion(source, ruleset, targets, dtype, log)
         result = ConversionResult(src, dst, fmt, ruleset.name, len(plan.output_infos()), plan.total_bytes,
                                   plan.dropped, list(source.notes))
         with OutputGroup(force) as group:
@@ -301,7 +324,9 @@ def convert(src: str, dst: str, mapping: str | None = None, spec=None, dtype: st
             write_plan(source, plan, output, fmt, progress)
             result.check_ok = True
             if spec is not None:
-                result.missing_keys, result.unexpected_keys = _load_staged(spec, output, fmt)
+                missing, result.unexpected_keys = _load_staged(spec, output, fmt)
+                # state left out of the plan (said above) stays the paddle model's own
+                result.missing_keys = [k for k in missing if targets is None or k not in targets.state]
             if report is not None:
                 from .cli_common import json_text
                 report.file.write(json_text(result.to_json()).encode("utf-8"))
@@ -418,10 +443,12 @@ def _shipped_plan(torch_model, paddle_model, inferred: UserError, source=None):
 
 
 def _paddle_buffers(paddle_model) -> dict[str, object]:
-    """State-dict keys of the paddle model that hold a buffer (persistable, not a parameter)."""
-    params = {id(p) for p in paddle_model.parameters()}
-    buffers = {id(b) for _, b in paddle_model.named_buffers()}
-    return {k: v for k, v in paddle_model.state_dict().items() if id(v) in buffers and id(v) not in params}
+    """State-dict keys of the paddle model that hold state rather than weights: its buffers
+    (persistable, not parameters) and its parameters that are not trained (stop_gradient: a
+    BatchNorm's running statistics, which paddle keeps as parameters)."""
+    trained = {id(p) for p in paddle_model.parameters() if not p.stop_gradient}
+    state = {id(b) for _, b in paddle_model.named_buffers()} | {id(p) for p in paddle_model.parameters()}
+    return {k: v for k, v in paddle_model.state_dict().items() if id(v) in state - trained}
 
 
 def _loose_plan(source, ruleset: RuleSet) -> MappingPlan | None:
@@ -570,7 +597,8 @@ def buffer_notes(torch_model, paddle_model, plan, kept: list[str]) -> list[str]:
         parts.append(f"{len(alone)} with no torch counterpart ({listed(alone)})")
     if len(kept) > len(same) + len(alone):
         parts.append(f"{len(kept) - len(same) - len(alone)} differing (below)")
-    notes.insert(0, f"{len(kept)} paddle buffer(s) that no torch weight fills are kept as the paddle model built them: "
+    notes.insert(0, f"{len(kept)} paddle state tensor(s) (buffers, parameters it does not train) that no torch tensor "
+                    "fills are kept as the paddle model built them: "
                     + "; ".join(parts))
     return notes
 

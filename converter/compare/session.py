@@ -102,15 +102,16 @@ def spec_call_errors(spec_path: str, name: str):
                         "its value") from None
 
 
-# packages whose frames stand between this package's code and the error it made: numpy raising
-# for a hook of ours, torch's or paddle's modules calling our hooks
-_BETWEEN = frozenset({"numpy", "torch", "paddle"})
+# packages whose frames stand between this package's code and the error it made (numpy raising for
+# a hook of ours); torch and paddle are not among them: what they raise in a model's forward or in the
+# backward of a user's loss is the model's
+_BETWEEN = frozenset({"numpy"})
 
 
 def _raised_by_us(exc: BaseException) -> bool:
     """The exception was raised by this package's own code (not in a model: the bundled example
     ports in converter/examples are models): the innermost frame that is neither the standard
-    library's nor numpy's, torch's or paddle's is this package's."""
+    library's nor numpy's is this package's."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
         top = str(frame.f_globals.get("__name__", "")).partition(".")[0]

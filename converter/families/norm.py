@@ -67,6 +67,35 @@ def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
                       "call model.eval(), and do not pass training=True / use_global_stats=False to batch_norm", kind="batch statistics")]
 
 
+def torch_batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
+    """What-if: torch's BatchNorm keeps no running statistics (track_running_stats=False) and
+    normalises with the batch's own in eval too; does paddle's layer, run the same way on the
+    recorded input, give torch's output?"""
+    import numpy as np
+    import paddle
+    import paddle.nn.functional as F
+
+    ev, call = ctx.evidence, ctx.t_call
+    if where != ctx.name or ev is None or ev.y_torch is None or call is None or \
+            getattr(torch_module, "running_mean", "absent") is not None:
+        return []
+    x = paddle.to_tensor(call.args[0].detach().cpu().double().numpy())
+    weight, bias = (None if getattr(paddle_layer, n, None) is None else getattr(paddle_layer, n).astype("float64")
+                    for n in ("weight", "bias"))
+    c = x.shape[1]
+    zeros, ones = paddle.zeros([c], "float64"), paddle.ones([c], "float64")
+    batch = F.batch_norm(x, zeros, ones, weight, bias, training=True, epsilon=float(paddle_layer._epsilon)).numpy()
+    y = np.asarray(ev.y_torch, dtype=np.float64)
+    if batch.size != y.size or float(np.abs(batch.ravel() - y.ravel()).max()) >= 1e-4 * (float(np.abs(y).max()) + 1e-30):
+        return []
+    return [Diagnosis(where, "torch's BatchNorm keeps no running statistics (track_running_stats=False): it normalises "
+                      "every batch with the batch's own statistics, in eval too; paddle's normalises with running "
+                      "statistics that no torch tensor fills (confirmed by re-running paddle's layer with the batch's "
+                      "statistics: it gives torch's output)",
+                      f"construct paddle's {type(paddle_layer).__name__} with use_global_stats=False",
+                      kind="batch statistics")]
+
+
 @dataclass(frozen=True)
 class FusedActivation:
     """paddle's legacy `nn.BatchNorm(act=...)` applies its activation inside the layer, where torch
@@ -123,7 +152,8 @@ _ACTIVATIONS = {"relu": _relu, "sigmoid": _sigmoid, "tanh": _tanh}  # paddle's a
 
 register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
                 ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,
-                epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics), reads=FusedActivation.of_module))
+                epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics, torch_batch_statistics),
+                reads=FusedActivation.of_module))
 register(Family("layer-norm", ("LayerNorm",), ("LayerNorm",), _affine, epsilon=EPSILON))
 register(Family("group-norm", ("GroupNorm",), ("GroupNorm",), _affine, epsilon=EPSILON))
 register(Family("instance-norm", ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),

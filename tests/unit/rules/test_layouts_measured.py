@@ -160,3 +160,40 @@ def test_an_incomplete_inferred_plan_is_written_with_its_open_items(tmp):
     assert {rule["key"] for rule in body["rules"]} >= {"query.weight", "up.weight"}
     again = run_convert(tmp / "m.pt", tmp / "out.pdparams", "--mapping", tmp / "rules.json")
     assert again.code == 2 and "1 open item(s)" in again.stderr and len(again.stderr.strip().splitlines()) == 1, again
+
+
+def test_paddle_only_state_is_left_to_the_paddle_model_by_convert_weights(tmp):
+    """A persistable buffer paddle's port keeps (position ids) and torch's model has not: converted
+    with a note, the file leaves it out, and the paddle model keeps its own."""
+    path = tmp / "spec.py"
+    path.write_text('''
+import numpy as np, paddle, torch
+
+class TorchEmbed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+class PaddleEmbed(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.emb = paddle.nn.Embedding(10, 4)
+        self.register_buffer("position_ids", paddle.arange(8, dtype="int64").unsqueeze(0))
+
+def torch_model():
+    torch.manual_seed(0)
+    return TorchEmbed()
+
+def paddle_model():
+    return PaddleEmbed()
+
+def inputs():
+    return (np.arange(6, dtype="int64").reshape(2, 3),)
+''')
+    torch.manual_seed(0)
+    torch.save({"emb.weight": torch.randn(10, 4)}, tmp / "m.pt")
+    r = run_convert(tmp / "m.pt", tmp / "out.pdparams", "--spec", path)
+    assert r.code == 0, r
+    assert "1 paddle state tensor(s) that no torch tensor fills are not written" in r.stderr and "position_ids" in r.stderr
+    from converter.io.pdparams import load_pdparams
+    assert sorted(load_pdparams(str(tmp / "out.pdparams"))) == ["emb.weight"]

@@ -309,3 +309,43 @@ def test_a_failure_inside_numpy_called_by_the_tool_is_the_tools():
     with pytest.raises(RuntimeError) as models:
         torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 5))  # a model's own mistake, raised by torch
     assert not _raised_by_us(models.value)
+
+
+# ------------------------------------------------------------------ state on one side only
+
+class TorchBatchStats(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn, self.out = torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8, track_running_stats=False), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.bn(self.fc(x)))
+
+
+class PaddleRunningStats(paddle.nn.Layer):
+    def __init__(self, use_global_stats=None):
+        super().__init__()
+        self.fc, self.out = paddle.nn.Linear(6, 8), paddle.nn.Linear(8, 3)
+        self.bn = paddle.nn.BatchNorm1D(8, use_global_stats=use_global_stats)
+
+    def forward(self, x):
+        return self.out(self.bn(self.fc(x)))
+
+
+@pytest.mark.parametrize("use_global_stats", [None, False], ids=["running-stats", "batch-stats"])
+def test_running_statistics_on_paddles_side_only_are_checked_and_named(use_global_stats):
+    """torch's BatchNorm keeps no running statistics; paddle's holds them (as parameters it does not
+    train), and no torch tensor fills them: the check runs, and the layer is named with the cause,
+    confirmed by re-running; built with the hint, the pair passes."""
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchBatchStats()
+    spec = spec_from_functions(torch_model, lambda: PaddleRunningStats(use_global_stats), x_of(4, 6))
+    report = verify_port(spec, VerifyOptions(bisect=True))
+    assert any("bn._mean" in note and "no torch counterpart" in note for note in report.forward.notes), report.forward.notes
+    if use_global_stats is False:
+        assert report.exit_code == 0, report.forward.first_bad
+        return
+    assert report.exit_code == 1 and report.forward.first_bad.torch == "bn", report.forward.first_bad
+    [cause] = report.forward.diagnosis
+    assert "track_running_stats=False" in cause.cause and "use_global_stats=False" in cause.hint

@@ -105,8 +105,8 @@ def test_a_port_with_persistable_buffers_passes_and_keeps_them():
     assert report.verdict == "pass", report.notes
     for key, value in built.items():
         assert np.array_equal(paddle_model.state_dict()[key].numpy(), value), key
-    note = next(n for n in report.notes if "paddle buffer(s) that no torch weight fills" in n)
-    assert note.startswith("4 paddle buffer(s)")
+    note = next(n for n in report.notes if "paddle state tensor(s) (buffers, parameters it does not train) that no torch tensor fills" in n)
+    assert note.startswith("4 paddle state tensor(s)")
     assert "3 equal to torch's buffer of the same name (position_ids, attn.bias, attn.masked_bias)" in note
     assert "1 with no torch counterpart (attn.inv_freq)" in note
 
@@ -129,7 +129,7 @@ def test_a_buffer_that_differs_from_torchs_is_named_with_where():
     differs = [n for n in report.notes if n.startswith("paddle buffer 'attn.masked_bias'")]
     assert len(differs) == 1, report.notes
     assert "differs from torch's 'attn.masked_bias' in 1 of 1 element(s): paddle -10000, torch -1e+09" in differs[0]
-    assert "1 differing (below)" in next(n for n in report.notes if "no torch weight fills" in n)
+    assert "1 differing (below)" in next(n for n in report.notes if "no torch tensor fills" in n)
 
 
 def test_a_paddle_parameter_without_a_torch_source_is_still_an_error():
@@ -187,7 +187,8 @@ def test_verify_port_on_the_port_exits_0_with_the_note(tmp_path):
     spec.write_text(SPEC.format(here=os.path.dirname(os.path.abspath(__file__))))
     r = run_verify("--spec", spec, "--device", "cpu")
     assert r.code == 0, r
-    assert "note: 4 paddle buffer(s) that no torch weight fills are kept as the paddle model built them" in r.stdout
+    assert ("note: 4 paddle state tensor(s) (buffers, parameters it does not train) that no torch tensor fills are kept as "
+            "the paddle model built them") in r.stdout
     assert "Skip loading" not in r.stderr + r.stdout
 
 
