@@ -20,7 +20,9 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 def say(line: str) -> None:
     """One line to stderr; a name from an input (a rule file's name, a path) cannot start a line
     of its own (see one_line)."""
-    click.echo(one_line(line), err=True)
+    from .. import progress
+    if not progress.write(one_line(line)):  # above the progress line, where one is drawn
+        click.echo(one_line(line), err=True)
 
 
 class OneLineUsage(click.UsageError):

@@ -9,11 +9,11 @@ import sys
 
 import click
 
-from .. import api
+from .. import api, progress
 from ..cli_common import check_outputs, write_outputs
 from ..errors import UserError
 from ..report import render_html, render_json, render_text
-from .common import CONTEXT, OneLineCommand, one_line_errors, say
+from .common import CONTEXT, OneLineCommand, one_line_errors, progress_shown, say
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "bert_port.py")
 
@@ -40,9 +40,10 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--emit-optimizer", metavar="FILE", help="With --train: write paddle's translated optimizer as code.")
 @click.option("--max-memory", metavar="SIZE", help="The most memory the run may hold, e.g. 6GiB or 6500MiB (powers "
               "of 1024); it streams the weights and keeps fewer blocks to stay within it. Default: what is available.")
+@click.option("--quiet", is_flag=True, help="No progress line on stderr (it is drawn only on a terminal).")
 @one_line_errors
 def verify_port(directories, spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect,
-                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer, max_memory):
+                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer, max_memory, quiet):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis.
 
@@ -51,7 +52,7 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     if directories:
         _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
                             json_path, html_path, _options(device, precision_mode, emulate, strategy, bisect, train,
-                                                           steps, max_memory))
+                                                           steps, max_memory), quiet)
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
     if converted and not os.path.exists(converted):
@@ -69,7 +70,8 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     options = _options(device, precision_mode, emulate, strategy, bisect, train, steps, max_memory)
     if emit_optimizer:
         api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
-    report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
+    with progress.shown(progress_shown(quiet)):
+        report = api.verify_port(spec, options, weights=weights, converted=converted, mapping=mapping)
     _report(report, rows, emit_optimizer, json_path, html_path, force)
 
 
@@ -101,7 +103,7 @@ def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
 
 
 def _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
-                        json_path, html_path, options) -> None:
+                        json_path, html_path, options, quiet=False) -> None:
     """HF_DIR PADDLE_DIR: both directories, and none of the options that only a spec takes."""
     if len(directories) != 2:
         raise UserError(f"verify-port takes two directories, HF_DIR PADDLE_DIR; got {len(directories)} "
@@ -113,7 +115,8 @@ def _verify_directories(directories, spec_path, weights, converted, emit_optimiz
                         f"{'is an option' if len(taken) == 1 else 'are options'} of a spec: give the directories "
                         "or a spec, not both")
     check_outputs({"--json": json_path, "--html": html_path}, [*directories, mapping], force)
-    report = api.verify_directories(*directories, options, mapping=mapping, log=say)
+    with progress.shown(progress_shown(quiet)):
+        report = api.verify_directories(*directories, options, mapping=mapping, log=say)
     _report(report, rows, None, json_path, html_path, force)
 
 

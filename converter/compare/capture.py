@@ -248,7 +248,10 @@ class Recorder:
 
 def record(side, model, recorder: Recorder) -> Recorder:
     """Hooks that record the calls of `model`'s modules into `recorder`; `side` is the
-    framework's adapter (frameworks.torch_side or paddle_side)."""
+    framework's adapter (frameworks.torch_side or paddle_side). A recorded pass begins: said on the
+    progress line where one is drawn."""
+    from .. import progress
+    progress.forward_pass("torch" if "torch" in getattr(side, "__name__", "") else "paddle")
     recorder.is_tensor = side.is_tensor
     for path, layer in side.named_layers(model):
         if not recorder.wants(path):

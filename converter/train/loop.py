@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from ..errors import UserError
 from ..compare.session import model_errors
 from ..frameworks import paddle_side
@@ -175,8 +176,10 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
     handles = emulate_torch_training(model, fmt) + _bn_recorder(model, record)
     names = {id(p): n for n, p in model.named_parameters()}
     forward, hint = _forward_of("torch_model()", dtype)
+    run = f"torch {'float64' if dtype == torch.float64 else fmt or 'fp32'}"
     try:
         for k, (inputs, target) in enumerate(batches):
+            progress.training_step(run, k, len(batches))
             record.lrs.append(float(opt.param_groups[0]["lr"]))
             opt.zero_grad(set_to_none=True)
             with spec_errors(tspec, forward, k, hint):
@@ -244,6 +247,7 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
     handles = emulate_paddle_training(fmt)
     try:
         for k, (inputs, target) in enumerate(batches):
+            progress.training_step(f"paddle {fmt or 'fp32'}", k, len(batches))
             record.lrs.append(float(opt.get_lr()))
             with spec_errors(tspec, "paddle_model() in training mode", k):
                 out = call_model(model, to_paddle(inputs))

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from .. import progress
 from ..errors import UserError
 from ..frameworks import torch_side
 from ..spec import DEFAULT_STEPS
@@ -167,6 +168,7 @@ def _train_check(port, tspec, steps) -> TrainReport:
         report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
         report.optimizer_code = session.translation.code() if session.translation is not None else None
         report.diagnosis = diagnose(session, tspec, report, batches, Runs(t32, t64, tfmt, p, loss_probe, check))
+        progress.training_done()
         return report
     finally:
         session.restore()
