@@ -252,7 +252,7 @@ class PortSession:
         """The paddle model's weights: torch's converted in memory, the file `converted`, or (mapping
         'loaded') those it was loaded with, checked bit for bit against torch's under the rules
         (self.weight_check). Its own buffers that no torch tensor fills stay as it built them."""
-        from ..convert import convert_in_memory, plan_for_loaded
+        from ..inmemory import convert_in_memory, plan_for_loaded
         from ..spec import LOADED
         self.loaded = mapping == LOADED or (not mapping and spec.loaded)
         rules = spec.mapping if mapping == LOADED else mapping or spec.mapping

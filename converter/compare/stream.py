@@ -356,7 +356,7 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     convert-weights wrote), read from it block by block, each checked bit for bit against torch's
     first, one tensor at a time, under mapping 'loaded'; under mapping 'loaded' without it, the
     weights the paddle model was loaded with, checked so."""
-    from ..convert import plan_for_loaded, plan_in_memory
+    from ..inmemory import plan_for_loaded, plan_in_memory
     from .weights import check_loaded
     plan_for = plan_for_loaded if loaded else plan_in_memory
     plan, ruleset, _ = plan_for(torch_model, paddle_model, rules, source=checkpoint)

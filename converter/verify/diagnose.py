@@ -95,7 +95,7 @@ def check_weights(ctx) -> list[Diagnosis]:
 def _unloadable(entry, session) -> Diagnosis | None:
     """A buffer the rules map torch's tensor onto but the paddle model never loads (not persistable),
     where it holds other values than torch's."""
-    from ..convert import unloadable_difference
+    from ..inmemory import unloadable_difference
     said = unloadable_difference(entry, session.paddle_model, session.torch_state.read)
     if said.startswith("equal"):
         return None

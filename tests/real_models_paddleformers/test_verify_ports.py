@@ -152,7 +152,7 @@ def test_a_planted_bug_is_named_at_its_module(family, bug, culprit, strategy, qw
 
 @pytest.mark.parametrize("strategy", ["full", "binary"])
 def test_key_heads_exchanged_inside_the_fused_qkv_are_named_at_k_proj(strategy, qwen2_rules, tmp_path):
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     from converter.io.base import TensorInfo
     from converter.io.pdparams import write_pdparams
     state = convert_in_memory(_hf("qwen2")(), _paddleformers("qwen2")(), qwen2_rules)[0]

@@ -21,7 +21,7 @@ LAYERS = [
     ("families", ["converter.families"]),
     ("rules", ["converter.rules", "converter.hfconfig"]),
     ("frameworks", ["converter.frameworks"]),
-    ("convert", ["converter.convert", "converter.hfdir", "converter.spec"]),
+    ("convert", ["converter.convert", "converter.inmemory", "converter.hfdir", "converter.spec"]),
     ("compare", ["converter.compare"]),
     ("verify", ["converter.verify", "converter.hfpair"]),
     ("train", ["converter.train"]),

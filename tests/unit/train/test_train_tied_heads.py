@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers.cli import run_verify, spec_path
-from converter.convert import convert_in_memory
+from converter.inmemory import convert_in_memory
 from converter.spec import PortSpec
 from helpers.train import train_check
 

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from converter.compare.session import Options, PortSession
-from converter.convert import convert_in_memory
+from converter.inmemory import convert_in_memory
 from converter.errors import UserError
 from converter.io import open_source
 from converter.io.base import TensorInfo

@@ -34,7 +34,7 @@ def _spec_for(bug):
 def _converted(tmp_path, spec, bug):
     if bug.mutate_weights is None:
         return None
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     from converter.io.base import TensorInfo
     from converter.io.pdparams import write_pdparams
     state, _, _, _ = convert_in_memory(spec.torch_model(), spec.paddle_model())
@@ -68,7 +68,7 @@ def test_tiny_bug_moves_the_output_by_less_than_1e6_yet_is_found(tmp_path):
     spec = _spec_for(bug)
     converted = _converted(tmp_path, spec, bug)
     # the bug's own effect on the final output: the port with and without it, same inputs
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     clean = clean_bert()
     clean.set_state_dict(convert_in_memory(spec.torch_model(), clean)[0])
     buggy = clean_bert()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers.cli import run_verify
-from converter.convert import convert_in_memory
+from converter.inmemory import convert_in_memory
 from converter.errors import UserError
 from converter.spec import spec_from_functions
 from converter.verify.run import verify

@@ -234,7 +234,7 @@ def test_a_planted_bug_is_named_at_its_own_module(rules, strategy, bug, culprit,
 def test_a_converted_file_with_two_slices_exchanged_is_named_at_the_first_wrong_slice(rules, tmp_path):
     """A hand-made converter that merged q|v|k: the first slice that holds the wrong weights is
     named, the others are not blamed."""
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     from converter.io.base import TensorInfo
     from converter.io.pdparams import write_pdparams
     state, _, _, _ = convert_in_memory(torch_model(), PaddleModel(), rules)
@@ -254,7 +254,7 @@ def test_a_converted_file_with_two_slices_exchanged_is_named_at_the_first_wrong_
 
 
 def _plan(rules):
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     return convert_in_memory(torch_model(), PaddleModel(), rules)[1]
 
 

@@ -129,7 +129,7 @@ def rules(tmp_path_factory):
 
 
 def _plan(rules):
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
     return convert_in_memory(torch_model(), PaddleModel(), rules)
 
 

@@ -168,7 +168,7 @@ def test_loaded_pairs_through_the_shipped_rule_set_when_none_can_be_inferred():
     set does; the port loaded with torch's weights converted under it passes."""
     sys.path.insert(0, SPECS)
     import bert_paddlenlp_names as S
-    from converter.convert import convert_in_memory
+    from converter.inmemory import convert_in_memory
 
     def paddle_model():
         model = S.paddle_model()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from converter import PortSpec, VerifyOptions, verify_port
-from converter.convert import convert_in_memory
+from converter.inmemory import convert_in_memory
 from converter.errors import UserError
 from converter.compare.restore import record_torch_flags
 from helpers.threads import threads_of_a_new_thread
