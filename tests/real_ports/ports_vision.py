@@ -24,6 +24,7 @@ def calibrate_batchnorms(model, shape: tuple, seed: int = 0) -> None:
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
+    momenta = [m.momentum for m in norms]
     for m in norms:
         m.reset_running_stats()
         m.momentum = None  # a cumulative average: the statistics of this one forward
@@ -33,8 +34,8 @@ def calibrate_batchnorms(model, shape: tuple, seed: int = 0) -> None:
         model(x)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for m in norms:
-            m.momentum = 0.1
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum  # the model's own again
             if m.affine:
                 m.weight.copy_(1 + torch.randn(m.num_features, generator=g) * 0.1)
                 m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)

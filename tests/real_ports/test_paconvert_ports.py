@@ -86,6 +86,9 @@ PLANTED = [
 ]
 
 
+DIAGNOSES = {"mobilenet_v3_small-batchnorm-epsilon-default": "epsilon differs: torch eps=0.001, paddle epsilon=1e-05",
+             "swin-small-gelu-tanh": "GELU variant"}
+
 # Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
 COMPAT_MHA = ("rule inference refuses paddle.compat.nn.MultiheadAttention against torch's MultiheadAttention "
               "(\"expected one of MultiHeadAttention\"): exit 2")
@@ -108,6 +111,8 @@ def test_clean_paconvert_port_passes(pair, strategy):
 def test_planted_bug_is_named_at_its_module(pair, culprit, strategy):
     outcome = verify(pair.spec, strategy)
     assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
+    if strategy == "full":  # the diagnosis, and no other
+        assert len(outcome.causes) == 1 and DIAGNOSES[pair.name] in outcome.causes[0], outcome.causes
 
 
 @pytest.mark.parametrize("pair", [pytest.param(p, id=p.name, marks=_xfail(p.name)) for p in CLEAN])

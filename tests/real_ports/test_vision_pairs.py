@@ -82,6 +82,13 @@ def test_clean_pair_converts(pair, tmp_path):
     assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
 
 
+# The diagnosis (a part of its cause) that the named module gets, under full.
+DIAGNOSES = {
+    "inception_v3-as-shipped": "epsilon differs",
+    "mobilenet_v3_small-first-hardswish-relu": "paddle computes ReLU where torch computes Hardswish",
+    "inception_v3-avgpool-exclusive": "Mixed_5b's own forward",
+}
+
 # Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
 SHAPE_CHANGING_POOL = ("a max pool whose output shape differs is not named: the next convolution is, "
                        "its inputs 'differ in shape already'")
@@ -104,3 +111,5 @@ def _runs(cases):
 def test_difference_is_named_at_its_module(pair, culprit, strategy):
     outcome = verify(pair.spec, strategy)
     assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
+    if strategy == "full" and pair.name in DIAGNOSES:
+        assert any(DIAGNOSES[pair.name] in cause for cause in outcome.causes), outcome.causes
