@@ -539,6 +539,12 @@ def _paddle_causal_loss(output, labels):
     return losses.sum() / (labels != IGNORED).astype(losses.dtype).sum()
 
 
+# paddle's side of the causal-LM loss counts as torch's does: said once in the training report's notes
+_paddle_causal_loss.convention = (
+    "paddle 3.3's cross_entropy with ignore_index and reduction 'mean' divides by every label, the ignored ones "
+    "included (torch's by the labels counted): paddle's causal-LM loss here sums and divides by the labels counted")
+
+
 def _torch_class_loss(output, labels):
     import torch
     return torch.nn.functional.cross_entropy(_logits(output), labels)

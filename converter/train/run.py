@@ -164,7 +164,7 @@ def _train_check(port, tspec, steps) -> TrainReport:
                 final = final_rows(session, t32, t64, tfmt, p, check.drift, own)
         rows += final
         bad = first_bad(rows)
-        notes = _notes(session, tspec) + conventions(session, rows)
+        notes = _notes(session, tspec) + conventions(session, tspec, rows)
         report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
         report.optimizer_code = session.translation.code() if session.translation is not None else None
         report.diagnosis = diagnose(session, tspec, report, batches, Runs(t32, t64, tfmt, p, loss_probe, check))
@@ -204,10 +204,11 @@ def _described(session, tspec) -> str:
     return "translated from torch's: " + session.translation.describe()
 
 
-def conventions(session, rows) -> list:
+def conventions(session, tspec, rows) -> list:
     """The conventions that differ between the two libraries, are not bugs of the port, and were
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
-    variance updated with the biased batch variance on paddle's side, and the optimizer's."""
+    variance updated with the biased batch variance on paddle's side, the optimizer's, and those a
+    paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hfpair)."""
     from ..lazy import import_paddle
     said = []
     variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note
@@ -219,6 +220,9 @@ def conventions(session, rows) -> list:
                     f"torch's batch statistics were replayed under paddle's rule for {shown}: not a bug of the port")
     if session.translation is not None:
         said += [f"convention: {note}" for note in session.translation.notes if note.startswith("paddle")]
+    loss = getattr(tspec.spec.training_part("paddle_loss"), "convention", None)  # a loss that says what it evens out
+    if isinstance(loss, str):
+        said.append(f"convention: {loss}")
     return said
 
 
