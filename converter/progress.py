@@ -21,7 +21,7 @@ def shown(enabled: bool, file=None):
         return
     from tqdm import tqdm
     bar = tqdm(total=None, desc="verify-port: setting up", file=file or sys.stderr, leave=False, dynamic_ncols=True,
-               miniters=1, mininterval=0.1, bar_format="{desc} [{elapsed}]")
+               miniters=1, mininterval=0, bar_format="{desc} [{elapsed}]")  # each pass and step drawn
     with _LOCK:
         _STATE.update(bar=bar, passes=0, said={})
     try:
