@@ -93,9 +93,16 @@ class _Inference:
         pair = PortedLayer(t_path, p_path, t_mod, p_layer)
         if family is not None and family.convert is not None:
             if not paddle_type_fits(family, p_layer):
+                # a paddle layer that keeps torch's names and shapes (paddle.compat.nn.MultiheadAttention)
+                # takes them as they are, whatever the family's paddle types are
+                _own_keys_by_name(pair)
+                if not pair.problems and _shapes_fit(pair):
+                    orient(pair, None)
+                    return pair
                 self.problems.append(f"torch '{t_path or '<root>'}' is {type(t_mod).__name__} but paddle "
                                      f"'{p_path or '<root>'}' is {type(p_layer).__name__}; expected one of "
-                                     f"{', '.join(family.paddle_types)}")
+                                     f"{', '.join(family.paddle_types)}, or a layer holding torch's tensors under "
+                                     "their names and shapes")
                 return None
             family.convert(pair)
         else:  # no entry, or a family without weight rules: its own tensors keep their names

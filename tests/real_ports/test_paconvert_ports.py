@@ -89,10 +89,9 @@ PLANTED = [
 DIAGNOSES = {"mobilenet_v3_small-batchnorm-epsilon-default": "epsilon differs: torch eps=0.001, paddle epsilon=1e-05",
              "swin-small-gelu-tanh": "GELU variant"}
 
-# Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
-COMPAT_MHA = ("rule inference refuses paddle.compat.nn.MultiheadAttention against torch's MultiheadAttention "
-              "(\"expected one of MultiHeadAttention\"): exit 2")
-DEFECTS = {"vit-square": COMPAT_MHA}
+# Verifier defects these cases show: strict expected failures, each taken away once fixed.
+
+DEFECTS: dict[str, str] = {}  # pair name -> a defect of the tool that fails it, while one does
 
 
 def _xfail(name):

@@ -197,3 +197,33 @@ def inputs():
     assert "1 paddle state tensor(s) that no torch tensor fills are not written" in r.stderr and "position_ids" in r.stderr
     from converter.io.pdparams import load_pdparams
     assert sorted(load_pdparams(str(tmp / "out.pdparams"))) == ["emb.weight"]
+
+
+def test_a_compat_multihead_attention_takes_torchs_tensors_by_name():
+    """paddle.compat.nn.MultiheadAttention keeps torch's names and layouts (in_proj_weight [3E, E]):
+    it takes them as they are, and the pair passes."""
+    class TorchAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    class PaddleAttention(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.attn = paddle.compat.nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchAttention()
+    s = spec_from_functions(torch_model, PaddleAttention,
+                            lambda: (np.random.default_rng(0).standard_normal((2, 5, 8)).astype("float32"),))
+    ruleset = infer_ruleset(s.torch_model(), s.paddle_model())
+    assert transposed_keys(ruleset) == []
+    assert {r.spec["key"]: r.spec["to"] for r in ruleset.rules}["attn.in_proj_weight"] == "attn.in_proj_weight"
+    assert verify_port(s, VerifyOptions()).exit_code == 0
