@@ -553,8 +553,8 @@ class StagedDirectory:
     def open(self) -> str:
         check_directory_destination("output", self.path, self.force)
         remove_stale_temporaries(self.path)
-        self.staging = tempfile.mkdtemp(prefix=_hidden_name(self.path), suffix=".partial",
-                                        dir=os.path.dirname(self.path))
+        self.staging = _spare_name(self.path)  # named before it exists: an interrupt at any point is discarded
+        os.mkdir(self.staging, 0o700)
         return self.staging
 
     def sync(self) -> None:
@@ -632,14 +632,14 @@ class OutputGroup:
 
     def file(self, path: str) -> AtomicOutput:
         output = AtomicOutput(path, self.force)
+        self.outputs.append(output)  # before anything is made: an interrupt inside open() still discards it
         output.open()
-        self.outputs.append(output)
         return output
 
     def directory(self, path: str, replaceable: Callable[[str], str | None]) -> StagedDirectory:
         output = StagedDirectory(path, self.force, replaceable)
+        self.outputs.append(output)  # before anything is made: an interrupt inside open() still discards it
         output.open()
-        self.outputs.append(output)
         return output
 
     def __enter__(self):
