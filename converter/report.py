@@ -85,9 +85,9 @@ def verdict_line(report: PortReport) -> str:
         failed.append(f"the training checks fail ({first_bad_line(report.train)})")
     if forward is Verdict.FAIL:
         failed.append(f"the forward check fails ({forward_line(report.forward).removeprefix('FAIL: ')})")
-    passed = [name for name, v in (("the training checks", train), ("the forward check", forward))
+    passed = [said for said, v in (("the training checks pass", train), ("the forward check passes", forward))
               if v is Verdict.PASS]
-    return "FAIL: " + "; ".join(failed) + ("; " + passed[0] + " passes" if passed else "")
+    return "FAIL: " + "; ".join(failed + passed)
 
 
 def render_json(report: PortReport) -> str:

@@ -62,3 +62,30 @@ def test_without_train_the_forward_verdict_is_the_verdict(tmp):
     assert r.code == 0, r
     assert r.stdout.strip().splitlines()[-1] == "PASS: all 5 compared layers are within their expected-error budget"
     assert body["verdict"] == body["forward_verdict"] == "pass" and "train" not in body
+
+
+def _composed(forward_bad: bool, train_bad: bool) -> PortReport:
+    from converter.train.result import Row, TrainReport
+    from converter.verify.report import LayerResult, Report
+    rows = [LayerResult("fc", "fc", "Linear", "Linear", (2, 3), 1e-6, local_max_abs=1e-6, budget=1e-5 if not forward_bad
+                        else 1e-7, ratio=0.1 if not forward_bad else 10.0)]
+    precision = {"torch": {"effective": "fp32"}, "paddle": {"effective": "fp32"}}
+    forward = Report(rows, rows[0] if forward_bad else None, precision, [], "full", 2)
+    bad = Row("optimizer", 0, "fc.weight", "fc.weight", 3.0) if train_bad else None
+    return PortReport(forward, TrainReport([bad] if bad else [], [], bad))
+
+
+@pytest.mark.parametrize("forward_bad, train_bad", [(True, False), (True, True), (False, True), (False, False)])
+def test_the_last_line_names_each_check_that_failed(forward_bad, train_bad):
+    from converter.report import render_html, verdict_line
+    report = _composed(forward_bad, train_bad)
+    line = verdict_line(report)
+    assert line.startswith("FAIL: " if forward_bad or train_bad else "PASS: "), line
+    assert report.to_json()["verdict"] == ("fail" if forward_bad or train_bad else "pass")
+    assert report.to_json()["forward_verdict"] == ("fail" if forward_bad else "pass")
+    assert ("the forward check fails (first layer over budget: fc (Linear)" in line) == forward_bad, line
+    assert ("the training checks fail (first over budget: optimizer (teacher-forced) at step 0, torch 'fc.weight'"
+            in line) == train_bad, line
+    assert line.endswith("the forward check passes") == (train_bad and not forward_bad), line
+    assert line.endswith("the training checks pass") == (forward_bad and not train_bad), line
+    assert f"<p><b>{line.replace(chr(39), '&#x27;')}</b></p>" in render_html(report)
