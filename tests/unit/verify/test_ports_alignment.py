@@ -349,3 +349,38 @@ def test_running_statistics_on_paddles_side_only_are_checked_and_named(use_globa
     assert report.exit_code == 1 and report.forward.first_bad.torch == "bn", report.forward.first_bad
     [cause] = report.forward.diagnosis
     assert "track_running_stats=False" in cause.cause and "use_global_stats=False" in cause.hint
+
+
+# ------------------------------------------------------------------ a dropout that scales in eval
+
+class TorchDropped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop, self.out = torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.drop(self.fc(x)))
+
+
+class PaddleDropped(paddle.nn.Layer):
+    def __init__(self, mode):
+        super().__init__()
+        self.fc, self.drop, self.out = paddle.nn.Linear(8, 8), paddle.nn.Dropout(0.5, mode=mode), paddle.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.drop(self.fc(x)))
+
+
+@pytest.mark.parametrize("mode", ["downscale_in_infer", "upscale_in_train"])
+def test_a_dropout_that_scales_in_eval_is_named_with_its_mode(mode):
+    """paddle.vision's AlexNet, SqueezeNet and Inception-v3 build their dropouts this way."""
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchDropped()
+    report = verify_port(spec_from_functions(torch_model, lambda: PaddleDropped(mode), x_of(4, 8)), VerifyOptions(bisect=True))
+    if mode == "upscale_in_train":
+        assert report.exit_code == 0, report.forward.first_bad
+        return
+    assert report.exit_code == 1 and report.forward.first_bad.torch == "drop", report.forward.first_bad
+    [found] = report.forward.diagnosis
+    assert "downscale_in_infer" in found.cause and "1 - p = 0.5" in found.cause and "upscale_in_train" in found.hint
