@@ -254,7 +254,7 @@ def verdict_line(report: Report) -> str:
         return (f"FAIL: the final outputs differ beyond noise (max abs {_num(o.max_abs)} vs end-to-end budget "
                 f"{_num(o.budget)}, ratio {o.ratio:.3g}), and no single layer is over its own budget")
     r = report.first_bad
-    if r.local_max_abs is None and r.note:  # no error to measure: the outputs cannot be compared at all
+    if r.local_max_abs is None and r.max_abs is None and r.note:  # the outputs cannot be compared at all
         return (f"FAIL: first layer whose outputs cannot be compared: {r.torch or '<model>'} ({r.type}) ~ "
                 f"paddle {r.paddle or '<model>'}: {r.note}")
     return (f"FAIL: first layer over budget: {r.torch or '<model>'} ({r.type}) ~ paddle "
