@@ -113,9 +113,10 @@ def flatten(value, is_leaf: Leaf = is_float_tensor) -> list:
     return out
 
 
-def map_leaves(value, fn: Callable[[Any], Any], is_leaf: Leaf = is_float_tensor):
+def map_leaves(value, fn: Callable[[Any], Any], is_leaf: Leaf = is_float_tensor, copy: bool = False):
     """`value` with each leaf replaced by fn(leaf), in flatten's order; a container with a changed
-    leaf inside rebuilt in its own type, everything else kept as it is (the same object)."""
+    leaf inside rebuilt in its own type, everything else kept as it is (the same object), unless
+    `copy`: then every container is rebuilt."""
     def walk(v, on_path: frozenset):
         if is_leaf(v):
             return fn(v)
@@ -126,7 +127,7 @@ def map_leaves(value, fn: Callable[[Any], Any], is_leaf: Leaf = is_float_tensor)
             raise _too_deep()
         inside = on_path | {id(v)}
         items = [(k, walk(c, inside)) for k, c in children]
-        if all(new is old for (_, new), (_, old) in zip(items, children)):
+        if not copy and all(new is old for (_, new), (_, old) in zip(items, children)):
             return v  # nothing inside changed: the container itself, not a copy
         return _rebuild(v, items)
 
@@ -153,15 +154,4 @@ def containers_copied(value, is_leaf: Leaf = is_float_tensor):
     """`value` with every list, dict and other container in it copied, its leaves and other values the
     same objects: a snapshot of a structure that its owner may change later (DenseNet hands each
     layer the list of features that it appends to afterwards)."""
-    def walk(v, on_path: frozenset):
-        if is_leaf(v):
-            return v
-        children = _children(v)
-        if children is None or id(v) in on_path:
-            return v
-        if len(on_path) >= MAX_DEPTH:
-            raise _too_deep()
-        inside = on_path | {id(v)}
-        return _rebuild(v, [(k, walk(c, inside)) for k, c in children])
-
-    return walk(value, frozenset())
+    return map_leaves(value, lambda leaf: leaf, is_leaf, copy=True)
