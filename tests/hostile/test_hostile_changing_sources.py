@@ -18,18 +18,18 @@ from helpers.hostile_forge import ROOT, assert_one_line_error, no_leftovers
 KEEP_ALL = {"name": "keep", "rules": [{"kind": "rename", "match": "(.*)", "to": r"\1"}]}
 CHANGED = "SRC changed while it was being read"
 
-# convert-weights in a fresh process, with the first tensor read of the file named CHANGE changed
-# by HOW first: after the file was opened and its header or zip directory read, as another
+# convert-weights in a fresh process, with the first tensor read (or copied in the kernel) of the
+# file named CHANGE changed by HOW first: after the file was opened and its header or zip directory read, as another
 # process re-downloading it would, but at a moment chosen deterministically
 _RUNNER = """
 import os, sys
 sys.path.insert(0, {root!r})
-from converter.io import stable
+from converter.io import sink, stable
 target, how = os.path.abspath({target!r}), {how!r}
-read = stable.StableFile.array
+read, copy = stable.StableFile.array, sink.copy_range
 done = []
 
-def array(self, *args):
+def change(self):
     if os.path.abspath(self.path) == target and not done:
         done.append(1)
         if how == "truncate":
@@ -46,9 +46,17 @@ def array(self, *args):
             os.utime(target, ns=(self.identity[3], self.identity[3]))
         elif how == "replace":
             os.rename(target + ".other", target)
+
+def array(self, *args):
+    change(self)
     return read(self, *args)
 
+def copied(src, *args):  # a tensor copied from file to file in the kernel, never read into the process
+    change(src)
+    return copy(src, *args)
+
 stable.StableFile.array = array
+sink.copy_range = copied
 from converter.cli import convert_weights
 convert_weights(sys.argv[1:], prog_name="convert-weights")
 """

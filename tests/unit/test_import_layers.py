@@ -14,7 +14,7 @@ PACKAGE = os.path.join(ROOT, "converter")
 # through, and the commands' one-line errors and report files), the walker and path helpers,
 # the per-layer-type families, then the rules that the families let us infer.
 LAYERS = [
-    ("errors", ["converter.errors", "converter.lazy", "converter.diagnosis", "converter.results"]),
+    ("errors", ["converter.errors", "converter.lazy", "converter.diagnosis", "converter.results", "converter.progress"]),
     ("dtypes", ["converter.dtypes"]),
     ("io", ["converter.io", "converter.layout", "converter.pipeline", "converter.cli_common"]),
     ("tree/paths", ["converter.tree", "converter.paths"]),
@@ -170,7 +170,8 @@ def test_the_circle_finder_finds_one():
 
 # what the commands may import outside their own package: the public API, the errors they turn
 # into exit codes, their report files, and the renderers of the API's report
-COMMANDS_IMPORT = {"converter.api", "converter.errors", "converter.cli_common", "converter.report"}
+COMMANDS_IMPORT = {"converter.api", "converter.errors", "converter.cli_common", "converter.report",
+                   "converter.progress"}  # the progress line the commands open
 
 
 def _in_commands(name: str) -> bool:
