@@ -10,6 +10,7 @@ shows here).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -154,6 +155,31 @@ def run_paconvert(src: str, dst: str) -> None:
     assert done.returncode == 0 and os.path.exists(dst), f"paconvert {src}: {done.stdout[-500:]}{done.stderr[-500:]}"
 
 
+_ABSENT = object()
+
+
+def _restore(cls, before: dict, changed: dict) -> None:
+    for key in changed:
+        if before.get(key, _ABSENT) is _ABSENT:
+            delattr(cls, key)
+        else:
+            setattr(cls, key, before[key])
+
+
+@contextlib.contextmanager
+def tensor_patches_of(path: str):
+    """The paddle.Tensor attributes the converted module of `path` set at import, set while inside."""
+    import paddle
+    patches = getattr(paconverted(path), "tensor_patches", {})
+    before = dict(vars(paddle.Tensor))
+    for key, value in patches.items():
+        setattr(paddle.Tensor, key, value)
+    try:
+        yield
+    finally:
+        _restore(paddle.Tensor, before, patches)
+
+
 def paconverted(path: str):
     """The module PaConvert makes of the installed file `path` (`torchvision/models/resnet.py`),
     fixed and imported (once)."""
@@ -175,11 +201,20 @@ def paconverted(path: str):
     spec = importlib.util.spec_from_file_location(name, fixed)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    import paddle
+    before = dict(vars(paddle.Tensor))
     try:
         spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]
         raise
+    finally:
+        # what the generated code sets on paddle.Tensor at import (PaConvert's BERT replaces
+        # Tensor.split with a torch-style one, which breaks paddle.compat.nn.MultiheadAttention's
+        # own split in any port run after it in the process): kept with the module, put back here,
+        # and set only while that port runs (ConvertedPair.patched)
+        module.tensor_patches = {k: v for k, v in vars(paddle.Tensor).items() if before.get(k, _ABSENT) is not v}
+        _restore(paddle.Tensor, before, module.tensor_patches)
     return module
 
 
