@@ -44,10 +44,12 @@ def _short(src: StableFile, done: int, count: int) -> int:
     raise _Cannot(done)
 
 
-def _copy_file_range(src: StableFile, offset: int, count: int, dst_fd: int, dst_offset: int, done: int) -> int:
+def _in_pieces(step, src: StableFile, count: int, done: int) -> int:
+    """`step(done, n)` (one kernel call copying at most n bytes from `done` on, returning how many it
+    copied) until `count` bytes are done; a method the kernel refuses here is _Cannot."""
     while done < count:
         try:
-            n = os.copy_file_range(src.fd, dst_fd, min(count - done, PIECE), offset + done, dst_offset + done)
+            n = step(done, min(count - done, PIECE))
         except OSError as exc:
             if exc.errno in _CANNOT:
                 raise _Cannot(done) from None
@@ -56,21 +58,15 @@ def _copy_file_range(src: StableFile, offset: int, count: int, dst_fd: int, dst_
             _short(src, done, count)
         done += n
     return done
+
+
+def _copy_file_range(src: StableFile, offset: int, count: int, dst_fd: int, dst_offset: int, done: int) -> int:
+    return _in_pieces(lambda at, n: os.copy_file_range(src.fd, dst_fd, n, offset + at, dst_offset + at), src, count, done)
 
 
 def _sendfile(src: StableFile, offset: int, count: int, dst_fd: int, dst_offset: int, done: int) -> int:
     os.lseek(dst_fd, dst_offset + done, os.SEEK_SET)  # sendfile writes at the output's file position
-    while done < count:
-        try:
-            n = os.sendfile(dst_fd, src.fd, offset + done, min(count - done, PIECE))
-        except OSError as exc:
-            if exc.errno in _CANNOT:
-                raise _Cannot(done) from None
-            raise
-        if n == 0:
-            _short(src, done, count)
-        done += n
-    return done
+    return _in_pieces(lambda at, n: os.sendfile(dst_fd, src.fd, offset + at, n), src, count, done)
 
 
 def _pread(src: StableFile, offset: int, count: int, dst_fd: int, dst_offset: int, done: int) -> int:
