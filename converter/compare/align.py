@@ -112,19 +112,25 @@ def _sized_apart(t_call, p_call) -> bool:
         math.prod(a) != math.prod(b) for a, b in zip(t_call.shapes, p_call.shapes))
 
 
-def in_order(a: list, b: list, fits) -> list[tuple]:
+PAIR = 1 << 20  # a pair's weight in in_order: any number of pairs outweighs every bonus
+
+
+def in_order(a: list, b: list, fits, bonus=lambda x, y: 0) -> list[tuple]:
     """The longest sequence of pairs (a[i], b[j]) that fit, keeping both orders (a longest common
     subsequence): layers without weights pair in execution order, and where one side has a layer
     more (paddle's attention applies dropout as a function, torch's as a module), the pairs
-    whose outputs cannot be the same values are skipped rather than forced."""
+    whose outputs cannot be the same values are skipped rather than forced. Of sequences as long,
+    the one whose pairs earn the most `bonus(a[i], b[j])` (small integers)."""
     n, m = len(a), len(b)
+    weight = [[PAIR + bonus(x, y) if fits(x, y) else 0 for y in b] for x in a]
     best = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         for j in range(m - 1, -1, -1):
-            best[i][j] = max(best[i + 1][j], best[i][j + 1], best[i + 1][j + 1] + 1 if fits(a[i], b[j]) else 0)
+            paired = best[i + 1][j + 1] + weight[i][j] if weight[i][j] else 0
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], paired)
     out, i, j = [], 0, 0
     while i < n and j < m:
-        if fits(a[i], b[j]) and best[i][j] == best[i + 1][j + 1] + 1:
+        if weight[i][j] and best[i][j] == best[i + 1][j + 1] + weight[i][j]:
             out.append((a[i], b[j]))
             i, j = i + 1, j + 1
         elif best[i + 1][j] >= best[i][j + 1]:
@@ -132,6 +138,16 @@ def in_order(a: list, b: list, fits) -> list[tuple]:
         else:
             j += 1
     return out
+
+
+def _anchors(calls: dict, paired):
+    """For a call, the path of the last paired call that completed before it started (None where
+    none did): layers without weights between the same paired layers on both sides are the same
+    step (a ReLU after conv5, where paddle applies the one after conv4 as a function)."""
+    import bisect
+    done = sorted((calls[path].end, path) for path in paired if path in calls)
+    ends = [end for end, _ in done]
+    return lambda call: done[k - 1][1] if (k := bisect.bisect_left(ends, call.start)) else None
 
 
 def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
@@ -191,11 +207,15 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     for p, call in sorted(paddle_calls.items(), key=lambda kv: kv[1].end):
         if p not in used:
             groups_p.setdefault((nearest_in(p, used), kind_of(call.type)), []).append(p)
+    anchor_t, anchor_p = _anchors(torch_calls, pairs), _anchors(paddle_calls, {p: t for t, p in pairs.items()})
+    partner = {p: t for t, p in pairs.items()}
+    same_anchor = lambda t, p: int(anchor_t(torch_calls[t]) == partner.get(anchor_p(paddle_calls[p]), anchor_p(paddle_calls[p])))
     for key, t_list in groups_t.items():
         p_list = groups_p.get(key, [])
         if key[0] is not None:
             as_many = len(t_list) == len(p_list)
-            for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p], as_many)):
+            for t, p in in_order(t_list, p_list, lambda t, p: _calls_fit(torch_calls[t], paddle_calls[p], as_many),
+                                 same_anchor):
                 add(t, p)
     ordered = sorted(pairs.items(), key=lambda kv: torch_calls[kv[0]].end)
     return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type,

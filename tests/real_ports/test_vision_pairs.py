@@ -89,14 +89,12 @@ DIAGNOSES = {
     "inception_v3-avgpool-exclusive": "Mixed_5b's own forward",
 }
 
-# Verifier defects these cases show (issue 34): strict expected failures, each taken away once fixed.
+# Verifier defects these cases show: strict expected failures, each taken away once fixed.
 SHAPE_CHANGING_POOL = ("a max pool whose output shape differs is not named: the next convolution is, "
                        "its inputs 'differ in shape already'")
 DEFECTS = {
     ("squeezenet1_0-as-shipped-64", "full"): SHAPE_CHANGING_POOL,
     ("squeezenet1_0-as-shipped-64", "binary"): SHAPE_CHANGING_POOL,
-    ("alexnet-as-shipped", "binary"): ("binary names torch's features.9 (ReLU, paired with paddle's _conv5.relu) as over "
-                                       "budget at a unit's boundary, not the dropout that scales by 1 - p"),
 }
 
 
