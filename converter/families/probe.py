@@ -26,13 +26,19 @@ def paddle_own(layer) -> dict:
     return own
 
 
+def torch_own(module) -> dict:
+    """The torch module's own parameters and buffers by name (not its children's)."""
+    own = dict(module.named_parameters(recurse=False))
+    own.update(module.named_buffers(recurse=False))
+    return own
+
+
 class Weights:
     """The 2-D tensors of one ported layer whose rename rules may need a transpose."""
 
     def __init__(self, pair):
         self.pair = pair
-        torch_state = dict(pair.torch_module.named_parameters(recurse=False))
-        torch_state.update(pair.torch_module.named_buffers(recurse=False))
+        torch_state = torch_own(pair.torch_module)
         self.paddle = paddle_own(pair.paddle_layer)
         self.renames = {}  # torch own name -> paddle own name, for every own tensor with a plain rename
         for rule in pair.rules:
@@ -131,8 +137,7 @@ def measure(weights: Weights, names: list[str]) -> set[str] | None:
         return None
     if reference is None:
         return None
-    fixed = weights.transposed - {pair.torch_key(n) for n in names}
-    fixed = {n for n in weights.renames if pair.torch_key(n) in fixed}
+    fixed = {n for n in weights.renames if n not in names and pair.torch_key(n) in weights.transposed}
     scale = 1e-3 * (1.0 + float(np.abs(reference).max(initial=0.0)))
     close = []
     for flags in itertools.product((False, True), repeat=len(names)):
@@ -144,8 +149,6 @@ def measure(weights: Weights, names: list[str]) -> set[str] | None:
         if got is not None and got.shape == reference.shape and float(np.abs(got - reference).max()) <= scale:
             close.append(transposed & set(names))
     return close[0] if len(close) == 1 else None
-
-
 
 
 def runs_transposed(torch_module, paddle_layer, name: str = "weight") -> bool:

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ..errors import UserError
 from ..families import PortedLayer, kind_of, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
+from ..families.probe import paddle_own, torch_own
 from .orient import describe, orient
 from .ruleset import RuleSet, parse_ruleset
 
@@ -190,10 +191,7 @@ def _own_state(module) -> bool:
 
 def _shapes_fit(pair: PortedLayer) -> bool:
     """Whether every tensor a pair's rules rename lands in the shape of its paddle counterpart."""
-    torch_state = dict(pair.torch_module.named_parameters(recurse=False))
-    torch_state.update(pair.torch_module.named_buffers(recurse=False))
-    paddle_state = dict(pair.paddle_layer.named_parameters(include_sublayers=False))
-    paddle_state.update(pair.paddle_layer.named_buffers(include_sublayers=False))
+    torch_state, paddle_state = torch_own(pair.torch_module), paddle_own(pair.paddle_layer)
     turned = {r["key"] for r in pair.rules if r["kind"] == "transpose"}
     reshaped = {r["key"]: tuple(r["shape"]) for r in pair.rules if r["kind"] == "reshape"}
     for rule in pair.rules:

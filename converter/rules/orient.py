@@ -90,4 +90,3 @@ def describe(measured: list[Measured], shown: int = 3) -> list[str]:
                          "a checkpoint converted by the class's usual rules (as shipped rule sets write it) "
                          "would not fit this port")
     return notes
-
