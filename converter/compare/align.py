@@ -11,6 +11,8 @@ compared at its nearest paired ancestor.
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 
 from ..families import kind_of, lookup
@@ -91,9 +93,8 @@ def _calls_fit(t_call, p_call, as_many: bool = False) -> bool:
     in an outline, as many outputs, each pair broadcast-compatible, or (`as_many`: both sides have as
     many such layers under the parent) of other sizes (see _sized_apart)."""
     from ..frameworks import paddle_side, torch_side
-    from .capture import call_tensors
-    x = call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor)
-    y = call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)
+    from .replay import paddle_inputs, torch_inputs
+    x, y = torch_inputs(t_call), paddle_inputs(p_call)
     if not x or not y:  # an outline: shapes are all there is, and the order where both sides have as many
         return shapes_fit(t_call, p_call) or (as_many and _sized_apart(t_call, p_call))
     if same_values(paddle_side.to_numpy(y[0]), torch_side.to_numpy(x[0])) is None:
@@ -107,7 +108,6 @@ def _sized_apart(t_call, p_call) -> bool:
     """As many outputs, and one of them of another count of elements: one step computing a result of
     another size, not the same values laid out otherwise (HF Bloom drops out [B, H, T, T] where
     PaddleNLP has [B*H, T, T] or other layouts: those are left to their parent)."""
-    import math
     return len(t_call.shapes) == len(p_call.shapes) and any(
         math.prod(a) != math.prod(b) for a, b in zip(t_call.shapes, p_call.shapes))
 
@@ -144,7 +144,6 @@ def _anchors(calls: dict, paired):
     """For a call, the path of the last paired call that completed before it started (None where
     none did): layers without weights between the same paired layers on both sides are the same
     step (a ReLU after conv5, where paddle applies the one after conv4 as a function)."""
-    import bisect
     done = sorted((calls[path].end, path) for path in paired if path in calls)
     ends = [end for end, _ in done]
     return lambda call: done[k - 1][1] if (k := bisect.bisect_left(ends, call.start)) else None
@@ -207,9 +206,9 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     for p, call in sorted(paddle_calls.items(), key=lambda kv: kv[1].end):
         if p not in used:
             groups_p.setdefault((nearest_in(p, used), kind_of(call.type)), []).append(p)
-    anchor_t, anchor_p = _anchors(torch_calls, pairs), _anchors(paddle_calls, {p: t for t, p in pairs.items()})
     partner = {p: t for t, p in pairs.items()}
-    same_anchor = lambda t, p: int(anchor_t(torch_calls[t]) == partner.get(anchor_p(paddle_calls[p]), anchor_p(paddle_calls[p])))
+    anchor_t, anchor_p = _anchors(torch_calls, pairs), _anchors(paddle_calls, partner)
+    same_anchor = lambda t, p: int(anchor_t(torch_calls[t]) == partner.get(anchor_p(paddle_calls[p])))
     for key, t_list in groups_t.items():
         p_list = groups_p.get(key, [])
         if key[0] is not None:

@@ -179,6 +179,8 @@ class Recorder:
             self.spill.record_inputs(path, args, kwargs, self.is_tensor)
         keep = self.keeps(path)
         if keep and self.is_tensor is not None:
+            # the structures as they were at the call: a caller may append to a list it handed on
+            args, kwargs = containers_copied((tuple(args), dict(kwargs)), self.is_tensor)
             tensors = call_tensors(args, kwargs, self.is_tensor)
             if self.attached or path in self.copies:
                 copies = {}  # a tensor passed twice stays one copy
@@ -189,10 +191,8 @@ class Recorder:
                                                     {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
-        if keep:  # the structures as they were at the call: a caller may append to a list it handed on
-            args, kwargs = containers_copied((tuple(args), dict(kwargs)), self.is_tensor or (lambda v: False))
         self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(path),
-                                args=args if keep else (), kwargs=kwargs if keep else {})
+                                args=args if keep else (), kwargs=dict(kwargs) if keep else {})
         self.counter += 1
 
     def _post(self, path, output, is_tensor):

@@ -390,18 +390,20 @@ class OutputPairs:
         another order, and cut to its span where torch's is part of it (an item already in torch's
         shape, as a forced run's is, is taken as it is)."""
         return [_in_span(_in_order(items[j], order, shape), span, shape)
-                for j, order, span, shape in zip(self.paddle, self._axes(), self._spans(), self.shapes)]
+                for j, order, span, shape in zip(self.paddle, self.orders(), self.cuts(), self.shapes)]
 
     def fits(self, paddle_items: list) -> bool:
         """Whether another set of paddle outputs (a forced run's) can stand where these were."""
         return all(j < len(paddle_items)
                    and common_shape(tuple(_in_span(_in_order(paddle_items[j], order, s), span, s).shape), s) == s
-                   for j, order, span, s in zip(self.paddle, self._axes(), self._spans(), self.shapes))
+                   for j, order, span, s in zip(self.paddle, self.orders(), self.cuts(), self.shapes))
 
-    def _axes(self) -> tuple:
+    def orders(self) -> tuple:
+        """Per pair, the order of paddle's axes (None: as it is)."""
         return self.axes or (None,) * len(self.paddle)
 
-    def _spans(self) -> tuple:
+    def cuts(self) -> tuple:
+        """Per pair, the span of paddle's output compared (None: all of it)."""
         return self.spans or (None,) * len(self.paddle)
 
 

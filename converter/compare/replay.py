@@ -29,6 +29,11 @@ def torch_inputs(call: Call) -> list:
     return call_tensors(call.args, call.kwargs, torch_side.is_tensor)
 
 
+def paddle_inputs(call: Call) -> list:
+    """The tensors a recorded paddle call received."""
+    return call_tensors(call.args, call.kwargs, paddle_side.is_tensor)
+
+
 def forced_paddle_inputs(t_call: Call, p_call: Call):
     """paddle (args, kwargs) holding torch's recorded tensors where they match paddle's inputs
     by value (see matching.py); the others stay as paddle's call had them."""
@@ -237,7 +242,7 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
     where they match by value (see matching.py): (as torch recorded them: dtype and device;
     in float64 on the CPU)."""
     import torch
-    pool = [paddle_side.to_numpy(v) for v in call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)]
+    pool = [paddle_side.to_numpy(v) for v in paddle_inputs(p_call)]
     mine = torch_inputs(t_call)
     matches = match_inputs([torch_side.to_numpy(t) for t in mine], pool)
     new = {}

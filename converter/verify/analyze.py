@@ -18,7 +18,8 @@ from ..compare.precision import ROUNDING_DRAWS
 from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
 from ..compare.fused import sliced
 from ..paths import is_under
-from ..compare.replay import forced_paddle_inputs, matmul_stats, run_paddle, run_torch64, run_torch_module, to_numpy_list
+from ..compare.replay import (forced_paddle_inputs, matmul_stats, paddle_inputs, run_paddle, run_torch64, run_torch_module,
+                              to_numpy_list, torch_inputs)
 from .report import LayerResult
 
 
@@ -61,7 +62,7 @@ def _pairing_note(t_out: list, p_out: list, pairs: OutputPairs) -> str:
     if pairs.torch != pairs.paddle or len(t_out) != len(p_out):
         notes.append(f"outputs paired by value: torch {list(pairs.torch)} with paddle {list(pairs.paddle)} "
                      f"(torch gives {len(t_out)}, paddle {len(p_out)})")
-    axes, spans = pairs.axes or (None,) * len(pairs.paddle), pairs.spans or (None,) * len(pairs.paddle)
+    axes, spans = pairs.orders(), pairs.cuts()
     for j, order, span in zip(pairs.paddle, axes, spans):
         if order is not None:
             notes.append(f"paddle's output {list(p_out[j].shape)} compared with its axes in the order {list(order)}, "
@@ -125,10 +126,7 @@ def layer_budget(session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.
 def _inputs_differ(t_call: Call, p_call: Call) -> str:
     """Where a pair's first inputs differ in shape too: that the shape changed before the pair, in
     code that is not compared on its own; else ""."""
-    from ..compare.capture import call_tensors
-    from ..frameworks import paddle_side, torch_side
-    x = call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor)
-    y = call_tensors(p_call.args, p_call.kwargs, paddle_side.is_tensor)
+    x, y = torch_inputs(t_call), paddle_inputs(p_call)
     if not x or not y or common_shape(tuple(x[0].shape), tuple(y[0].shape)) is not None:
         return ""
     return (f"; its inputs differ in shape already (torch {list(x[0].shape)}, paddle {list(y[0].shape)}): the shape "
