@@ -97,7 +97,7 @@ def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | Non
     if name:
         return resolve_mapping(str(name)), targets
     from .rules.infer import infer_ruleset
-    return infer_ruleset(spec.torch_model(), spec.paddle_model(), partial=True), targets
+    return infer_ruleset(spec.torch_model(), model, partial=True), targets  # the paddle model built once
 
 
 def _refuse_open(ruleset: RuleSet, emit_mapping: str | None, force: bool, log) -> None:
