@@ -97,3 +97,13 @@ def outputs_of(make_spec, pdparams: str) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(t, tuple):  # the first output (HF's last hidden state)
         t, p = t[0], p[0]
     return t.numpy(), p.numpy()
+
+
+def assert_converts_to_torchs_outputs(name: str, make_spec, tmp_dir) -> None:
+    """convert-weights with the spec exits 0, and the paddle model loaded from the file gives the
+    torch model's outputs, within 1e-4 of their largest value."""
+    converted = convert(make_spec, str(tmp_dir))
+    assert converted.exit_code == 0, f"{name}: exit {converted.exit_code}: {converted.headline}"
+    torch_out, paddle_out = outputs_of(make_spec, os.path.join(str(tmp_dir), "model.pdparams"))
+    assert torch_out.shape == paddle_out.shape
+    assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()

@@ -26,7 +26,7 @@ pytest.importorskip("paconvert")
 pytest.importorskip("paddle")
 pytest.importorskip("transformers")
 
-from ports_harness import convert, outputs_of, verify  # noqa: E402
+from ports_harness import assert_converts_to_torchs_outputs, convert, verify  # noqa: E402
 from ports_paconvert import ConvertedPair, set_on_layers, tensor_patches_of  # noqa: E402
 
 STRATEGIES = ("full", "binary")
@@ -131,11 +131,7 @@ def test_planted_bug_is_named_at_its_module(pair, culprit, strategy):
 
 @pytest.mark.parametrize("pair", [pytest.param(p, id=p.name, marks=_xfail(p.name)) for p in CLEAN])
 def test_clean_paconvert_port_converts(pair, tmp_path):
-    converted = convert(pair.spec, str(tmp_path))
-    assert converted.exit_code == 0, f"{pair.name}: exit {converted.exit_code}: {converted.headline}"
-    torch_out, paddle_out = outputs_of(pair.spec, str(tmp_path / "model.pdparams"))
-    assert torch_out.shape == paddle_out.shape
-    assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
+    assert_converts_to_torchs_outputs(pair.name, pair.spec, tmp_path)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_xfail(n)) for n in ("vit-square", "mlp-square", "hf-bert-square")])

@@ -18,7 +18,6 @@ Runs in the side environment of scripts/side_env_ports.sh; elsewhere it is skipp
 import os
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 pytest.importorskip("torchvision")
 pytest.importorskip("paddle")
 
-from ports_harness import convert, outputs_of, verify  # noqa: E402
+from ports_harness import assert_converts_to_torchs_outputs, verify  # noqa: E402
 from ports_vision import (VisionPair, avg_pool_exclusive, batchnorm_epsilon, both, ceil_mode_pool,  # noqa: E402
                           dropout_as_torch, first_activation_relu)
 
@@ -75,11 +74,7 @@ def test_clean_pair_passes(pair, strategy):
 
 @pytest.mark.parametrize("pair", CLEAN, ids=lambda p: p.name)
 def test_clean_pair_converts(pair, tmp_path):
-    converted = convert(pair.spec, str(tmp_path))
-    assert converted.exit_code == 0, f"{pair.name}: exit {converted.exit_code}: {converted.headline}"
-    torch_out, paddle_out = outputs_of(pair.spec, str(tmp_path / "model.pdparams"))
-    assert torch_out.shape == paddle_out.shape
-    assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
+    assert_converts_to_torchs_outputs(pair.name, pair.spec, tmp_path)
 
 
 # The diagnosis (a part of its cause) that the named module gets, under full.
