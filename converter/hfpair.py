@@ -22,17 +22,14 @@ against torch's first, one tensor at a time (compare/stream.py).
 from __future__ import annotations
 
 import glob
-import importlib
 import importlib.metadata
-import importlib.util
 import inspect
 import os
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import UserError, quoted
+from .hfclasses import DOCS, PaddleClass, paddle_class_of, torch_class_of
 from .hfconfig import family_of
 from .hfdir import CONFIG, INDEX, WEIGHTS, WRITTEN_FOR, is_model_directory, read_config
 from .spec import LOADED, PortSpec
@@ -40,26 +37,9 @@ from .spec import LOADED, PortSpec
 BATCH, LENGTH, PADDED = 2, 16, 5  # token inputs: 2 rows of 16, the second row's last 5 padded
 SEED = 0
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-LIBRARIES = (("paddleformers", "PaddleFormers"), ("paddlenlp", "PaddleNLP"))  # tried in this order
 SHOWN = 5  # keys named when a directory's weights do not fit the model
 LEARNING_RATE = 1e-3  # verify-port --train's AdamW
 IGNORED = -100  # a label no loss counts (the padded positions'), as HF's and paddle's cross entropy take it
-DOCS = "docs/verify-port.md#model-directories"
-
-
-@dataclass(frozen=True)
-class PaddleClass:
-    """The paddle model class for an architecture: the library's module name, its name for users,
-    the class, and why it is not the class of the architecture's own name (or None)."""
-
-    library: str
-    library_name: str
-    cls: type
-    note: str | None = None
-
-    def describe(self) -> str:
-        version = importlib.metadata.version(self.library)
-        return f"{self.library_name} {version}'s {self.cls.__name__}" + (f" ({self.note})" if self.note else "")
 
 
 @dataclass(frozen=True)
@@ -88,9 +68,9 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
     architecture = _architecture(hf_config, hf_dir)
     _hf_weights(hf_dir)
     paddle_weights = _paddle_weight_keys(paddle_dir)
-    torch_class = _torch_class(architecture)
-    paddle_class = _paddle_class(_paddle_architecture(paddle_config, architecture), paddle_config.get(WRITTEN_FOR),
-                                 paddle_dir)
+    torch_class = torch_class_of(architecture)
+    paddle_class = paddle_class_of(_paddle_architecture(paddle_config, architecture), paddle_config.get(WRITTEN_FOR),
+                                   paddle_dir)
     ruleset = _ruleset(hf_config, hf_dir, paddle_class.library, mapping)
     log(f"torch: transformers {importlib.metadata.version('transformers')}'s {torch_class.__name__} from "
         f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
@@ -273,100 +253,6 @@ def _paddle_weight_keys(paddle_dir: str) -> set[str]:
                     f"{INDEX}); write them with: convert-weights HF_DIR {paddle_dir}")
 
 
-# the classes --------------------------------------------------------------------------------------
-def _torch_class(architecture: str) -> type:
-    from .lazy import import_torch
-    import_torch()  # first: PaddleFormers imported before torch hides torch from transformers
-    _hide_torchcodec_without_metadata()
-    if importlib.util.find_spec("transformers") is None:
-        raise UserError("verify-port HF_DIR PADDLE_DIR builds the torch model with transformers, which is not "
-                        "installed; install it (pip install transformers) or write a port spec (see "
-                        f"{DOCS})")
-    import transformers
-    try:
-        return getattr(transformers, architecture)
-    except (AttributeError, ImportError, RuntimeError):
-        raise UserError(f"transformers {transformers.__version__} has no {quoted(architecture)} (config.json's "
-                        f"'architectures'); install a version that has it, or write a port spec (see {DOCS})") from None
-
-
-def _hide_torchcodec_without_metadata() -> None:
-    """paddlecodec (a PaddleFormers dependency) installs a `torchcodec` package without its
-    distribution metadata, and transformers fails to import any torch model when it finds one
-    (it asks for the version); transformers works without torchcodec, as PaddleFormers makes it."""
-    if "torchcodec" in sys.modules or importlib.util.find_spec("torchcodec") is None:
-        return
-    try:
-        importlib.metadata.version("torchcodec")
-    except importlib.metadata.PackageNotFoundError:
-        sys.modules["torchcodec"] = None
-
-
-def _paddle_class(architecture: str, written_for: str | None = None, paddle_dir: str = "") -> PaddleClass:
-    """The paddle class of `architecture`: from the library PADDLE_DIR was written for where its
-    config.json says (`written_for`), else from the first installed library that has it."""
-    from .lazy import import_paddle
-    import_paddle()
-    installed = [(lib, name) for lib, name in LIBRARIES if importlib.util.find_spec(lib) is not None]
-    if written_for in dict(LIBRARIES):
-        wanted = [(lib, name) for lib, name in installed if lib == written_for]
-        if not wanted:
-            other = [lib for lib, _ in installed]
-            instead = f", or convert HF_DIR again for {other[0]} (--target {other[0]})" if other else ""
-            raise UserError(f"PADDLE_DIR {quoted(paddle_dir)} was written for {dict(LIBRARIES)[written_for]} "
-                            f"(its config.json's {WRITTEN_FOR!r}), which is not installed: pip install {written_for}"
-                            f"{instead}")
-        installed = wanted
-    if not installed:
-        raise UserError("verify-port HF_DIR PADDLE_DIR builds the paddle model with PaddleFormers or PaddleNLP, "
-                        "neither of which is installed; install paddleformers (pip install paddleformers) or "
-                        f"paddlenlp, or write a port spec (see {DOCS})")
-    for library, library_name in installed:
-        found = _class_in(library, library_name, architecture)
-        if found is not None:
-            return found
-    names = [f"{name} {importlib.metadata.version(lib)}" for lib, name in installed]
-    which = f"neither {' nor '.join(names)} has" if len(names) > 1 else f"{names[0]} has no"
-    raise UserError(f"{which} {quoted(architecture)}; write a port spec for this model (see {DOCS})")
-
-
-def _class_in(library: str, library_name: str, architecture: str) -> PaddleClass | None:
-    module = importlib.import_module(f"{library}.transformers")
-    if library == "paddleformers" and importlib.util.find_spec("paddlefleet") is None:
-        plain = _plain_paddle_class(module, architecture)
-        if plain is not None:
-            return plain
-    try:
-        return PaddleClass(library, library_name, getattr(module, architecture))
-    except AttributeError:
-        return None
-    except ImportError as exc:
-        raise UserError(f"{library_name}'s {quoted(architecture)} cannot be imported ({exc}); install what it "
-                        f"names, or write a port spec (see {DOCS})") from None
-
-
-def _plain_paddle_class(module: types.ModuleType, architecture: str) -> PaddleClass | None:
-    """PaddleFormers 1.2's `XForCausalLM` of qwen2, qwen3 and their MoE kin is built by paddlefleet;
-    their plain-paddle class is `XForCausalLMDeprecated` (None where there is none). Their modeling
-    files import paddlefleet's GPT provider at the top, which the plain-paddle classes do not use: an
-    empty provider stands in so that the file imports."""
-    name = "paddleformers.transformers.gpt_provider"
-    try:
-        cls = getattr(module, architecture + "Deprecated")
-    except AttributeError:
-        return None
-    except ImportError as exc:
-        if "paddlefleet" not in str(exc) or name in sys.modules:
-            raise UserError(f"PaddleFormers' {quoted(architecture)} cannot be imported ({exc}); install what it "
-                            f"names, or write a port spec (see {DOCS})") from None
-        stand_in = types.ModuleType(name)
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {})
-        sys.modules[name] = stand_in
-        return _plain_paddle_class(module, architecture)
-    return PaddleClass("paddleformers", "PaddleFormers", cls,
-                       f"its {architecture} is built by paddlefleet, which is not installed")
-
-
 def _ruleset(hf_config: dict, hf_dir: str, target: str, mapping: str | None):
     """The rules given, else the shipped set convert-weights uses for config.json's model_type and
     the target library, with the config's fields that a merge by groups names; None (inferred from
@@ -394,12 +280,15 @@ def _load_paddle(paddle_class: PaddleClass, paddle_dir: str):
 
 
 def _plain_paddle_config(model) -> None:
-    """The paddle model's config as both sides run: no cache, and no fused RMSNorm on a CPU."""
+    """The paddle model's config as both sides run: no cache, the output as a ModelOutput (HF's
+    default: a forward that builds its tuple otherwise may hold more than the logits, DeepSeek-V3's
+    its empty multi-token-prediction outputs), and no fused RMSNorm on a CPU."""
     from .lazy import import_paddle
     paddle = import_paddle()
     config = getattr(model, "config", None)
     if config is not None:
         config.use_cache = False  # both sides return the logits alone
+        config.return_dict = True
         if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
             config.fuse_rms_norm = False  # paddle has no CPU kernel for the fused RMSNorm PaddleFormers uses
 

@@ -148,10 +148,10 @@ def test_the_api_raises_the_same_line(dirs):
                     reason="a paddle model library is installed here")
 def test_without_paddleformers_or_paddlenlp_the_user_is_told_to_install_one():
     from converter.errors import UserError
-    from converter.hfpair import _paddle_class
+    from converter.hfclasses import paddle_class_of
     with pytest.raises(UserError, match=r"neither of which is installed; install paddleformers \(pip install "
                                         r"paddleformers\) or paddlenlp"):
-        _paddle_class("LlamaForCausalLM")
+        paddle_class_of("LlamaForCausalLM")
 
 
 def test_token_inputs_are_seeded_with_a_padded_second_row():

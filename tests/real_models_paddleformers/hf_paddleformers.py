@@ -6,7 +6,6 @@ returning its logits and PaddleFormers' built for the CPU."""
 import importlib
 import importlib.util
 import sys
-import types
 
 import pytest
 
@@ -22,15 +21,11 @@ transformers = pytest.importorskip("transformers")
 def stand_ins():
     """The modeling files of qwen2, qwen3, glm4_moe and their kin import paddlefleet's GPT provider at
     the top, which their plain-paddle classes do not use, and the MoE token dispatcher asks
-    paddlefleet_ops whether DeepEP exists: stand-ins let them import."""
-    if "paddleformers.transformers.gpt_provider" not in sys.modules:
-        stand_in = types.ModuleType("paddleformers.transformers.gpt_provider")
-        stand_in.GPTModelProvider = type("GPTModelProvider", (), {"transform_rules": {}})  # glm4_moe extends these
-        sys.modules["paddleformers.transformers.gpt_provider"] = stand_in
-    if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
-        ops = types.ModuleType("paddlefleet_ops")
-        ops.is_deep_ep_available = lambda: False
-        sys.modules["paddlefleet_ops"] = ops
+    paddlefleet_ops whether DeepEP exists: the stand-ins verify-port HF_DIR PADDLE_DIR uses let
+    them import."""
+    from converter.hfclasses import FLEET_OPS, PROVIDER, add_stand_in
+    for name in (PROVIDER, FLEET_OPS):
+        add_stand_in(name)
 
 
 def hf_logits(model_class, config):

@@ -23,7 +23,7 @@ LAYERS = [
     ("frameworks", ["converter.frameworks"]),
     ("convert", ["converter.convert", "converter.inmemory", "converter.hfdir", "converter.spec"]),
     ("compare", ["converter.compare"]),
-    ("verify", ["converter.verify", "converter.hfpair"]),
+    ("verify", ["converter.verify", "converter.hfpair", "converter.hfclasses"]),
     ("train", ["converter.train"]),
     ("report", ["converter.report"]),
     ("api", ["converter.api", "converter", "converter.examples"]),
