@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .backward import FORWARD_DIFFERS, ZERO, layer_of, scale_in
+from .backward_notes import FORWARD_DIFFERS, ZERO, layer_of, scale_in
 from .optimizer import subclass_note, torch_class
 from .optimizer_check import own_state
 from .result import TrainDiagnosis
@@ -20,11 +20,12 @@ if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .loop import RunRecord
     from .loss import LossProbe
     from .optimizer_check import OptimizerCheck
+    from .session import TrainSession
 
 D = TrainDiagnosis
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runs:
     """What the training checks ran, for the what-ifs: torch in fp32 and in float64, torch in
     paddle's matmul format (None where that is torch's), paddle, the loss probe on the first batch,
@@ -38,13 +39,14 @@ class Runs:
     optimizer_check: OptimizerCheck
 
 
-def diagnose(session, tspec, report, batches, runs: Runs) -> list:
+def diagnose(session: TrainSession, tspec, rows: list, fb, runs: Runs) -> list:
+    """Why `fb`, the first row over budget among `rows` (None: none is), differs, and how much of the
+    loss drift paddle's matmul format explains."""
     out = []
-    fb = report.first_bad
     if fb is not None:
         handler = {"structure": _structure, "loss": _loss, "backward": _backward, "lr": _lr,
                    "optimizer": _optimizer, "steps": _steps}[fb.phase]
-        found = handler(session, tspec, report, fb, runs)
+        found = handler(session, tspec, rows, fb, runs)
         out += found or [D(fb.torch, f"{fb.phase} differs beyond its budget (ratio {fb.ratio:.3g}); no what-if "
                            "reproduced it", _HINTS[fb.phase], kind="unexplained")]
     noise = _format_noise(session, runs)
@@ -64,7 +66,7 @@ _HINTS = {
 
 
 # structure ------------------------------------------------------------------------------------
-def _structure(session, tspec, report, fb, runs):
+def _structure(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     hints = {"trainable": "set stop_gradient (trainable) on paddle's parameter as requires_grad is in torch",
              "missing": "pass every trainable parameter to paddle's optimizer (parameters=model.parameters())",
              "tied": "share the weight in paddle (assign the same Parameter to both layers)",
@@ -79,7 +81,7 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
 
 
-def _loss(session, tspec, report, fb, runs):
+def _loss(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     p = runs.loss
     lt, lp = p.loss_torch, p.loss_paddle
     if not math.isfinite(lp) and math.isfinite(lt):
@@ -120,9 +122,9 @@ def _cross_entropy_whatifs(p):
 
 
 # backward ------------------------------------------------------------------------------------
-def _backward(session, tspec, report, fb, runs):
+def _backward(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     layer = layer_of(fb) or fb.torch
-    rows = [r for r in report.rows if r.phase == "backward" and (layer_of(r) == layer or r is fb)]
+    rows = [r for r in rows if r.phase == "backward" and (layer_of(r) == layer or r is fb)]
     factor = scale_in(fb)
     if factor is not None:  # the culprit's own gradient, scaled: whatever else the layer's rows show
         where = f"the backward of '{fb.paddle.split(' ')[0]}'"
@@ -143,9 +145,8 @@ def _backward(session, tspec, report, fb, runs):
 
 
 # learning rate -------------------------------------------------------------------------------
-def _lr(session, tspec, report, fb, runs):
-    t = np.array([s.lr_torch for s in report.steps])
-    p = np.array([s.lr_paddle for s in report.steps])
+def _lr(session: TrainSession, tspec, rows: list, fb, runs: Runs):
+    t, p = np.array(runs.t32.lrs), np.array(runs.paddle.lrs)
     k = fb.step
     same = lambda a, b: np.allclose(a, b, rtol=1e-6, atol=1e-15)
     moves = lambda a: int(np.argmax(~np.isclose(a, a[0], rtol=1e-6, atol=1e-15)))  # the first step it changed
@@ -277,7 +278,7 @@ _OPTIMIZER_HINT = ("set paddle's optimizer as torch's (or drop paddle_optimizer 
                    "torch's; --emit-optimizer prints it)")
 
 
-def _optimizer(session, tspec, report, fb, runs):
+def _optimizer(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     check = runs.optimizer_check
     pair = None if check is None else check.by_paddle.get(fb.paddle.split(" ")[0])
     if check is None or check.failed is None or pair is None:
@@ -286,7 +287,7 @@ def _optimizer(session, tspec, report, fb, runs):
     group = _group_of(failed["before"]["state"]["param_groups"], failed["index"], pair.torch[0])
     torch_side = _torch_settings(check.ref_opt, tspec.clip_grad_norm, group)
     # the teacher-forced step ran at torch's base learning rate (the lr phase judges paddle's own)
-    paddle_side = torch_settings_of(check.opt, check.params[pair.paddle], report.steps[failed["step"]].lr_torch)
+    paddle_side = torch_settings_of(check.opt, check.params[pair.paddle], runs.t32.lrs[failed["step"]])
     keys = [k for k in paddle_side if k in torch_side and _differs(torch_side[k], paddle_side[k])]
     if torch_side["class"] != paddle_side.get("class") and paddle_side.get("class"):
         keys = ["class"] + [k for k in keys if k != "class"]
@@ -406,7 +407,7 @@ def _clip(model, clip) -> None:
 
 
 # free-running steps --------------------------------------------------------------------------
-def _steps(session, tspec, report, fb, runs):
+def _steps(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     from .steps import replay_running
     name = fb.torch
     if name.endswith(("running_mean", "running_var")):
@@ -436,14 +437,14 @@ def _steps(session, tspec, report, fb, runs):
     return []
 
 
-def _paddle_layer(session, path: str):
+def _paddle_layer(session: TrainSession, path: str):
     layer = session.paddle_model
     for part in filter(None, path.split(".")):
         layer = layer._sub_layers[part]
     return layer
 
 
-def _format_noise(session, runs):
+def _format_noise(session: TrainSession, runs):
     """With paddle in another matmul format: how much of the loss drift that format explains."""
     fmt = session.formats.get("paddle")
     if fmt in (None, "fp32") or runs.tfmt is None:

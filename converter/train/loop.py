@@ -5,7 +5,8 @@ statistics (to replay the running statistics under either framework's rule)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,17 +18,19 @@ from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
 from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove
 from .session import one_thread
 
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .session import TrainSession
+
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRecord:
-    losses: list = field(default_factory=list)
-    lrs: list = field(default_factory=list)
-    grads0: dict = field(default_factory=dict)  # name -> first step's gradient
-    final: dict = field(default_factory=dict)  # name -> final array (parameters and buffers)
-    bn_stats: dict = field(default_factory=dict)  # torch path -> [(batch mean, biased batch variance)]
-    outputs0: list = field(default_factory=list)  # first step's output tensors (torch runs)
+    losses: list  # per step
+    lrs: list  # per step
+    grads0: dict  # name -> first step's gradient
+    final: dict  # name -> final array (parameters and buffers)
+    bn_stats: dict  # torch path -> [(batch mean, biased batch variance)] (torch runs)
 
 
 def _batch_leaf(value) -> bool:
@@ -146,13 +149,14 @@ def _what(value, tensor_type) -> str:
     return f"{type(value).__name__} (return a tensor of the loss's framework)"
 
 
-def _bn_recorder(model, record: RunRecord) -> list:
+def _bn_recorder(model, bn_stats: dict) -> list:
+    """Hooks recording each BatchNorm's batch statistics in training into `bn_stats` (path -> list)."""
     import torch
     handles = []
     for path, module in model.named_modules():
         if type(module).__name__ not in TORCH_BATCHNORM or not module.track_running_stats:
             continue
-        record.bn_stats[path] = []
+        bn_stats[path] = []
 
         def pre(mod, args, _path=path):
             if mod.training:
@@ -160,42 +164,40 @@ def _bn_recorder(model, record: RunRecord) -> list:
                 dims = [d for d in range(x.dim()) if d != 1]
                 with torch.no_grad():
                     stats = (x.double().mean(dims).cpu().numpy(), x.double().var(dims, unbiased=False).cpu().numpy())
-                record.bn_stats[_path].append(stats)
+                bn_stats[_path].append(stats)
         handles.append(module.register_forward_pre_hook(pre))
     return handles
 
 
-def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outputs=False) -> RunRecord:
+def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=None) -> RunRecord:
     """Train a fresh copy of the torch model on `batches`; `on_step(k, optimizer, model, before)` is
     called after each step with what the step started from (parameters, gradients, state)."""
     import torch
     model = session.torch_copy(dtype)
     device = session.torch_device(dtype)
     opt, sched = tspec.torch_optimizer(model)
-    record = RunRecord()
-    handles = emulate_torch_training(model, fmt) + _bn_recorder(model, record)
+    losses, lrs, grads0, bn_stats = [], [], {}, {}
+    handles = emulate_torch_training(model, fmt) + _bn_recorder(model, bn_stats)
     names = {id(p): n for n, p in model.named_parameters()}
     forward, hint = _forward_of("torch_model()", dtype)
     run = f"torch {'float64' if dtype == torch.float64 else fmt or 'fp32'}"
     try:
         for k, (inputs, target) in enumerate(batches):
             progress.training_step(run, k, len(batches))
-            record.lrs.append(float(opt.param_groups[0]["lr"]))
+            lrs.append(float(opt.param_groups[0]["lr"]))
             opt.zero_grad(set_to_none=True)
             with spec_errors(tspec, forward, k, hint):
                 out = call_model(model, to_torch(inputs, dtype or torch.float32, device))
-            if keep_outputs and k == 0:
-                record.outputs0 = [o.detach().clone() for o in float_outputs(out)]
             loss = torch_loss(tspec, out, to_torch(target, dtype or torch.float32, device), dtype)
             with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
                 loss.backward()
-            record.losses.append(loss_value(loss))
+            losses.append(loss_value(loss))
             grads, before = {}, None
             with one_thread():
                 if k == 0 or on_step is not None:  # the gradients before clipping and the step change them
                     grads = {names[id(p)]: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
                 if k == 0:
-                    record.grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
+                    grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
                 if on_step is not None:
                     wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
                     before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
@@ -210,8 +212,8 @@ def torch_run(session, tspec, batches, dtype, fmt=None, on_step=None, keep_outpu
     finally:
         remove(handles)
     with one_thread():
-        record.final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
-    return record
+        final = {n: t.detach().cpu().numpy().copy() for n, t in model.state_dict().items()}
+    return RunRecord(losses, lrs, grads0, final, bn_stats)
 
 
 def _state_copy(opt) -> dict:
@@ -232,7 +234,7 @@ def _forward_of(which: str, dtype) -> tuple:
     return f"{which} in training mode", None
 
 
-def paddle_optimizer(session, tspec, model):
+def paddle_optimizer(session: TrainSession, tspec, model):
     """The paddle side's (optimizer, scheduler): the spec's own, else torch's translated."""
     given = tspec.paddle_optimizer(model)
     if given is not None:
@@ -240,23 +242,23 @@ def paddle_optimizer(session, tspec, model):
     return session.translation.build(model)
 
 
-def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
+def paddle_run(session: TrainSession, tspec, batches, fmt=None) -> RunRecord:
     model = session.paddle_copy()
     opt, sched = paddle_optimizer(session, tspec, model)
-    record = RunRecord()
+    losses, lrs, grads0 = [], [], {}
     handles = emulate_paddle_training(fmt)
     try:
         for k, (inputs, target) in enumerate(batches):
             progress.training_step(f"paddle {fmt or 'fp32'}", k, len(batches))
-            record.lrs.append(float(opt.get_lr()))
+            lrs.append(float(opt.get_lr()))
             with spec_errors(tspec, "paddle_model() in training mode", k):
                 out = call_model(model, to_paddle(inputs))
             loss = paddle_loss(tspec, out, to_paddle(target))
             with spec_errors(tspec, "paddle's backward (paddle_model() and paddle_loss)", k, BACKWARD_HINT):
                 loss.backward()
-            record.losses.append(loss_value(loss))
+            losses.append(loss_value(loss))
             if k == 0:  # a trainable parameter the backward did not reach has a zero gradient
-                record.grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)
+                grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)
                                  for n, p in model.named_parameters() if p.grad is not None or not p.stop_gradient}
             opt.step()
             opt.clear_grad()
@@ -264,6 +266,4 @@ def paddle_run(session, tspec, batches, fmt=None) -> RunRecord:
                 sched.step()
     finally:
         remove(handles)
-    record.final = {n: np.array(t.numpy()) for n, t in model.state_dict().items()}
-    record.model = model
-    return record
+    return RunRecord(losses, lrs, grads0, {n: np.array(t.numpy()) for n, t in model.state_dict().items()}, {})

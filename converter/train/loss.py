@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,8 +18,11 @@ from .judge import judge
 from .loop import (BACKWARD_HINT, call_model, float_outputs, loss_value, paddle_loss, spec_errors, to_paddle, to_torch,
                    torch_loss)
 
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .session import TrainSession
 
-@dataclass
+
+@dataclass(frozen=True)
 class LossProbe:
     """Both losses on torch's outputs of the first batch, with what the what-ifs need."""
 
@@ -66,7 +70,8 @@ def _paddle_side(tspec, structure, outputs, target):
     return loss_value(loss), [np.zeros_like(o) if g is None else np.array(g.numpy()) for g, o in zip(grads, outputs)]
 
 
-def probe(session, tspec, batch) -> LossProbe:
+def probe(session: TrainSession, tspec, batch) -> LossProbe:
+    """Both losses (and their gradients) on torch's outputs of `batch`: paddle's loss teacher-forced."""
     import paddle
     import torch
     inputs, target = batch

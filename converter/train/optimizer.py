@@ -7,7 +7,7 @@ be recipes themselves): the same recipe builds the paddle objects and prints the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import UserError
 
@@ -90,11 +90,12 @@ class Translation:
         optimizer = Recipe(self.optimizer.path, kwargs).build(self.parameters.of(model))
         return optimizer, scheduler
 
-    def only(self, names) -> None:
-        """Optimize only the paddle parameters named (torch's optimizer holds only their counterparts)."""
-        self.parameters = _Parameters(tuple(sorted(names)))
-        self.notes.append("torch's optimizer holds only some of the model's trainable parameters: paddle's holds "
-                          "their counterparts")
+    def only(self, names) -> Translation:
+        """This translation optimizing only the paddle parameters named (torch's optimizer holds only
+        their counterparts)."""
+        return replace(self, parameters=_Parameters(tuple(sorted(names))), notes=[
+            *self.notes, "torch's optimizer holds only some of the model's trainable parameters: paddle's holds "
+            "their counterparts"])
 
     def describe(self) -> str:
         opt = Recipe(self.optimizer.path, dict(self.optimizer.kwargs, parameters=self.parameters))

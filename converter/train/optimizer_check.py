@@ -13,7 +13,7 @@ from ..compare.precision import U32
 from ..layout import contiguous
 from .judge import judge
 from .loop import paddle_optimizer
-from .session import one_thread
+from .session import TrainSession, float64, one_thread
 
 CLIP_EPS = 1e-6
 FORCED_FIRST = 3
@@ -58,7 +58,7 @@ TORCH_STATE_OF = {"moment1": "exp_avg", "moment2": "exp_avg_sq", "velocity": "mo
 class OptimizerCheck:
     """Teacher-forces paddle's optimizer on torch's steps (called from torch's fp32 run)."""
 
-    def __init__(self, session, tspec, steps: int):
+    def __init__(self, session: TrainSession, tspec, steps: int):
         self.session, self.tspec, self.steps = session, tspec, steps
         self.model = session.paddle_copy()
         self.opt, self.sched = paddle_optimizer(session, tspec, self.model)
@@ -108,7 +108,7 @@ class OptimizerCheck:
         if k == self.steps - 1 and self.failed is None:  # no what-if steps its models again: the next
             self.session.done_with(self.model, "paddle")  # copies asked for are these
             if self.ref is not None:
-                self.session.done_with(self.ref, "torch", _float64())
+                self.session.done_with(self.ref, "torch", float64())
 
     def _step(self, k: int, opt, model, before: dict):
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
@@ -288,11 +288,6 @@ def own_state(state: dict, dtype) -> dict:
             return copy.deepcopy(value)
         return value.to(dtype, copy=True) if key != "step" and value.is_floating_point() else value.clone()
     return {**state, "state": {index: {k: own(k, v) for k, v in s.items()} for index, s in state["state"].items()}}
-
-
-def _float64():
-    import torch
-    return torch.float64
 
 
 def load_own_state(opt, state: dict, dtype) -> None:

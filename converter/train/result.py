@@ -27,7 +27,7 @@ def _read_ratio(body: dict) -> float | None:
     return float("inf") if body["ratio"] is None and body["verdict"] == Verdict.FAIL else body["ratio"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
     """One comparison: a tensor or value of one phase (and step), against its budget."""
 
@@ -67,7 +67,7 @@ class Row:
                    body["budget"], body["note"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepRow:
     step: int
     loss_torch: float
@@ -112,7 +112,31 @@ class StepRow:
 TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint
 
 
-@dataclass
+@dataclass(frozen=True)
+class Skipped:
+    """A measurement a check could not take (what stood in for it is said in `what`), and why."""
+
+    what: str
+    why: str
+
+    @classmethod
+    def of(cls, what: str, exc: BaseException) -> Skipped:
+        return cls(what, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
+
+
+SHOWN_SKIPPED = 3  # skipped measurements named in the note; the rest counted
+
+
+def skipped_notes(skipped) -> list:
+    """The report's note counting the skipped measurements, naming the first few; none when none was."""
+    if not skipped:
+        return []
+    said = "; ".join(f"{s.what} ({s.why})" for s in skipped[:SHOWN_SKIPPED])
+    more = f"; and {len(skipped) - SHOWN_SKIPPED} more" if len(skipped) > SHOWN_SKIPPED else ""
+    return [f"{len(skipped)} measurement{'s' if len(skipped) > 1 else ''} skipped: {said}{more}"]
+
+
+@dataclass(frozen=True)
 class PhaseVerdict:
     """One phase judged on its own rows (its own teacher-forced inputs): pass, fail, marginal (every
     row over budget within the budget's margin) or not compared (no rows, where rows are comparisons)."""
@@ -148,7 +172,7 @@ class PhaseVerdict:
                                                                 "ratio": w.ratio}})
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainReport:
     rows: list  # every Row, phases in PHASES order, steps in order within a phase
     steps: list  # StepRow per step

@@ -13,8 +13,8 @@ from ..frameworks import torch_side
 from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
-from .result import PHASES, TrainReport
-from .session import TrainSession
+from .result import PHASES, TrainReport, skipped_notes
+from .session import TrainSession, float64
 from ..compare.overlap import TorchWorker
 from ..compare.session import PortSession, _float64_by_default
 from .spec import TrainSpec
@@ -44,41 +44,12 @@ def first_bad(rows: list):
 
 
 def _first_in_phases(bad: list):
-    from .backward import culprit
+    from .backward_notes import culprit
     for phase in PHASES:
         found = culprit(bad) if phase == "backward" else next((r for r in bad if r.phase == phase), None)
         if found is not None:
             return found
     return None
-
-
-def _translation(session, tspec):
-    """(translation, (model, optimizer)): torch's optimizer translated to paddle's (None when it has no
-    translation and the spec gives paddle_optimizer itself), and the optimizer it was read from, as the
-    spec builds it on a copy of torch's model."""
-    model = session.torch_copy()
-    opt, sched = tspec.torch_optimizer(model)
-    try:
-        translation = translate(opt, sched, tspec.clip_grad_norm)
-    except UserError:
-        if tspec.has["paddle_optimizer"]:
-            return None, (model, opt)
-        raise
-    held = _held(session, model, opt)
-    if held is not None:
-        translation.only(held)
-    return translation, (model, opt)
-
-
-def _held(session, model, opt):
-    """The paddle parameters whose torch counterparts torch's optimizer holds, where it does not
-    hold every trainable parameter (fine-tuning a part); None where it holds them all."""
-    ids = {id(p) for g in opt.param_groups for p in g["params"]}
-    if all(id(p) in ids for p in model.parameters() if p.requires_grad):
-        return None
-    names = {n for n, p in model.named_parameters(remove_duplicate=False) if id(p) in ids}
-    paddle_params = {n for n, _ in session.paddle_model.named_parameters()}
-    return [pair.paddle for pair in session.pairs if pair.paddle in paddle_params and set(pair.torch) <= names]
 
 
 def translation_of(spec):
@@ -95,13 +66,13 @@ def translation_of(spec):
                         "itself: there is nothing to write; drop --emit-optimizer") from None
 
 
-def _check_trainable(session, tspec) -> None:
-    if not any(p.requires_grad for p in session.torch_model.parameters()):
+def _check_trainable(port: PortSession, tspec) -> None:
+    if not any(p.requires_grad for p in port.torch_model.parameters()):
         raise UserError(f"torch_model() from '{tspec.path}' has no trainable parameter (requires_grad is False on "
                         "every one): --train has nothing to check; unfreeze the parameters the port trains")
 
 
-def _check_deterministic(session, tspec, batch) -> None:
+def _check_deterministic(session: TrainSession, tspec, batch) -> None:
     import torch
     model = session.run_only_copy("torch")
     inputs = to_torch(batch[0], torch.float32, session.device)
@@ -122,59 +93,61 @@ def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS) ->
     if steps < 1:
         raise UserError(f"--steps must be at least 1; got {steps}")
     with paddle_notices_silenced(), port.training():
-        return _train_check(port, tspec, steps)
+        batches = tspec.batches(steps)
+        _check_trainable(port, tspec)
+        session = TrainSession(port, tspec)
+        try:
+            return _train_check(session, tspec, batches, steps)
+        finally:
+            session.restore()
 
 
-def _train_check(port, tspec, steps) -> TrainReport:
-    from . import backward as bwd
+def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: int) -> TrainReport:
+    from .backward import LocalBackward
     from .diagnose import Runs, diagnose
     from .loss import loss_rows, probe
     from .optimizer_check import OptimizerCheck
+    from .pairing import pair_layers
     from .steps import final_rows, grad_rows, paddle_own_drift, step_rows
     from .structure import structure_rows
 
-    session = TrainSession(port)
-    try:
-        batches = tspec.batches(steps)
-        _check_trainable(session, tspec)
-        session.translation, torch_optimized = _translation(session, tspec)
-        _check_deterministic(session, tspec, batches[0])
-        check = OptimizerCheck(session, tspec, steps)
-        rows = structure_rows(session, torch_optimized, (check.model, check.opt))
-        loss_probe = probe(session, tspec, batches[0])
-        rows += loss_rows(loss_probe)
-        local = bwd.LocalBackward(session, tspec, batches[0])  # torch's half of the per-layer backward
-        session.done_with_run_only("torch")  # the fp32 run below trains it
-        fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
-        t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
-        tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
+    _check_deterministic(session, tspec, batches[0])
+    check = OptimizerCheck(session, tspec, steps)
+    pairs = pair_layers(session)
+    rows = structure_rows(session, pairs, session.torch_optimizer, (check.model, check.opt))
+    loss_probe = probe(session, tspec, batches[0])
+    rows += loss_rows(loss_probe)
+    local = LocalBackward(session, tspec, batches[0], pairs)  # torch's half of the per-layer backward
+    session.done_with_run_only("torch")  # the fp32 run below trains it
+    fmt_t, fmt_p = session.formats["torch"], session.formats["paddle"]
+    t32 = torch_run(session, tspec, batches, None, fmt_t, on_step=check)
+    tfmt = torch_run(session, tspec, batches, None, fmt_p) if fmt_p != fmt_t else None
 
-        def paddle_side():  # paddle's half of the per-layer backward, then paddle's run on that copy
-            local_rows = local.rows()
-            session.done_with_run_only("paddle")
-            return local_rows, paddle_run(session, tspec, batches, fmt_p)
-        t64, (local_rows, p) = _float64_beside(session, tspec, batches, paddle_side)
-        rows += local_rows
-        step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
-        rows += grad_rows(session, t32, t64, tfmt, p) + lr_rows + check.rows + loss_steps
-        final = final_rows(session, t32, t64, tfmt, p, check.drift)
-        if any(not row.ratio <= 1 for row in final):  # the budget took paddle's drift to be torch's: measure its own
-            own = paddle_own_drift(session, tspec, batches, p)
-            if own is not None:
-                final = final_rows(session, t32, t64, tfmt, p, check.drift, own)
-        rows += final
-        bad = first_bad(rows)
-        notes = _notes(session, tspec) + conventions(session, tspec, rows)
-        report = TrainReport(rows, step_table, bad, [], notes, _described(session, tspec), dict(session.formats))
-        report.optimizer_code = session.translation.code() if session.translation is not None else None
-        report.diagnosis = diagnose(session, tspec, report, batches, Runs(t32, t64, tfmt, p, loss_probe, check))
-        progress.training_done()
-        return report
-    finally:
-        session.restore()
+    def paddle_side():  # paddle's half of the per-layer backward, then paddle's run on that copy
+        local_rows = local.rows()
+        session.done_with_run_only("paddle")
+        return local_rows, paddle_run(session, tspec, batches, fmt_p)
+    t64, (backward, p) = _float64_beside(session, tspec, batches, paddle_side)
+    rows += backward.rows
+    step_table, loss_steps, lr_rows = step_rows(t32, t64, tfmt, p, check.loss_drift)
+    rows += grad_rows(session, t32, t64, tfmt, p, backward.paddle_own) + lr_rows + check.rows + loss_steps
+    final, skipped = final_rows(session, t32, t64, tfmt, p, check.drift), list(backward.skipped)
+    if any(not row.ratio <= 1 for row in final):  # the budget took paddle's drift to be torch's: measure its own
+        own, skip = paddle_own_drift(session, tspec, batches, p)
+        skipped += skip
+        if own is not None:
+            final = final_rows(session, t32, t64, tfmt, p, check.drift, own)
+    rows += final
+    bad = first_bad(rows)
+    notes = _notes(session, tspec) + conventions(session, tspec, rows) + skipped_notes(skipped)
+    described = _described(session, tspec)
+    code = None if session.translation is None else session.translation.code()
+    diagnosis = diagnose(session, tspec, rows, bad, Runs(t32, t64, tfmt, p, loss_probe, check))
+    progress.training_done()
+    return TrainReport(rows, step_table, bad, diagnosis, notes, described, dict(session.formats), code)
 
 
-def _float64_beside(session, tspec, batches, paddle_side) -> tuple:
+def _float64_beside(session: TrainSession, tspec, batches, paddle_side) -> tuple:
     """(torch's float64 run, paddle_side()): the torch run on the worker thread while `paddle_side`,
     paddle's and numpy's work, runs here (paddle computes on one core on CPU; compare/overlap.py), in
     turn in serial mode. The float64 run makes what the forward makes in the default dtype float64
@@ -183,7 +156,7 @@ def _float64_beside(session, tspec, batches, paddle_side) -> tuple:
     Torch's error is raised first, as in turn."""
     def float64_run():
         with _float64_by_default():
-            return torch_run(session, tspec, batches, _float64())
+            return torch_run(session, tspec, batches, float64())
     with TorchWorker(session.port) as side:
         t64 = side.submit(float64_run)
         try:
@@ -193,18 +166,13 @@ def _float64_beside(session, tspec, batches, paddle_side) -> tuple:
     return t64, here
 
 
-def _float64():
-    import torch
-    return torch.float64
-
-
-def _described(session, tspec) -> str:
+def _described(session: TrainSession, tspec) -> str:
     if tspec.has["paddle_optimizer"]:
         return "the spec's paddle_optimizer(model)"
     return "translated from torch's: " + session.translation.describe()
 
 
-def conventions(session, tspec, rows) -> list:
+def conventions(session: TrainSession, tspec, rows) -> list:
     """The conventions that differ between the two libraries, are not bugs of the port, and were
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
     variance updated with the biased batch variance on paddle's side, the optimizer's, and those a
@@ -226,7 +194,7 @@ def conventions(session, tspec, rows) -> list:
     return said
 
 
-def _notes(session, tspec) -> list:
+def _notes(session: TrainSession, tspec) -> list:
     nt, np_ = session.dropout.count
     notes = [f"dropout set to 0 on both sides for the training checks ({nt} torch module(s), {np_} paddle layer(s) "
              "had a non-zero probability)"]

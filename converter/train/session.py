@@ -1,5 +1,6 @@
 """Both models set up for training checks: weights as the forward check has them, dropout at 0,
-training mode, the parameter correspondence, and the initial states to start every run from."""
+training mode, the parameter correspondence, torch's optimizer translated, and the initial states to
+start every run from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..compare.session import PortSession
+from ..errors import UserError
+from .optimizer import Translation, translate
 
 
 @contextlib.contextmanager
@@ -32,7 +35,13 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-@dataclass
+def float64():
+    """torch.float64 (torch imported when asked for)."""
+    import torch
+    return torch.float64
+
+
+@dataclass(frozen=True)
 class ParamPair:
     """A paddle state-dict entry and the torch entries it is computed from (by the mapping)."""
 
@@ -133,9 +142,25 @@ def _zero_dropout(named, table: dict, saved: list) -> None:
 
 class TrainSession:
     """The models of a set-up PortSession (its conversion, its precision, its --emulate formats),
-    ready for training checks; `restore()` puts them back as the forward check takes them."""
+    ready for the training checks of `tspec`; `restore()` puts them back as the forward check takes them."""
 
-    def __init__(self, port: PortSession):
+    port: PortSession
+    spec: object  # the PortSpec
+    device: str
+    torch_model: object
+    paddle_model: object
+    precision: object
+    formats: dict  # side -> the format its matmuls compute in
+    torch_init: dict  # torch's state dict as given, cloned
+    paddle_init: dict  # paddle's, as numpy arrays
+    pairs: list  # ParamPair per paddle state-dict entry the conversion computes
+    # torch's optimizer translated to paddle's (None where it has none and the spec gives paddle_optimizer),
+    # and (model, optimizer): the optimizer it was read from, as the spec builds it on a copy of torch's model
+    translation: Translation | None
+    torch_optimizer: tuple
+    dropout: DropoutState  # the dropout rates set to 0, put back by restore()
+
+    def __init__(self, port: PortSession, tspec):
         self.port = port
         self.spec = port.spec
         self.device = port.device
@@ -147,15 +172,13 @@ class TrainSession:
             self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
         self.paddle_init = {k: np.array(v.numpy()) for k, v in self.paddle_model.state_dict().items()}
         self.pairs = self._pairs()
+        self._run_only = {}  # side -> the copy run_only_copy gives
+        self._spare = {}  # (side, dtype) -> a copy no check runs any more, to be the next one asked for
+        # before any rate is set to 0: where torch's optimizer has no translation, the models are left as given
+        self.translation, self.torch_optimizer = _translated(self, tspec)
         self.dropout = DropoutState()
         _zero_dropout(self.torch_model.named_modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
         _zero_dropout(self.paddle_model.named_sublayers(include_self=True), PADDLE_DROPOUT_ATTRS, self.dropout.paddle)
-        # paddle parameter -> paddle's own fp32 error in the whole model's gradient on the first batch,
-        # as the per-layer backward measures it (backward.py), for the end-to-end gradients' budget
-        self.paddle_own = {}
-        self.layer_pairs = None  # the forward check's pairing of the two models (backward.aligned), once made
-        self._run_only = {}  # side -> the copy run_only_copy gives
-        self._spare = {}  # (side, dtype) -> a copy no check runs any more, to be the next one asked for
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()
@@ -228,3 +251,30 @@ class TrainSession:
     def torch_device(self, dtype) -> str:
         import torch
         return "cpu" if dtype == torch.float64 else self.device
+
+
+def _translated(session: TrainSession, tspec) -> tuple:
+    """(translation, (model, optimizer)): torch's optimizer translated to paddle's (None when it has no
+    translation and the spec gives paddle_optimizer itself), and the optimizer it was read from, as the
+    spec builds it on a copy of torch's model."""
+    model = session.torch_copy()
+    opt, sched = tspec.torch_optimizer(model)
+    try:
+        translation = translate(opt, sched, tspec.clip_grad_norm)
+    except UserError:
+        if tspec.has["paddle_optimizer"]:
+            return None, (model, opt)
+        raise
+    held = _held(session, model, opt)
+    return (translation if held is None else translation.only(held)), (model, opt)
+
+
+def _held(session: TrainSession, model, opt):
+    """The paddle parameters whose torch counterparts torch's optimizer holds, where it does not
+    hold every trainable parameter (fine-tuning a part); None where it holds them all."""
+    ids = {id(p) for g in opt.param_groups for p in g["params"]}
+    if all(id(p) in ids for p in model.parameters() if p.requires_grad):
+        return None
+    names = {n for n, p in model.named_parameters(remove_duplicate=False) if id(p) in ids}
+    paddle_params = {n for n, _ in session.paddle_model.named_parameters()}
+    return [pair.paddle for pair in session.pairs if pair.paddle in paddle_params and set(pair.torch) <= names]

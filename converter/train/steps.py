@@ -11,15 +11,19 @@ from torch's batch statistics under paddle's rule."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
 from ..paths import join
-from .backward import zero_note
+from .backward_notes import zero_note
 from .judge import judge
-from .result import LR_REL, Row, StepRow
+from .result import LR_REL, Row, Skipped, StepRow
+
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .session import TrainSession
 
 BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a few values
 
@@ -61,7 +65,7 @@ def replay_running(initial: np.ndarray, stats: list, which: int, paddle_momentum
     return r
 
 
-def running_stats(session, record) -> dict:
+def running_stats(session: TrainSession, record) -> dict:
     """torch buffer name -> its value replayed under paddle's rule with torch's momentum."""
     out = {}
     for path, stats in record.bn_stats.items():
@@ -77,7 +81,7 @@ def running_stats(session, record) -> dict:
 PADDLE_DRIFT = "budgeted with paddle's own drift from float64, measured on a float64 run of the paddle model"
 
 
-def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None, paddle_drift: dict | None = None) -> list:
+def final_rows(session: TrainSession, t32, t64, tfmt, paddle, drift: dict | None = None, paddle_drift: dict | None = None) -> list:
     """The final weights and buffers, per tensor, in paddle's layout; `drift` is what the optimizer's
     conventions (float32 betas, clipping's + 1e-6) moved each weight by over the steps, added to its
     budget; `paddle_drift` (see paddle_own_drift), per paddle tensor, paddle's own drift from float64
@@ -108,17 +112,18 @@ def final_rows(session, t32, t64, tfmt, paddle, drift: dict | None = None, paddl
     return rows
 
 
-def paddle_own_drift(session, tspec, batches, paddle) -> dict | None:
-    """Per paddle tensor, how far paddle's fp32 run (`paddle`'s record) ended from a float64 run of the
+def paddle_own_drift(session: TrainSession, tspec, batches, paddle) -> tuple[dict | None, list]:
+    """(per paddle tensor, how far paddle's fp32 run (`paddle`'s record) ended from a float64 run of the
     paddle model on the same batches (casts to float32 inside kept in float64): its kernels' own drift,
     which a few steps of an adaptive optimizer amplify, and which is larger than torch's where they sum
     less exactly (AMD EPYC, AVX2: a clean Llama's gate_proj 1.3 times a budget taken from torch's drift
-    after 3 AdamW steps). None where the paddle model does not train in float64, or its side computes in
-    another format (whose own runs give its budget)."""
+    after 3 AdamW steps), or None where the paddle model does not train in float64 or its side computes in
+    another format (whose own runs give its budget); the measurement skipped where it does not train in
+    float64, said)."""
     from ..compare.forced import _paddle_keeps_float64
     from .loop import call_model, paddle_loss, paddle_optimizer, to_paddle
     if session.formats.get("paddle") not in (None, "fp32"):
-        return None
+        return None, []
 
     model = session.paddle_copy()
     try:
@@ -133,17 +138,18 @@ def paddle_own_drift(session, tspec, batches, paddle) -> dict | None:
                 if sched is not None:
                     sched.step()
         final = {n: np.array(t.numpy()) for n, t in model.state_dict().items()}
-    except Exception:  # noqa: BLE001 - a model or loss that does not train in float64: nothing measured
-        return None
+    except Exception as exc:  # a model or loss that does not train in float64: nothing measured, said so
+        return None, [Skipped.of("paddle's own drift on a float64 run of paddle_model() (torch's drift stands in "
+                                 "for it)", exc)]
     out = {}
     for name, value64 in final.items():
         got = paddle.final.get(name)
         if got is None or not np.issubdtype(got.dtype, np.floating):
             continue
         if value64.dtype != np.float64:
-            return None  # it computed in float32 inside
+            return None, []  # it computed in float32 inside
         out[name] = np.subtract(got, value64, dtype=np.float64).astype(np.float32)
-    return out
+    return out, []
 
 
 def _final(pair, record, replayed: dict):
@@ -160,10 +166,10 @@ def _final(pair, record, replayed: dict):
     return pair.to_paddle(arrays)
 
 
-def grad_rows(session, t32, t64, tfmt, paddle) -> list:
-    """Every parameter's end-to-end gradient at the first step; paddle's own error in it is the one the
-    per-layer backward measured for the whole model on the same batch, where it did (torch's error
-    stands in for it otherwise)."""
+def grad_rows(session: TrainSession, t32, t64, tfmt, paddle, paddle_own: dict) -> list:
+    """Every parameter's end-to-end gradient at the first step; paddle's own error in it (`paddle_own`,
+    per paddle parameter) is the one the per-layer backward measured for the whole model on the same
+    batch, where it did (torch's error stands in for it otherwise)."""
     fmt = session.formats.get("paddle")
     rows = []
     for pair in session.pairs:
@@ -175,5 +181,5 @@ def grad_rows(session, t32, t64, tfmt, paddle) -> list:
         got = paddle.grads0[pair.paddle]
         rows.append(judge("backward", 0, pair.torch_name, pair.paddle, want, got, (want - ref).astype(np.float32),
                           formats=session.formats, fmt_err=fmt_err, note=zero_note(want, got) + "end-to-end gradient",
-                          e_other=session.paddle_own.get(pair.paddle)))
+                          e_other=paddle_own.get(pair.paddle)))
     return rows

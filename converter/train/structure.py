@@ -5,8 +5,13 @@ between paired layers."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from .result import Row
+
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
+    from .pairing import LayerPairs
+    from .session import TrainSession
 
 INF = float("inf")
 
@@ -22,7 +27,7 @@ def _paddle_optimized(opt) -> set:
     return out
 
 
-def structure_rows(session, torch_side: tuple, paddle_side: tuple) -> list:
+def structure_rows(session: TrainSession, pairs: LayerPairs, torch_side: tuple, paddle_side: tuple) -> list:
     """The structure phase's rows, from torch's optimizer as the spec builds it on a copy of torch's
     model and paddle's on a copy of paddle's: `torch_side` and `paddle_side` are (model, optimizer)."""
     (torch_model, topt), (paddle_model, popt) = torch_side, paddle_side
@@ -46,10 +51,10 @@ def structure_rows(session, torch_side: tuple, paddle_side: tuple) -> list:
             where = "paddle's optimizer" if id(t) in in_topt else "torch's optimizer"
             rows.append(Row("structure", None, pair.torch[0], pair.paddle, INF, note=f"missing from {where}"))
     rows += _ties(session, torch_model, pstate)
-    return rows + dropout_rows(session)
+    return rows + dropout_rows(session, pairs)
 
 
-def _ties(session, torch_model, pstate) -> list:
+def _ties(session: TrainSession, torch_model, pstate) -> list:
     """Torch parameters that are one tensor whose paddle counterparts are separate tensors."""
     from ..rules.infer import same_tensor_groups
     by_torch = {pair.torch[0]: pair.paddle for pair in session.pairs if len(pair.torch) == 1}
@@ -69,12 +74,11 @@ def _ties(session, torch_model, pstate) -> list:
 SHOWN = 4  # names shown for one rate
 
 
-def dropout_rows(session) -> list:
+def dropout_rows(session: TrainSession, layer_pairs: LayerPairs) -> list:
     """The dropout rates the training checks set to 0, compared between the sides: in each pair of a
     module and a layer (by their state, as the backward pairs them), the distinct rates applied
     under it and under no deeper pair; and the fields of the model configs named alike."""
-    from .backward import layer_pairs
-    pairs = layer_pairs(session)
+    pairs = layer_pairs.modules
     back = {p: t for t, p in pairs.items()}
     by_pair = defaultdict(lambda: (defaultdict(list), defaultdict(list)))
     for z in session.dropout.torch:

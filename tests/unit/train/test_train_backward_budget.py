@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from converter.spec import load_spec
-from converter.train.backward import Unpaired, _paddle_grad, _unbroadcast, cotangent
+from converter.train.paddle_local import Unpaired, cotangent, paddle_grad, unbroadcast
 from helpers.train import train_check
 
 COMMON = '''
@@ -246,10 +246,10 @@ def test_a_spread_cotangent_sums_back_to_torchs_gradient(shape, ones, lead):
     grad = np.random.default_rng(0).standard_normal(small)
     spread = cotangent(grad, big)
     assert spread.shape == big
-    np.testing.assert_allclose(_unbroadcast(spread, small), grad, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(unbroadcast(spread, small), grad, rtol=1e-12, atol=1e-12)
     wide = np.random.default_rng(1).standard_normal(big)
     summed = cotangent(wide, small)
-    np.testing.assert_allclose(summed, _unbroadcast(wide, small), rtol=1e-12)
+    np.testing.assert_allclose(summed, unbroadcast(wide, small), rtol=1e-12)
 
 
 def test_a_cotangent_takes_another_shape_of_the_same_elements_and_nothing_else():
@@ -265,8 +265,8 @@ def test_a_gradient_for_an_output_it_does_not_fit_is_never_handed_to_paddle():
     import torch
     out = paddle.zeros([2, 5, 4])
     with pytest.raises(Unpaired, match=r"\[2, 5, 4\] on paddle's side against torch's \[2, 3, 4\]"):
-        _paddle_grad(torch.ones(2, 3, 4), out, 0)
-    shaped = _paddle_grad(torch.ones(1, 5, 4), out, 0)
+        paddle_grad(torch.ones(2, 3, 4), out, 0)
+    shaped = paddle_grad(torch.ones(1, 5, 4), out, 0)
     assert tuple(shaped.shape) == (2, 5, 4) and float(shaped.sum()) == 20.0
 
 

@@ -9,7 +9,9 @@ from helpers.cli import spec_path
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
 from helpers.train import train_check
+from converter.train.pairing import pair_layers
 from converter.train.session import TrainSession
+from converter.train.spec import TrainSpec
 from converter.train.structure import dropout_rows
 
 pytestmark = pytest.mark.slow
@@ -35,11 +37,11 @@ def test_every_dropout_is_zeroed_named_and_put_back():
     spec = _spec()
     with PortSession(spec, Options(device="cpu")) as port, port.training():
         before = _rates(port.torch_model), _rates(port.paddle_model)
-        session = TrainSession(port)
+        session = TrainSession(port, TrainSpec(spec))
         zeroed_t = {z.name: z.rate for z in session.dropout.torch}
         zeroed_p = {z.name: z.rate for z in session.dropout.paddle}
         during = _rates(port.torch_model), _rates(port.paddle_model)
-        rows = dropout_rows(session)
+        rows = dropout_rows(session, pair_layers(session))
         session.restore()
         after = _rates(port.torch_model), _rates(port.paddle_model)
     assert zeroed_t == {"attn.dropout_prob": 0.1, "drop.drop_prob": 0.2, "config.attention_probs_dropout_prob": 0.1,

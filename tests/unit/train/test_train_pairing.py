@@ -9,8 +9,9 @@ from converter.compare.align import align
 from converter.compare.capture import capture_paddle, capture_torch
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
-from converter.train.backward import layer_pairs
+from converter.train.pairing import pair_layers
 from converter.train.session import TrainSession
+from converter.train.spec import TrainSpec
 
 STEPS = 2
 
@@ -19,9 +20,9 @@ def _forward_and_backward_pairs(spec) -> tuple[dict, dict]:
     with PortSession(spec, Options(device="cpu")) as port:
         forward = align(capture_torch(port).calls, capture_paddle(port).calls, port.plan)
         with port.training():
-            session = TrainSession(port)
+            session = TrainSession(port, TrainSpec(spec))
             try:
-                backward = layer_pairs(session)
+                backward = pair_layers(session).modules
             finally:
                 session.restore()
     return {p.torch: p.paddle for p in forward if p.part is None}, backward
