@@ -28,15 +28,18 @@ def convert_in_memory(torch_model, paddle_model, mapping=None):
     return state, plan, ruleset, source
 
 
-def plan_in_memory(torch_model, paddle_model, mapping=None, source=None):
+def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfilled_ok=None):
     """(plan, rule set, torch state dict as a source) mapping the torch model's state dict onto the
     paddle model's. `mapping`: a rule set, a rule-set name or file, or None to infer the rules.
     Persistable buffers of the paddle model that no torch tensor fills (a causal mask, position
     ids, rotary tables it computes itself) are not targets: they stay as the paddle model built
     them (the paddle state-dict keys the plan does not write), with notes (plan.notes) comparing
-    them with torch's buffers of the same name in the paired module, where there are such. A parameter no torch tensor fills is
-    still a problem of the plan. `source`: the torch model's tensors read from elsewhere (its checkpoint, for a
-    model on the meta device), instead of its state dict."""
+    them with torch's buffers of the same name in the paired module, where there are such. A parameter
+    no torch tensor fills is kept as the paddle model built it too (plan.unfilled, with a note; the
+    verifier measures whether the model reads it: compare/unread.py) where nothing else is wrong with
+    the plan and `unfilled_ok` (by default: where both models are whole in memory, `source` not
+    given); else it is a problem of the plan. `source`: the torch model's tensors read from elsewhere
+    (its checkpoint, for a model on the meta device), instead of its state dict."""
     from .frameworks.paddle_side import state_dict_infos
     from .io.torch_io import StateDictSource
     from .rules.infer import infer_ruleset
@@ -46,6 +49,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None):
         ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
     ruleset = ruleset.with_params(_model_config(torch_model) | ruleset.params)
     targets = state_dict_infos(paddle_model)
+    source_given = source
     if source is None:
         state_dict = torch_model.state_dict()
         left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
@@ -55,12 +59,43 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None):
     unloadable = _targets_not_persistable(loose, paddle_model)
     skipped = {part.source for entry in unloadable for part in entry.parts}
     plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
-                      {k: v for k, v in targets.items() if k not in kept})
+                      {k: v for k, v in targets.items() if k not in kept},
+                      unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
     plan.unloadable = unloadable
+    plan.unfilled = _first_names(plan, paddle_model)
     plan.notes.extend(ruleset.notes)
+    plan.notes.extend(unfilled_notes(plan.unfilled))
     plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
     plan.notes.extend(_unloadable_notes(unloadable, paddle_model, source))
     return plan, ruleset, source
+
+
+def _first_names(plan, paddle_model) -> list:
+    """The plan's unfilled targets less those naming a paddle tensor that another name fills (a
+    rule file that maps an LSTM's 'weight_ih_l0' without its alias '0.cell.weight_ih' fills both:
+    the alias is added to its entry) or that an earlier unfilled one names."""
+    state = paddle_model.state_dict()
+    filled = {id(state[e.name]): e for e in plan.entries if e.name in state}
+    seen, out = set(), []
+    for info in plan.unfilled:
+        tensor = id(state[info.name])
+        if tensor in filled:
+            filled[tensor].aliases += (info.name,)
+        elif tensor not in seen:
+            seen.add(tensor)
+            out.append(info)
+    return out
+
+
+def unfilled_notes(unfilled) -> list[str]:
+    """One note on the paddle parameters that no torch tensor fills (kept as the paddle model built
+    them); what the model does with each is measured by the verifier (compare/unread.py)."""
+    if not unfilled:
+        return []
+    names = ", ".join(f"'{i.name}'" for i in unfilled[:SHOWN_BUFFERS]) + (
+        f" and {len(unfilled) - SHOWN_BUFFERS} more" if len(unfilled) > SHOWN_BUFFERS else "")
+    return [f"{len(unfilled)} paddle parameter(s) that no torch tensor fills are kept as the paddle model built them: "
+            f"{names}"]
 
 
 def _model_config(torch_model) -> dict:
@@ -83,15 +118,32 @@ def plan_for_loaded(torch_model, paddle_model, mapping=None, source=None):
         plan, ruleset, source = plan_in_memory(torch_model, paddle_model, mapping, source=source)
         how = "given"
     else:
-        try:
-            plan, ruleset, source = plan_in_memory(torch_model, paddle_model, source=source)
+        try:  # a shipped set that fills every paddle tensor comes before inferred rules that leave some
+            plan, ruleset, source = plan_in_memory(torch_model, paddle_model, source=source, unfilled_ok=False)
             how = "inferred from the two models"
         except UserError as inferred:
-            plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred, source)
-            how = "detected from torch's keys"
+            try:
+                plan, ruleset, source = _shipped_plan(torch_model, paddle_model, inferred, source)
+                how = "detected from torch's keys"
+            except UserError as shipped:
+                # the inferred rules, leaving paddle parameters unfilled; else what the search says
+                plan = None if source is not None else _inferred_leaving_some(torch_model, paddle_model)
+                if plan is None:
+                    raise shipped from None
+                plan, ruleset, source = plan
+                how = "inferred from the two models"
     plan.notes.insert(0, f"mapping 'loaded': the paddle model keeps the weights it was loaded with; each is checked "
                          f"bit for bit against torch's under the rule set '{ruleset.name}' ({how})")
     return plan, ruleset, source
+
+
+def _inferred_leaving_some(torch_model, paddle_model):
+    """plan_in_memory's inferred plan where it leaves paddle parameters unfilled; None where it
+    cannot be made either."""
+    try:
+        return plan_in_memory(torch_model, paddle_model)
+    except UserError:
+        return None
 
 
 def _shipped_plan(torch_model, paddle_model, inferred: UserError, source=None):

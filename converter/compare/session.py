@@ -220,6 +220,8 @@ class PortSession:
         with spec_call_errors(spec.path, "inputs"):
             self.inputs = spec.inputs()
         check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
+        from .onesided import measured_in_session
+        self.plan.notes.extend(measured_in_session(self))  # tensors that count on one side only
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
         self.forcing = False  # a forced paddle pass is running (run_paddle(forced=True))
 

@@ -6,7 +6,6 @@ so a user sees every leftover key, unfilled target and shape mismatch at once.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,29 +13,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from ..io.base import TensorInfo
-from .ruleset import RuleIndex, RuleSet
-
-
-@dataclass(frozen=True)
-class Part:
-    """One source tensor's contribution to a target, as a chain of views."""
-
-    source: str
-    reshape: tuple[int, ...] | None = None
-    piece: tuple[int, int, int] | None = None  # (axis, start, stop) of a split
-    perm: tuple[int, ...] | None = None
-
-    def apply(self, array: np.ndarray) -> np.ndarray:
-        if self.reshape is not None:
-            array = array.reshape(self.reshape)
-        if self.piece is not None:
-            axis, start, stop = self.piece
-            index = [slice(None)] * array.ndim
-            index[axis] = slice(start, stop)
-            array = array[tuple(index)]
-        if self.perm is not None:
-            array = array.transpose(self.perm)
-        return array
+from .parts import Part, PartBuilder, shape_text as _shape
+from .ruleset import RuleSet
 
 
 @dataclass
@@ -69,6 +47,9 @@ class MappingPlan:
     # targets the paddle model holds as buffers it neither saves nor loads (not persistable): no
     # checkpoint reaches them, so the verifier compares them instead of filling them
     unloadable: list[TargetEntry] = field(default_factory=list)
+    # the paddle model's entries that no source key fills, where the plan was asked to leave them
+    # (build_plan's `unfilled_ok`): the paddle model keeps them as it built them
+    unfilled: list[TensorInfo] = field(default_factory=list)
 
     def output_infos(self) -> list[TensorInfo]:
         """Every name written, aliases included (they hold the same tensor)."""
@@ -89,93 +70,6 @@ class MappingPlan:
     @property
     def total_bytes(self) -> int:
         return sum(i.nbytes for i in self.output_infos())
-
-
-def _shape(info: TensorInfo) -> str:
-    return info.describe()
-
-
-class _Builder:
-    def __init__(self, sources: dict[str, TensorInfo], ruleset: RuleSet):
-        self.sources = sources
-        self.ruleset = ruleset
-        self.index = RuleIndex(ruleset.rules)
-        self.problems: list[str] = []
-
-    def claim(self, key: str, group: str):
-        """The one rule of `group` that matches `key`: None when none does, False when several do."""
-        hits = self.index.matching(key, group)
-        if len(hits) > 1:
-            self.problems.append(f"source '{key}' matches {len(hits)} {group} rules ({'; '.join(r.where for r, _ in hits)}); "
-                                 "make the patterns exclusive")
-            return False
-        return hits[0] if hits else None
-
-    def part_for(self, key: str, piece=None, regroup: str | None = None):
-        """Part and its resulting shape for one source key: its reshape rule, then `regroup` ("item":
-        one item of a stack, given a leading axis of 1; "items": a stacked tensor with its first two
-        axes as one, so that a piece of it is an item or part of one), then `piece`, then its
-        transpose rule, which applies to the item where the tensor is one."""
-        info = self.sources[key]
-        shape = info.shape
-        reshape = None
-        hit = self.claim(key, "shape")
-        if hit:
-            rule = hit[0]
-            reshape = tuple(rule.spec["shape"])  # non-negative integers (checked when the rule was read)
-            if math.prod(reshape) != info.numel:
-                self.problems.append(f"source '{key}' {_shape(info)} cannot be reshaped to {list(reshape)} ({rule.where})")
-                return None
-            shape = reshape
-        if regroup == "item":
-            reshape = shape = (1,) + tuple(shape)
-        elif regroup == "items":
-            reshape = shape = (shape[0] * shape[1],) + tuple(shape[2:])
-        if piece is not None:
-            axis, start, stop = piece
-            shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
-        perm = None
-        hit = self.claim(key, "layout")
-        if hit:
-            rule = hit[0]
-            lead = 1 if regroup == "item" else 0
-            item = shape[lead:]
-            perm = tuple(rule.spec.get("perm") or ())
-            if not perm:
-                if len(item) != 2:
-                    self.problems.append(f"source '{key}' {_shape(info)} is not 2-D; its transpose rule needs 'perm' ({rule.where})")
-                    return None
-                perm = (1, 0)
-            if sorted(perm) != list(range(len(item))):
-                self.problems.append(f"source '{key}' {_shape(info)}: perm {list(perm)} does not fit its {len(item)} axes ({rule.where})")
-                return None
-            perm = tuple(range(lead)) + tuple(p + lead for p in perm)
-            shape = tuple(shape[p] for p in perm)
-        return Part(key, reshape, piece, perm), shape
-
-    def reshaped(self, key: str) -> tuple[int, ...]:
-        """The key's shape after its reshape rule (that rule's problems are said by part_for)."""
-        hit = self.index.matching(key, "shape")
-        shape = tuple(hit[0][0].spec["shape"]) if len(hit) == 1 else self.sources[key].shape
-        return shape if math.prod(shape) == self.sources[key].numel else self.sources[key].shape
-
-    def number(self, rule, field_name: str):
-        """The rule's `groups` or `count` (None when absent); False, with the problem noted, when the
-        config field it names is unknown or not a positive integer."""
-        value = rule.number(field_name, self.ruleset.params)
-        if isinstance(value, str):
-            self.problems.append(value)
-            return False
-        return value
-
-    def cast_for(self, key: str, forced: str | None) -> str:
-        info = self.sources[key]
-        hit = self.claim(key, "dtype")
-        if hit:
-            return hit[0].spec["dtype"]
-        if forced and info.dtype in dtypes.FLOATING:
-            return forced
-        return info.dtype
 
 
 def _names_written_twice(entries) -> list[str]:
@@ -219,9 +113,13 @@ def float_dtype(name: str | None) -> str | None:
 
 
 def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
-               targets: dict[str, TensorInfo] | None = None, dtype: str | None = None) -> MappingPlan:
+               targets: dict[str, TensorInfo] | None = None, dtype: str | None = None,
+               unfilled_ok: bool = False) -> MappingPlan:
     """Map every source key through the rules; check against the target model's keys when given.
-    `dtype` (--dtype) casts the floating tensors, and must itself be a floating format."""
+    `dtype` (--dtype) casts the floating tensors, and must itself be a floating format.
+    `unfilled_ok`: a target that no source key fills is no problem where nothing else is wrong: it
+    is listed in the plan's `unfilled` (the paddle model keeps it as built, and the verifier
+    measures whether the model reads it)."""
     dtype = float_dtype(dtype)
     b = _PlanBuilder(sources, ruleset, dtype)
     for index, (key, info) in enumerate(sources.items()):
@@ -231,14 +129,28 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
     if targets is not None:
         b.check_against(targets)
     b.problems.extend(_names_written_twice(b.entries.values()))
-    if b.problems:
-        raise UserError(f"mapping '{ruleset.name}' does not fit the checkpoint ({len(b.problems)} problem(s)); "
-                        "fix the rules (or --mapping) so that every key is mapped or dropped:",
-                        sorted(set(b.problems)))
-    return b.plan()
+    if b.problems and (not unfilled_ok or len(b.problems) > len(b.unfilled)):
+        raise UserError(_refusal(ruleset.name, b.problems, len(b.unfilled)), sorted(set(b.problems)))
+    plan = b.plan()
+    plan.unfilled = [targets[name] for name in b.unfilled] if targets is not None else []
+    return plan
 
 
-class _PlanBuilder(_Builder):
+def _refusal(name: str, problems: list[str], unfilled: int) -> str:
+    """The heading of a plan's problems. Where the only problems are paddle tensors that no torch
+    tensor fills, a rule that fills them from some torch tensor could hide the very bug the port has
+    (a forward that reads its own tensor, not the one torch's weights fill): the heading says how to
+    find out which tensors the paddle model reads."""
+    if unfilled and unfilled == len(problems):
+        return (f"mapping '{name}' fills {unfilled} paddle key(s) from no torch tensor; do not map a torch "
+                "tensor onto one only to fill it: run verify-port on the pair, which keeps them as the paddle model "
+                "built them and measures whether its layers read them (a tensor the forward reads but no torch "
+                "weight fills is a bug of the port, one it never reads can be removed from it):")
+    return (f"mapping '{name}' does not fit the checkpoint ({len(problems)} problem(s)); "
+            "fix the rules (or --mapping) so that every key is mapped or dropped:")
+
+
+class _PlanBuilder(PartBuilder):
     """The steps of build_plan: each source key mapped by its naming rule, merge parts joined,
     then what is left unmapped and what does not fit the target model, as problems."""
 
@@ -253,6 +165,7 @@ class _PlanBuilder(_Builder):
         self.stacks: dict[tuple[str, str], dict[int, str]] = {}  # (rule, target) -> item number -> key
         self.merge_rules: dict[str, object] = {}  # rule.where -> rule (merge and stack)
         self.position = {key: i for i, key in enumerate(sources)}
+        self.unfilled: list[str] = []  # targets no source key fills (each also a problem)
 
     def add(self, name: str, entry: TargetEntry, position: tuple[int, int], key: str) -> None:
         if name in self.entries:
@@ -510,6 +423,7 @@ class _PlanBuilder(_Builder):
         for name, tinfo in targets.items():
             e = produced.get(name)
             if e is None:
+                self.unfilled.append(name)
                 self.problems.append(f"target '{name}' {_shape(tinfo)} is not filled by any source key")
             elif tuple(e.shape) != tuple(tinfo.shape):
                 srcs = ", ".join(f"'{p.source}' {_shape(self.sources[p.source])}" for p in e.parts)

@@ -1,0 +1,166 @@
+"""Tensors that count on one side only, as findings in the report's notes: a paddle parameter that
+no torch tensor fills and that the paddle model reads (it computes with the value it was built
+with: a bug of the port, whichever layer's output it changes), and a paddle parameter the paddle
+model does not read (one torch's weights fill while torch reads them: the port computes without
+that weight; one nothing fills: left over in the port). Measured by compare/unread.py; a paddle
+parameter whose torch counterpart torch does not read either on these inputs (an expert no token
+is routed to) is said in a plain note, not as a finding."""
+
+from __future__ import annotations
+
+from .unread import Reading, measure_reads
+
+SHOWN = 6
+
+
+def _where(path: str) -> str:
+    return f"'{path}'" if path else "the model itself"
+
+
+def _listed(keys: list[str]) -> str:
+    return ", ".join(f"'{k}'" for k in keys[:SHOWN]) + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
+
+
+def _parameters(paddle_model) -> dict[str, object]:
+    """The paddle model's floating parameters by their first state-dict key (aliases left out)."""
+    from ..frameworks.paddle_side import is_float_tensor
+    params = {id(p) for p in paddle_model.parameters()}
+    out, seen = {}, set()
+    for key, tensor in paddle_model.state_dict().items():
+        if id(tensor) in params and id(tensor) not in seen and is_float_tensor(tensor):
+            seen.add(id(tensor))
+            out[key] = tensor
+    return out
+
+
+def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list[str]:
+    """Notes on the paddle parameters of `plan` (verify-port's plan between the two models in
+    memory) that count on one side only, measured on the spec's `inputs` (see the module's
+    docstring), one per paddle layer and kind; [] where every parameter is read and filled."""
+    from ..frameworks import paddle_side
+    state = _parameters(paddle_model)
+    unfilled = [i.name for i in plan.unfilled if i.name in state]
+    readings = measure_reads(paddle_side, paddle_model, inputs, device, state, list(state), set(unfilled))
+    filled = plan.by_output_name()
+    unread = [k for k, r in readings.items() if r.read is False and k in filled]
+    torch_reads = _torch_reads(plan, torch_model, inputs, device, unread)
+    sources = {k: [part.source for part in filled[k].parts] for k in unread}
+    neither = [k for k in unread if all(torch_reads.get(s) is not None and torch_reads[s].read is False
+                                        for s in sources[k])]
+    notes = []
+    for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read is None]).items():
+        notes.append(f"paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills, kept as "
+                     f"the paddle model built them: {_listed(_names(keys, layer))}; whether the model reads them was "
+                     f"not measured ({readings[keys[0]].why})")
+    spare = [k for k in unread if k not in neither]
+    written = [k for k in state if readings[k].written and k in filled and k not in spare]
+    if written:
+        shown = ", ".join(f"'{k}' (from torch's {' + '.join(repr(p.source) for p in filled[k].parts)})"
+                          for k in written[:SHOWN]) + (f" and {len(written) - SHOWN} more" if len(written) > SHOWN else "")
+        notes.append(f"finding: the paddle model's forward overwrites {len(written)} tensor(s) that torch's weights "
+                     f"fill, so the values converted from torch are never read: {shown}. Find what writes them in the "
+                     "forward (a wrapper copying its own parameter into its inner layer's) and make it use torch's, or "
+                     "map torch's tensors onto the tensors it copies from")
+    for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read]).items():
+        notes.append(_read_unfilled(layer, keys, state, readings, spare + written))
+    for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read is False]).items():
+        notes.append(_unread_unfilled(layer, keys, state, readings))
+    for layer, keys in _by_layer(readings, spare).items():
+        notes.append(_unread_filled(layer, keys, readings, sources, torch_reads))
+    if neither:
+        notes.append(f"{len(neither)} paddle parameter(s) are read on neither side on these inputs (their torch "
+                     f"counterparts unread by torch too, as an expert no token is routed to): {_listed(neither)}; "
+                     "inputs that reach them check them")
+    return notes
+
+
+def _by_layer(readings: dict[str, Reading], keys: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        out.setdefault(readings[key].layer, []).append(key)
+    return out
+
+
+def _names(keys: list[str], layer: str) -> list[str]:
+    """The keys by their names inside `layer`."""
+    return [k[len(layer) + 1:] if layer else k for k in keys]
+
+
+def _shaped(keys: list[str], layer: str, state: dict) -> str:
+    shown = [f"'{n}' {list(state[k].shape)}" for k, n in zip(keys, _names(keys, layer))]
+    return ", ".join(shown[:SHOWN]) + (f" and {len(shown) - SHOWN} more" if len(shown) > SHOWN else "")
+
+
+def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str]) -> dict[str, Reading]:
+    """Whether torch reads the tensors that fill the paddle parameters `paddle_keys`."""
+    if not paddle_keys:
+        return {}
+    from ..frameworks import torch_side
+    from ..frameworks.torch_side import is_float_tensor
+    table = plan.by_output_name()
+    state = {k: t for k, t in torch_model.state_dict(keep_vars=True).items() if is_float_tensor(t)}
+    sources = list(dict.fromkeys(part.source for key in paddle_keys for part in table[key].parts
+                                 if part.source in state))
+    return measure_reads(torch_side, torch_model, inputs, device, state, sources)
+
+
+def _largest(readings: dict[str, Reading], keys: list[str]) -> str:
+    worst = max(readings[k].change for k in keys)
+    return "an infinite or NaN value" if worst == float("inf") else f"up to {worst:.3g}"
+
+
+def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Reading], spare: list[str]) -> str:
+    at_layer = all(readings[k].at == layer for k in keys)
+    effect = (f"perturbing each changed that layer's output, by {_largest(readings, keys)}" if at_layer else
+              f"perturbing each changed the model's outputs, by {_largest(readings, keys)}")
+    shapes = {tuple(state[k].shape) for k in keys}
+    elsewhere = _by_layer(readings, [k for k in spare if tuple(state[k].shape) in shapes])
+    instead = ""
+    if elsewhere:
+        where = "; ".join(f"{_where(other)} ({_listed(_names(ks, other))}"
+                          f"{', a layer that never runs' if not readings[ks[0]].ran else ''})"
+                          for other, ks in list(elsewhere.items())[:3])
+        instead = (f" Torch's weights of those shapes fill paddle tensors whose values the model does not read, in {where}: the "
+                   "port's forward reads its own tensors instead of those.")
+    return (f"finding: paddle layer {_where(layer)} reads {len(keys)} tensor(s) that no torch tensor fills: "
+            f"{_shaped(keys, layer, state)} ({effect}): the paddle model computes with the values it was built with, "
+            f"and a converted checkpoint would leave them so.{instead} Make the port's forward read the tensors "
+            "torch's weights fill, or map torch's tensors onto these and remove what nothing reads; the first layer "
+            "over budget is where the outputs part")
+
+
+def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Reading]) -> str:
+    ran = readings[keys[0]].ran
+    how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
+           "perturbing each changed neither that layer's output nor the model's")
+    return (f"finding: paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills and the "
+            f"paddle model does not read on these inputs: {_shaped(keys, layer, state)} ({how}); kept as built, they "
+            "change nothing here: remove them from the port if they are left over, or make its forward use them "
+            "where it should")
+
+
+def _unread_filled(layer: str, keys: list[str], readings: dict[str, Reading], sources: dict[str, list[str]],
+                   torch_reads: dict[str, Reading]) -> str:
+    ran = readings[keys[0]].ran
+    how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
+           "perturbing each changed neither that layer's output nor the model's")
+    filled = ", ".join(f"'{n}' (from torch's {' + '.join(repr(s) for s in sources[k])})"
+                       for k, n in list(zip(keys, _names(keys, layer)))[:SHOWN])
+    filled += f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else ""
+    said = [torch_reads.get(s) for k in keys for s in sources[k]]
+    read_by = sorted({r.at for r in said if r is not None and r.read})
+    torch_part = (f"; torch reads them (perturbing each changed the output of torch's "
+                  f"{', '.join(_where(a) for a in read_by)}): "
+                  "the port computes without these weights" if read_by else
+                  "; whether torch reads them was not measured")
+    return (f"finding: paddle layer {_where(layer)} holds {len(keys)} tensor(s) that torch's weights fill and the "
+            f"paddle model does not read on these inputs: {filled} ({how}){torch_part}. Make the port's forward use "
+            "them, or map torch's tensors onto the tensors the port reads")
+
+
+def measured_in_session(session) -> list[str]:
+    """state_findings for a verification session whose models are both whole in memory; [] where a
+    side is streamed block by block (its weights are not all in the model at once)."""
+    if session.streams:
+        return []
+    return state_findings(session.plan, session.torch_model, session.paddle_model, session.inputs, session.device)
