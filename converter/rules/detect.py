@@ -5,6 +5,14 @@ rules and the plan builds without a problem (shapes, splits, duplicates). When s
 fit, the one that uses more of its own rules is the more specific (a set with head rules,
 on a checkpoint with a head, beats one without); sets whose plans write exactly the same
 file are not rivals, they are named as giving the same file.
+
+A set may name every key and still not build its plan from the keys alone: its rules name a config
+field (a merge by KV-head groups) that a weights file does not hold. Its layout is still known (the
+plan built with each such count taken as 1: the same names, shapes and transposes), and it is said
+beside the set detected. Where none fits, the closest is the set with the fewest keys and problems
+left, then the fewest of its own rules that find no tensor here; a set whose plan lays some tensor
+out otherwise (another shape, or a transpose the other lacks) than a set that leaves fewer of its
+rules unused is not offered: both cannot be right for this checkpoint.
 """
 
 from __future__ import annotations
@@ -67,6 +75,9 @@ class Trial:
     used_rules: int
     plan: MappingPlan | None = None
     problems: list[str] = field(default_factory=list)
+    unused_rules: int = 0  # its naming rules (drops aside) that no key matched
+    needs: list[str] = field(default_factory=list)  # config fields its plan needs and was not given
+    layout: MappingPlan | None = None  # the plan with each needed count taken as 1 (names, shapes, transposes)
 
     @property
     def name(self) -> str:
@@ -76,6 +87,11 @@ class Trial:
     def fits(self) -> bool:
         return self.plan is not None
 
+    @property
+    def laid_out(self) -> MappingPlan | None:
+        """Its plan, or where only config fields are missing, the plan with each taken as 1."""
+        return self.plan if self.plan is not None else self.layout
+
 
 @dataclass
 class Detection:
@@ -84,6 +100,9 @@ class Detection:
     also_fit: list[str]  # other sets that fit but write something else
 
     other_target: list[str] = field(default_factory=list)  # the other library's sets that fit too
+    # sets of the same library that name every key too but need config fields: (names writing one
+    # file, the fields), one per file they would write
+    with_config: list[tuple[list[str], list[str]]] = field(default_factory=list)
 
     def describe(self, keys: int) -> str:
         target = target_of(self.chosen.name)
@@ -93,7 +112,15 @@ class Detection:
         line += ")"
         if self.also_fit:
             s = "s" if len(self.also_fit) == 1 else ""
-            line += f"; {_quoted(self.also_fit)} also fit{s} but write{s} other names: pass --mapping NAME to choose"
+            line += (f"; {_quoted(self.also_fit)} also fit{s} but write{s} other names: pass --mapping NAME to choose "
+                     f"('{self.chosen.name}' is used: it uses the most of its rules here)")
+        for names, fields in self.with_config:
+            one = len(names) == 1
+            line += (f"; {_quoted(names)}{'' if one else ' (one file between them)'} name{'s' if one else ''} every key "
+                     f"too, but write{'s' if one else ''} another file and need{'s' if one else ''} the config "
+                     f"field{'s' if len(fields) > 1 else ''} {_quoted(fields)}, which the weights alone do not hold "
+                     f"('{self.chosen.name}' is used: its plan needs no config field): convert the model directory, "
+                     "whose config.json says the family")
         if self.other_target:
             other = PADDLENLP if target == PADDLEFORMERS else PADDLEFORMERS
             line += f"; for {LIBRARIES[other]} ({_quoted(self.other_target)}) pass --target {other}"
@@ -114,13 +141,28 @@ def try_ruleset(infos: dict[str, TensorInfo], ruleset: RuleSet) -> Trial:
         used.update(rule.where for rule, _ in hits)
         if not hits and not keeps:
             unmapped.append(key)
-    trial = Trial(ruleset, sorted(unmapped), len(used))
+    unused = sum(1 for rule in ruleset.rules if rule.group == "naming" and rule.kind != "drop" and rule.where not in used)
+    trial = Trial(ruleset, sorted(unmapped), len(used), unused_rules=unused)
     if not unmapped:
         try:
             trial.plan = build_plan(infos, ruleset)
         except UserError as exc:
             trial.problems = exc.details or [exc.message]
+            trial.needs, trial.layout = _with_counts(infos, ruleset, used)
     return trial
+
+
+def _with_counts(infos: dict[str, TensorInfo], ruleset: RuleSet, used: set) -> tuple[list[str], MappingPlan | None]:
+    """(the config fields the rules that keys matched name as a count and that were not given, the
+    plan with each taken as 1), or ([], None) where the plan fails for something else too."""
+    needs = sorted({rule.spec[f] for rule in ruleset.rules if rule.where in used for f in ("groups", "count")
+                    if isinstance(rule.spec.get(f), str) and rule.spec[f] not in ruleset.params})
+    if not needs:
+        return [], None
+    try:
+        return needs, build_plan(infos, ruleset.with_params({**ruleset.params, **{n: 1 for n in needs}}))
+    except UserError:
+        return [], None
 
 
 def _signature(plan: MappingPlan) -> tuple:
@@ -129,7 +171,51 @@ def _signature(plan: MappingPlan) -> tuple:
 
 
 def _closeness(trial: Trial) -> tuple:
-    return (len(trial.unmapped) + len(trial.problems), -trial.used_rules, trial.name)
+    return (len(trial.unmapped) + len(trial.problems), trial.unused_rules, -trial.used_rules, trial.name)
+
+
+def _layouts(plan: MappingPlan, infos: dict[str, TensorInfo]) -> dict[str, tuple]:
+    """Per source key, the shape its part of a written tensor has and the transpose that made it."""
+    out = {}
+    for entry in plan.entries:
+        for part in entry.parts:
+            shape = tuple(part.reshape or infos[part.source].shape)
+            if part.piece is not None:
+                axis, start, stop = part.piece
+                shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
+            if part.perm is not None:
+                shape = tuple(shape[i] for i in part.perm)
+            out.setdefault(part.source, (shape, part.perm))
+    return out
+
+
+def _conflict(one: Trial, other: Trial, infos: dict[str, TensorInfo]) -> str | None:
+    """The first source key the two plans lay out otherwise, said; None where they agree on every key
+    both write (or either has no plan)."""
+    if one.laid_out is None or other.laid_out is None:
+        return None
+    mine, theirs = _layouts(one.laid_out, infos), _layouts(other.laid_out, infos)
+    for key in sorted(set(mine) & set(theirs)):
+        if mine[key] != theirs[key]:
+            said = lambda layout: f"{list(layout[0])}{' transposed' if layout[1] else ''}"
+            return (f"'{one.name}' names every key too but lays {key!r} out as {said(mine[key])} where '{other.name}' "
+                    f"lays it out as {said(theirs[key])}, and {one.unused_rules} of its rules find no tensor here "
+                    f"({other.unused_rules} of '{other.name}'s): not offered")
+    return None
+
+
+def closest(trials: list[Trial], infos: dict[str, TensorInfo]) -> tuple[Trial, list[str]]:
+    """The trial to offer where none fits, and why closer ones are not: a set whose plan lays some
+    tensor out otherwise than a set leaving fewer of its rules unused (both naming every key)."""
+    ranked = sorted(trials, key=_closeness)
+    passed_over = []
+    for trial in ranked:
+        rivals = [t for t in ranked if t.unused_rules < trial.unused_rules and not t.unmapped]
+        said = next((c for c in (_conflict(trial, t, infos) for t in rivals) if c), None) if not trial.unmapped else None
+        if said is None:
+            return trial, passed_over
+        passed_over.append(said)
+    return ranked[0], []
 
 
 def detect(infos: dict[str, TensorInfo], names: list[str] | None = None, target: str | None = None,
@@ -149,15 +235,29 @@ def detect(infos: dict[str, TensorInfo], names: list[str] | None = None, target:
     ours = [t for t in fitting if target_of(t.name) == preferred]
     if not ours:
         tried = [t for t in trials if target_of(t.name) == target] if target else trials
-        raise _none_fits(min(tried, key=_closeness), len(infos), preferred, [t.name for t in fitting])
+        raise _none_fits(*closest(tried, infos), tried, len(infos), preferred, [t.name for t in fitting])
     chosen = ours[0]
     same = [t.name for t in ours[1:] if _signature(t.plan) == _signature(chosen.plan)]
     other = [t.name for t in ours[1:] if t.name not in same]
     elsewhere = [t.name for t in fitting if target_of(t.name) != preferred]
-    return Detection(chosen, sorted(same), sorted(other), sorted(elsewhere))
+    return Detection(chosen, sorted(same), sorted(other), sorted(elsewhere),
+                     _with_config([t for t in trials if t.layout is not None and target_of(t.name) == preferred]))
 
 
-def _none_fits(closest: Trial, keys: int, target: str, elsewhere: list[str]) -> UserError:
+def _with_config(trials: list[Trial]) -> list[tuple[list[str], list[str]]]:
+    """The sets that name every key but need config fields, grouped by the file they would write."""
+    groups: dict[tuple, tuple[list[str], set[str]]] = {}
+    for t in sorted(trials, key=lambda t: t.name):
+        names, fields = groups.setdefault(_signature(t.layout), ([], set()))
+        names.append(t.name)
+        fields.update(t.needs)
+    return [(names, sorted(fields)) for names, fields in groups.values()]
+
+
+def _none_fits(closest: Trial, passed_over: list[str], others: list[Trial], keys: int, target: str,
+               elsewhere: list[str]) -> UserError:
+    """No set fits: the closest named (with the sets that would write its file, and those closer that
+    are not offered), or the other library's sets that fit."""
     if elsewhere:
         other = PADDLENLP if target == PADDLEFORMERS else PADDLEFORMERS
         return UserError(f"no shipped mapping for {LIBRARIES[target]} fits this checkpoint; {_quoted(elsewhere)} for "
@@ -165,10 +265,15 @@ def _none_fits(closest: Trial, keys: int, target: str, elsewhere: list[str]) -> 
                          "or --mapping FILE with rules of your own")
     instead = ("pass --mapping FILE with rules for them (start from the closest set's file, or give it "
                "\"unmatched\": \"keep\"), or --spec FILE to infer the rules from the two models")
+    same = [t.name for t in others if t is not closest and t.laid_out is not None and closest.laid_out is not None
+            and _signature(t.laid_out) == _signature(closest.laid_out)]
+    aside = "; ".join(([f"{_quoted(sorted(same))} give{'s' if len(same) == 1 else ''} the same file"] if same else [])
+                      + passed_over)
+    aside = f" ({aside})" if aside else ""
     if closest.unmapped:
         shown = ", ".join(closest.unmapped[:SHOWN]) + (", ..." if len(closest.unmapped) > SHOWN else "")
         return UserError(f"no shipped mapping fits this checkpoint: the closest, '{closest.name}', leaves "
-                         f"{len(closest.unmapped)} of {keys} keys unmapped ({shown}); {instead}")
+                         f"{len(closest.unmapped)} of {keys} keys unmapped ({shown}){aside}; {instead}")
     return UserError(f"no shipped mapping fits this checkpoint: the closest, '{closest.name}', names every key "
-                     f"but its plan has {len(closest.problems)} problem(s); pass --mapping FILE, or --spec FILE",
+                     f"but its plan has {len(closest.problems)} problem(s){aside}; pass --mapping FILE, or --spec FILE",
                      closest.problems[:SHOWN])
