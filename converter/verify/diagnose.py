@@ -326,6 +326,9 @@ def diagnose(ctx) -> list[Diagnosis]:
     for check in CHECKS + MODEL_CHECKS:
         found.extend(d for d in check(ctx) if not (said and d.kind == "transpose"))
     found = _distinct(found)  # a family's what-if and a generic check may agree
+    if all(d.kind in SIZE_FITS for d in found):  # no cause yet that reproduces the other side's output
+        from .counterfactual import setting_causes
+        found = setting_causes(ctx) or found
     if any(d.kind not in SIZE_FITS for d in found):  # a cause that reproduces paddle's output outranks a fit by size
         found = [d for d in found if d.kind not in SIZE_FITS]
     if not found:

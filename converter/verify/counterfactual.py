@@ -1,0 +1,318 @@
+"""Causes found by re-running: the first layer over budget re-run with one of its settings changed.
+
+Every plain setting a layer keeps (a flag, a number, a word, a tuple of numbers: what its
+constructor stored and its forward reads) is a candidate cause. For the paddle layer and each
+layer inside it, each setting is changed in turn to a value the other side suggests (the values
+torch's module keeps, the opposite flag, the complement `1 - x` of a fraction) and the layer
+re-run on torch's recorded inputs; a change under which paddle's output lands within the layer's
+budget of torch's is a cause, confirmed by re-running. The same search on torch's float64 module
+against paddle's output says what paddle computes where no paddle setting does. Nothing here
+knows a layer family: the settings are read from the two layers, and a layer type no family
+covers gets a cause the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..diagnosis import Diagnosis
+from ..paths import join
+
+MAX_RUNS = 160  # re-runs per side: the search is for one layer, and a block holds a few hundred settings
+MAX_SECONDS = 30.0
+SMALL_INT = 16  # ints beyond this are sizes (features, channels), which no re-run can change alone
+KIND = "setting"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a layer, changed: the attribute its forward reads, and the constructor's
+    parameter that sets it where one does."""
+
+    name: str
+    was: object
+    to: object
+    parameter: str | None
+
+    def said(self, value) -> str:
+        return f"{self.parameter or self.name}={value!r}"
+
+
+@dataclass(frozen=True)
+class Change:
+    side: str  # whose layer was changed: "paddle" or "torch"
+    where: str  # the layer's path in its model
+    layer_type: str
+    settings: tuple[Setting, ...]
+    ratio: float  # the layer's error against the other side, re-run with the change
+
+    def diagnosis(self, culprit: str, before: float, other_type: str) -> Diagnosis:
+        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        was = ", ".join(f"{s.name}={s.was!r}" for s in self.settings)
+        to = ", ".join(f"{s.name}={s.to!r}" for s in self.settings)
+        where = self.where or "<model>"
+        if self.side == "paddle":
+            cause = (f"paddle's {where} ({self.layer_type}) has {was}; re-run on torch's recorded inputs with {to} "
+                     f"it gives torch's output within the budget ({went}): confirmed by re-running")
+            if all(s.parameter for s in self.settings):
+                hint = f"construct paddle's {self.layer_type} with {', '.join(s.said(s.to) for s in self.settings)}"
+            else:
+                hint = f"make paddle's {where} compute with {to}"
+        else:
+            cause = (f"paddle's {other_type} computes what torch's {where} ({self.layer_type}) computes with {to} "
+                     f"(torch's has {was}): torch's module re-run with it gives paddle's output within the budget "
+                     f"({went}): confirmed by re-running")
+            which = "settings that match" if len(self.settings) > 1 else "setting that matches"
+            hint = (f"give paddle's {other_type} the {which} torch's "
+                    f"{', '.join(s.said(s.was) for s in self.settings)}")
+        return Diagnosis(culprit, cause, hint, kind=KIND)
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (bool, int, float, str)):
+        return not isinstance(value, str) or 0 < len(value) <= 24
+    return (isinstance(value, (tuple, list)) and 0 < len(value) <= 6
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
+
+
+def settings(layer, framework_keys: frozenset) -> dict:
+    """The plain values `layer` keeps on itself, beyond what every layer of its framework keeps."""
+    return {k: v for k, v in vars(layer).items() if k not in framework_keys and _plain(v)}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        a, b = (tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in (a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str) and a == b
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def candidates(value, suggested: list, sizes: bool = True) -> list:
+    """Values to try for a setting that holds `value`: those the layer's counterpart on the other
+    side keeps (`suggested`), the opposite of a flag, the complement of a fraction. Whole numbers
+    and tuples of them (axes, strides, windows, factors) only where `sizes`: in a layer that holds
+    weights they are its structure (counts of layers, heads, features), which no re-run may change
+    (native kernels trust them: a changed count can crash the process)."""
+    if isinstance(value, bool):
+        return [not value]
+    out = []
+    if isinstance(value, str):
+        out = [s for s in suggested if isinstance(s, str) and s.isidentifier()]
+    elif isinstance(value, float):
+        out = [float(s) for s in suggested if isinstance(s, float)]
+        if 0.0 < value < 1.0:
+            out.append(1.0 - value)
+    elif isinstance(value, int) and sizes:  # an int default (a factor such as Softplus' beta) takes floats too
+        out = [s for s in suggested if isinstance(s, float) or _number(s) and abs(s) <= SMALL_INT]
+        out += [s[0] for s in suggested if isinstance(s, (tuple, list)) and len(set(s)) == 1
+                and isinstance(s[0], int) and abs(s[0]) <= SMALL_INT]
+    elif isinstance(value, (tuple, list)) and sizes:
+        n = len(value)
+        out = [type(value)(s) for s in suggested if isinstance(s, (tuple, list)) and len(s) == n]
+        out += [type(value)([s] * n) for s in suggested if _number(s) and isinstance(s, int) and abs(s) <= SMALL_INT]
+    distinct = []
+    for c in out:
+        if not _same(c, value) and not any(_same(c, d) for d in distinct):
+            distinct.append(c)
+    return distinct
+
+
+def _constructor_parameter(layer, setting: str) -> str | None:
+    import inspect
+    try:
+        names = inspect.signature(type(layer).__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    bare = setting.lstrip("_")
+    return bare if bare in names else None
+
+
+class _Runs:
+    """The re-runs' shared limits: a count and a time per side."""
+
+    def __init__(self):
+        self.left = MAX_RUNS
+        self.until = time.monotonic() + MAX_SECONDS
+
+    def take(self) -> bool:
+        self.left -= 1
+        return self.left >= 0 and time.monotonic() < self.until
+
+
+def _search(root, root_path: str, framework_keys: frozenset, suggested, run, judge) -> list[Change]:
+    """Each setting of each layer under `root` changed to each candidate, the root re-run (`run()`
+    gives its outputs) and judged (`judge(outputs)` gives the ratio or None), the candidates coming
+    from `suggested(path)`: the settings of the layer's counterpart on the other side; the changes whose
+    ratio is at most 1, best first. Where no single change is one, two settings of one layer
+    changed together (a range's two ends). Every setting is restored, whatever the run does."""
+    runs = _Runs()
+    named = [("", root)] + list(root.named_sublayers() if hasattr(root, "named_sublayers") else
+                                 (kv for kv in root.named_modules() if kv[0]))
+    options = []  # per layer: [(setting, candidate)]
+    for rel, layer in named:
+        path = join(root_path, rel)
+        sizes = not any(True for _ in _own_parameters(layer))
+        here = [Setting(name, value, new, _constructor_parameter(layer, name))
+                for name, value in settings(layer, framework_keys).items()
+                for new in candidates(value, suggested(path), sizes)]
+        if here:
+            options.append((path, layer, here))
+    for together in (1, 2):
+        hits = []
+        for path, layer, here in options:
+            for changed in _combinations(here, together):
+                if not runs.take():
+                    return sorted(hits, key=lambda c: c.ratio)
+                ratio = _run_changed(layer, changed, run, judge)
+                if ratio is not None and ratio <= 1.0:
+                    hits.append(Change("", path, type(layer).__name__, changed, ratio))
+        if hits:
+            return sorted(hits, key=lambda c: c.ratio)
+    return []
+
+
+def _combinations(here: list, together: int):
+    from itertools import combinations
+    for changed in combinations(here, together):
+        if len({s.name for s in changed}) == together:
+            yield changed
+
+
+def _run_changed(layer, changed: tuple, run, judge) -> float | None:
+    for s in changed:
+        setattr(layer, s.name, s.to)
+    try:
+        return judge(run())
+    except Exception:  # noqa: BLE001 - a setting the layer cannot run with is not the cause
+        return None
+    finally:
+        for s in changed:
+            setattr(layer, s.name, s.was)
+
+
+def _framework_keys(framework: str) -> frozenset:
+    if framework == "paddle":
+        import paddle
+        return frozenset(vars(paddle.nn.Layer()))
+    import torch
+    return frozenset(vars(torch.nn.Module()))
+
+
+def _own_parameters(layer):
+    named = layer.named_parameters(include_sublayers=False) if hasattr(layer, "named_sublayers") \
+        else layer.named_parameters(recurse=False)
+    return (p for _, p in named)
+
+
+def _counterparts(ctx, side: str, keys: frozenset):
+    """path on `side` -> the settings' values of its paired layer on the other side (the culprit's
+    own pair, and the pairs inside it); nothing for a layer with no counterpart."""
+    if side == "paddle":
+        paired = {ctx.result.paddle: ctx.torch_module}
+        paired.update({p.paddle: ctx.session.torch_module(p.torch) for p in ctx.pairs})
+    else:
+        paired = {ctx.result.torch: ctx.paddle_layer}
+        paired.update({p.torch: ctx.session.paddle_layer(p.paddle) for p in ctx.pairs})
+    values = {path: list(settings(layer, keys).values()) for path, layer in paired.items()}
+    return lambda path: values.get(path, [])
+
+
+class _Target:
+    """Torch's recorded output of the culprit, and how an output list is judged against it."""
+
+    def __init__(self, ctx, pair):
+        self.ctx, self.pair = ctx, pair
+
+    @cached_property
+    def torch_outputs(self) -> list:
+        from ..compare.replay import to_numpy_list
+        from .analyze import torch_read
+        return to_numpy_list(torch_read(self.pair, self.ctx.t_call.outputs), "torch")
+
+    def paddle_ratio(self, outputs: list) -> float | None:
+        """Paddle's outputs (numpy, as run_paddle gives them) against torch's, under the budget of
+        torch's output laid out as these pair with it."""
+        from ..compare.fused import sliced
+        from ..compare.matching import pair_outputs
+        from .analyze import laid_out, layer_budget, torch_read
+        from ..compare.replay import run_torch64
+        ev = self.ctx.evidence
+        outputs = sliced(self.pair, outputs)
+        if ev is not None and ev.pairs is not None and ev.budget is not None and ev.pairs.fits(outputs):
+            y = laid_out(ev.pairs.of_paddle(outputs), ev.pairs.shapes)
+            return ev.budget.ratio(np.abs(np.nan_to_num(y - ev.y_torch, nan=np.inf)))[0] \
+                if y.shape == ev.y_torch.shape else None
+        t = self.torch_outputs
+        pairs = pair_outputs([a.shape for a in t], [a.shape for a in outputs], lambda: t, lambda: outputs)
+        if not pairs or not pairs.fits(outputs):
+            return None
+        y_t = laid_out(pairs.of_torch(t), pairs.shapes)
+        y = laid_out(pairs.of_paddle(outputs), pairs.shapes)
+        if y.shape != y_t.shape:
+            return None
+        session = self.ctx.session
+        y64 = laid_out(pairs.of_torch(torch_read(self.pair, run_torch64(session.torch64_module(self.pair.torch),
+                                                                          self.ctx.t_call))), pairs.shapes)
+        budget = layer_budget(session, self.pair, self.ctx.t_call, y_t, y64, pairs, session.formats)
+        return budget.ratio(np.abs(np.nan_to_num(y - y_t, nan=np.inf)))[0]
+
+    def torch_ratio(self, outputs: list) -> float | None:
+        """Torch's float64 outputs, changed, against paddle's output on torch's inputs."""
+        from .analyze import laid_out, torch_read
+        ev = self.ctx.evidence
+        if ev is None or ev.y_local is None or ev.pairs is None or ev.budget is None:
+            return None
+        y = laid_out(ev.pairs.of_torch(torch_read(self.pair, outputs)), ev.pairs.shapes)
+        return ev.budget.ratio(np.abs(np.nan_to_num(y - ev.y_local, nan=np.inf)))[0] \
+            if y.shape == ev.y_local.shape else None
+
+
+def _culprit_pair(ctx):
+    ev = ctx.evidence
+    if ev is not None and ev.pair is not None:
+        return ev.pair
+    from ..compare.align import LayerPair
+    found = next((p for p in ctx.pairs if p.torch == ctx.result.torch and p.paddle == ctx.result.paddle), None)
+    return found or LayerPair(ctx.result.torch, ctx.result.paddle, type(ctx.torch_module).__name__,
+                              type(ctx.paddle_layer).__name__)
+
+
+def setting_causes(ctx) -> list[Diagnosis]:
+    """Confirmed causes of the culprit's error among its settings (see the module's docstring): the
+    paddle side's changes where any reproduces torch, else the torch side's that reproduce paddle."""
+    from ..compare.replay import forced_paddle_inputs, run_paddle, run_torch64
+    pair = _culprit_pair(ctx)
+    if pair is None or ctx.t_call is None or ctx.p_call is None or not ctx.t_call.outputs:
+        return []
+    ev = ctx.evidence
+    try:
+        forced = ev.forced if ev is not None and ev.forced is not None else forced_paddle_inputs(ctx.t_call, ctx.p_call)
+    except (TypeError, ValueError):  # torch's inputs cannot be handed to the paddle layer: nothing to re-run
+        return []
+    target = _Target(ctx, pair)
+    before = ctx.result.ratio if ctx.result.ratio is not None else float("inf")
+    torch_keys, paddle_keys = _framework_keys("torch"), _framework_keys("paddle")
+    p_layer = ctx.paddle_layer
+    hits = [_on(c, "paddle") for c in _search(p_layer, ctx.result.paddle, paddle_keys,
+                                              _counterparts(ctx, "paddle", torch_keys),
+                                              lambda: run_paddle(p_layer, *forced), target.paddle_ratio)]
+    if not hits and ev is not None and ev.y_local is not None:
+        module64 = ctx.session.torch64_module(pair.torch)
+        hits = [_on(c, "torch") for c in _search(module64, ctx.result.torch, torch_keys,
+                                                 _counterparts(ctx, "torch", paddle_keys),
+                                                 lambda: run_torch64(module64, ctx.t_call), target.torch_ratio)]
+    return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
+
+
+def _on(change: Change, side: str) -> Change:
+    from dataclasses import replace
+    return replace(change, side=side)
+
