@@ -18,7 +18,8 @@ from .budget import MatmulStats
 from ..frameworks import paddle_side, torch_side
 from .capture import Call, call_tensors, replace_call_tensors, tensor_version
 from .identity import ByIdentity
-from .matching import JOINED, POSITION, VALUE, describe, fit, joined, match_inputs
+from .masks import in_form_of
+from .matching import JOINED, MASK, POSITION, VALUE, describe, fit, in_layout, joined, match_inputs
 from ..families import lookup
 from .precision import cpu_has_native_bf16, torch_rounding
 from ..tree import flatten, is_torch_tensor, map_leaves
@@ -51,25 +52,33 @@ class TorchCopies:
         self._copies = ByIdentity()  # torch tensor -> its copy, by weak reference
         self._sources = ByIdentity()  # copy -> its torch tensor
 
-    def copy_of(self, tensor, like):
-        """`tensor` (torch) as a paddle tensor of `like`'s shape (same values, broadcast), on its
-        place, in its dtype."""
-        return self._copies.weakly_kept(tensor, lambda: self._copy(tensor, like),
-                                 usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place)
-                                 and tuple(c.shape) == tuple(like.shape) and self.source_of(c) is not None)
+    def copy_of(self, tensor, like, axes: tuple | None = None):
+        """`tensor` (torch) as a paddle tensor of `like`'s shape (same values, broadcast; with its
+        axes in the order `axes` first, where given), on its place, in its dtype."""
+        return self._copies.weakly_kept(tensor, lambda: self._copy(tensor, like, axes), stamp=axes,
+                                        usable=lambda c: c.dtype == like.dtype and str(c.place) == str(like.place)
+                                        and tuple(c.shape) == tuple(like.shape) and self.origin(c) is not None)
 
-    def _copy(self, tensor, like):
-        copy = _paddle_like(fit(torch_side.to_numpy(tensor), tuple(like.shape)), like)
-        self._sources.put(copy, (tensor, tensor_version(copy)))
+    def _copy(self, tensor, like, axes):
+        array = torch_side.to_numpy(tensor)
+        copy = _paddle_like(fit(array if axes is None else np.transpose(array, axes), tuple(like.shape)), like)
+        self._sources.put(copy, (tensor, tensor_version(copy), axes))
         return copy
 
-    def source_of(self, value):
-        """The torch tensor that the paddle tensor `value` is a copy of, or None (also once a
-        layer has changed the copy in place: it then holds what that layer computed)."""
+    def origin(self, value) -> tuple | None:
+        """(torch tensor, order of its axes or None) that the paddle tensor `value` is a copy of,
+        or None (also once a layer has changed the copy in place: it then holds what that layer
+        computed)."""
         found = self._sources.get(value)
         if found is None or tensor_version(value) != found[1]:
             return None
-        return found[0]
+        return found[0], found[2]
+
+    def source_of(self, value):
+        """The torch tensor that the paddle tensor `value` is a copy of, as it is (not with its
+        axes in another order), or None."""
+        found = self.origin(value)
+        return found[0] if found is not None and found[1] is None else None
 
 
 @dataclass
@@ -97,14 +106,20 @@ def force_paddle_args(args: tuple, kwargs: dict, t_call: Call, handed: TorchCopi
     index_of = {id(t): i for i, t in enumerate(pool)}
     same = {}
     for j, v in enumerate(values):
-        source = handed.source_of(v)
-        if source is not None and id(source) in index_of:
-            same[j] = index_of[id(source)]
+        found = handed.origin(v)
+        if found is not None and id(found[0]) in index_of:
+            same[j] = (index_of[id(found[0])], found[1])
     torch_arrays = [torch_side.to_numpy(t) for t in pool]
     matches = match_inputs([(lambda v=v: _paddle_array(v, handed, as_numpy)) for v in values], torch_arrays, same)
-    new = {m.index: handed.copy_of(pool[m.source], values[m.index]) for m in matches
-           if m.how in (VALUE, POSITION) and fit(torch_arrays[m.source], tuple(values[m.index].shape)) is not None}
+    new = {m.index: handed.copy_of(pool[m.source], values[m.index], m.axes) for m in matches
+           if m.how in (VALUE, POSITION)
+           and fit(in_layout(torch_arrays[m.source], m), tuple(values[m.index].shape)) is not None}
     new.update((m.index, _paddle_like(joined(torch_arrays, m), values[m.index])) for m in matches if m.how == JOINED)
+    for m in matches:
+        if m.how == MASK:  # torch's mask in the form paddle's layer reads
+            mask = in_form_of(torch_arrays[m.source], _paddle_array(values[m.index], handed, as_numpy))
+            if mask is not None:
+                new[m.index] = _paddle_like(mask, values[m.index])
     args, kwargs = replace_call_tensors(args, kwargs, paddle_side.is_tensor, new)
     return args, kwargs, Forcing(matches, [tuple(v.shape) for v in values])
 
@@ -118,8 +133,11 @@ def _paddle_like(array: np.ndarray, like):
 
 def _paddle_array(value, handed: TorchCopies, as_numpy):
     """A paddle tensor's values as numpy: its torch source's where it is a copy of one."""
-    source = handed.source_of(value)
-    return fit(torch_side.to_numpy(source), tuple(value.shape)) if source is not None else as_numpy(value)
+    found = handed.origin(value)
+    if found is None:
+        return as_numpy(value)
+    array = torch_side.to_numpy(found[0])
+    return fit(array if found[1] is None else np.transpose(array, found[1]), tuple(value.shape))
 
 
 def to_numpy_list(outputs, framework: str) -> list[np.ndarray]:
@@ -247,10 +265,13 @@ def torch_call_on(t_call: Call, p_call: Call) -> tuple[Call, Call]:
     matches = match_inputs([torch_side.to_numpy(t) for t in mine], pool)
     new = {}
     for m in matches:
+        array = None
         if m.how in (VALUE, POSITION):
-            array = fit(pool[m.source], tuple(mine[m.index].shape))
-            if array is not None:
-                new[m.index] = torch.from_numpy(np.array(array)).to(mine[m.index].dtype).to(mine[m.index].device)
+            array = fit(in_layout(pool[m.source], m), tuple(mine[m.index].shape))
+        elif m.how == MASK:  # paddle's mask in the form torch's module reads
+            array = in_form_of(pool[m.source], torch_side.to_numpy(mine[m.index]))
+        if array is not None:
+            new[m.index] = torch.from_numpy(np.array(array)).to(mine[m.index].dtype).to(mine[m.index].device)
     args, kwargs = replace_call_tensors(t_call.args, t_call.kwargs, torch_side.is_tensor, new)
     call = Call(t_call.path, t_call.type, t_call.start, t_call.end, args, kwargs)
     return call, Call(t_call.path, t_call.type, t_call.start, t_call.end, to_float64(args), to_float64(kwargs))
