@@ -17,26 +17,26 @@ name until the new one is in place, then is removed). Where the file system lack
 see `_exchange` and `_rename_noreplace` for the fallbacks and what they leave after a kill.
 
 Every run removes the hidden files and directories that earlier runs on the same machine, no
-longer alive, left for the same destination. Hidden names are at most about 160 bytes, whatever
-the destination's (a long name is cut and a hash of it added).
-
-`check_outputs` checks every output of a command together, before anything is written: an output
-never names, contains or replaces an input, and replaces nothing but a regular file.
+longer alive, left for the same destination (temporaries.py). `check_outputs` (destinations.py)
+checks every output of a command together, before anything is written: an output never names,
+contains or replaces an input, and replaces nothing but a regular file.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
-import tempfile
 from typing import Callable
 
 from ..errors import UserError, quoted
+from .destinations import check_directory_destination, check_file_destination, check_outputs, kind
 from .sink import OutputFile  # written in few large writes, tensor data straight from its buffer or source file
+from .temporaries import hidden_file, remove, remove_stale_temporaries, spare_name
 
-_LONGEST_KEPT_NAME = 100  # bytes of the destination's name a hidden name keeps whole
+__all__ = ["AtomicOutput", "OutputGroup", "StagedDirectory", "check_outputs", "remove_stale_temporaries",
+           "write_texts"]
+
 _AT_FDCWD, _RENAME_NOREPLACE, _RENAME_EXCHANGE = -100, 1, 2
 _UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
 
@@ -111,197 +111,12 @@ def _rename_noreplace(src: str, dst: str, claim_directory: bool) -> None:
         os.unlink(src)
 
 
-def _hidden_prefix(path: str) -> str:
-    """`.DST.<host>.`: the hidden temporaries of `path` made on this machine (on a file system
-    that several machines share, a process id says nothing about another machine's runs). A
-    name over _LONGEST_KEPT_NAME bytes is cut and a hash of the whole added, so that the hidden
-    name stays within NAME_MAX."""
-    import hashlib
-    import re
-    import socket
-    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
-    raw = os.fsencode(os.path.basename(path))
-    if len(raw) > _LONGEST_KEPT_NAME:
-        raw = raw[:40] + b"~" + hashlib.sha256(raw).hexdigest()[:16].encode()
-    return f".{os.fsdecode(raw)}.{host}."
-
-
-def _hidden_name(path: str) -> str:
-    """The start of this process's hidden names for `path`: `.DST.<host>.<pid>.`; a random part
-    and `.partial` (or `.old`, a directory moved aside where renameat2 is missing) follow."""
-    return _hidden_prefix(path) + f"{os.getpid()}."
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-def _remove(path: str) -> None:
-    """Remove a file, a link or (not through links) a directory tree; what cannot be removed stays."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
-
-
-def remove_stale_temporaries(path: str) -> list[str]:
-    """Remove the hidden temporaries (files and directories) that runs no longer alive left for
-    `path`; their names. A destination moved aside (`.old`) by a run killed before the new one
-    took its place is moved back when the destination is missing."""
-    directory, prefix = os.path.dirname(path), _hidden_prefix(path)
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in sorted(names, key=lambda n: not n.endswith(".old")):  # restore before removing the rest
-        if not (name.startswith(prefix) and name.endswith((".partial", ".old"))):
-            continue
-        pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
-            continue
-        full = os.path.join(directory, name)
-        if name.endswith(".old") and not os.path.lexists(path):
-            try:
-                os.rename(full, path)
-                continue
-            except OSError:
-                pass
-        _remove(full)
-        removed.append(name)
-    return removed
-
-
-# ---- what an output may be
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return "a file" if stat.S_ISREG(mode) else "not a regular file"
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _within(path: str, directory: str) -> bool:
-    """Whether `path`, links resolved, is `directory` or lies anywhere under it (compared by
-    device and inode, so that another path to the same directory counts)."""
-    try:
-        top = os.stat(directory)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(top.st_mode):
-        return False
-    here = os.path.realpath(path)
-    while True:
-        try:
-            if os.path.samestat(os.stat(here), top):
-                return True
-        except OSError:
-            pass
-        parent = os.path.dirname(here)
-        if parent == here:
-            return False
-        here = parent
-
-
-def _apart(what: str, path: str, source: str) -> None:
-    """`path` (an output) may not be the input `source`, lie inside it, or contain it."""
-    if _same_file(path, source):
-        raise UserError(f"{what} {quoted(path)} is also an input ({quoted(source)}); write it to another path")
-    if _within(path, source):
-        raise UserError(f"{what} {quoted(path)} is inside the input directory {quoted(source)}; "
-                        "write it outside the inputs")
-    if _within(source, path):
-        raise UserError(f"{what} {quoted(path)} contains the input {quoted(source)}; write it to another path")
-
-
-def check_directory_destination(what: str, path: str, force: bool) -> None:
-    """A directory output: its parent exists; it does not exist, or (with --force) is a real
-    directory (not a link to one). Whether the directory may be replaced is the caller's to say."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        raise UserError(f"{what} directory {quoted(parent)} does not exist; create it first")
-    if os.path.islink(path):
-        raise UserError(f"{what} {quoted(path)} is a symbolic link (to {quoted(os.path.realpath(path))}); "
-                        "give a new path or the directory itself")
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path):
-        raise UserError(f"{what} {quoted(path)} is {_kind(os.lstat(path).st_mode)}; a model directory converts "
-                        "into a directory: give a new path")
-    if not force:
-        raise UserError(f"{what} {quoted(path)} already exists; pass --force to replace it")
-
-
-def check_outputs(outputs: dict[str, str | None], inputs: list[str | None], force: bool,
-                  directories: dict[str, str | None] | None = None) -> None:
-    """Every output (option name -> path; None: not asked for) is checked before anything is
-    written: its directory exists, it is nothing but a regular file (or, in `directories`, a
-    directory), it exists only with --force, it is not an input, not inside an input directory
-    and contains no input (links resolved, a hard link counts as the same file), and no output is
-    another or inside another."""
-    files = [(what, path) for what, path in outputs.items() if path]
-    trees = [(what, path) for what, path in (directories or {}).items() if path]
-    for what, path in files:
-        AtomicOutput(path, force).check_destination(what)
-    for what, path in trees:
-        check_directory_destination(what, path, force)
-    sources = [source for source in inputs if source and os.path.exists(source)]
-    for what, path in files + trees:
-        for source in sources:
-            _apart(what, path, source)
-    for what, path in trees:
-        _holds_no_input(what, path, sources)
-    named = files + trees
-    for i, (what, path) in enumerate(named):
-        for other, other_path in named[i + 1:]:
-            if _same_file(path, other_path):
-                raise UserError(f"{what} and {other} are the same file {quoted(path)}; give each its own path")
-            for (a, a_path), (b, b_path) in (((what, path), (other, other_path)), ((other, other_path), (what, path))):
-                if _within(a_path, b_path):
-                    raise UserError(f"{a} {quoted(a_path)} is inside {b} {quoted(b_path)}, which this run writes; "
-                                    "write it elsewhere")
-
-
-def _holds_no_input(what: str, path: str, sources: list[str]) -> None:
-    """An existing directory output holds no hard link to an input file."""
-    if not os.path.isdir(path):
-        return
-    for name in os.listdir(path):
-        for source in sources:
-            if not os.path.isdir(source) and _same_file(os.path.join(path, name), source):
-                raise UserError(f"{what} {quoted(path)} holds {quoted(name)}, a hard link to the input "
-                                f"{quoted(source)}; write to another path")
-
-
 # ---- writing
 
 
 def _copy_to_named(fd: int, path: str) -> str:
     """Last resort when the inode cannot be linked: copy it to a hidden name."""
-    directory = os.path.dirname(path)
-    tmp_fd, name = tempfile.mkstemp(prefix=_hidden_name(path), suffix=".partial", dir=directory)
+    tmp_fd, name = hidden_file(path)
     try:
         with open(f"/proc/self/fd/{fd}", "rb") as src, os.fdopen(tmp_fd, "wb") as dst:
             while chunk := src.read(1 << 24):
@@ -337,12 +152,6 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _spare_name(path: str, suffix: str = ".partial") -> str:
-    """A hidden name beside `path` that nothing has (the caller creates it at once)."""
-    import secrets
-    return os.path.join(os.path.dirname(path), f"{_hidden_name(path)}{secrets.token_hex(4)}{suffix}")
-
-
 class AtomicOutput:
     """`with AtomicOutput(path, force) as f:` write to f; the commit happens on a clean exit.
     In an OutputGroup: open(), write to .file, and the group commits it with the others."""
@@ -360,29 +169,8 @@ class AtomicOutput:
         self._pending = []
         self._writeback_end = 0
 
-    def check_destination(self, what: str = "output") -> None:
-        if not os.path.isdir(self.directory):
-            raise UserError(f"{what} directory {quoted(self.directory)} does not exist; create it first")
-        try:
-            mode = os.lstat(self.path).st_mode
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise UserError(f"{what} {quoted(self.path)} cannot be examined ({exc.strerror}); "
-                            "give another path") from None
-        if stat.S_ISDIR(mode):
-            raise UserError(f"{what} {quoted(self.path)} is a directory; give a file name")
-        if stat.S_ISLNK(mode):
-            raise UserError(f"{what} {quoted(self.path)} is a symbolic link (to {quoted(os.path.realpath(self.path))}); "
-                            "an output replaces only a regular file: give the file itself or another path")
-        if not stat.S_ISREG(mode):
-            raise UserError(f"{what} {quoted(self.path)} is {_kind(mode)}, not a regular file; an output replaces "
-                            "only a regular file: give another path")
-        if not self.force:
-            raise UserError(f"{what} {quoted(self.path)} already exists; pass --force to replace it")
-
     def open(self):
-        self.check_destination()
+        check_file_destination("output", self.path, self.force)
         remove_stale_temporaries(self.path)
         tmpfile_flag = getattr(os, "O_TMPFILE", None)
         if tmpfile_flag is not None:
@@ -391,8 +179,7 @@ class AtomicOutput:
             except OSError:
                 self._fd = None
         if self._fd is None:
-            self._fd, self._tmp_name = tempfile.mkstemp(prefix=_hidden_name(self.path), suffix=".partial",
-                                                        dir=self.directory)
+            self._fd, self._tmp_name = hidden_file(self.path)
         self.file = OutputFile(self._fd)
         return self.file
 
@@ -479,7 +266,7 @@ class AtomicOutput:
                     return
                 if failed == errno.EEXIST and not self.force:
                     raise self._appeared()
-            name = _spare_name(self.path)
+            name = spare_name(self.path)
             if _link_anonymous(self.file.fileno(), name) == 0:
                 self._tmp_name = name
             else:
@@ -491,17 +278,17 @@ class AtomicOutput:
         _fsync_dir(self.directory)
 
     def _replace(self) -> None:
-        self.check_destination()  # what is there now is still a regular file
+        check_file_destination("output", self.path, self.force)  # what is there now is still a regular file
         if _exchange(self._tmp_name, self.path):
             self._committed = "exchanged"  # the replaced file is now under the hidden name
             mode = os.lstat(self._tmp_name).st_mode
             if not stat.S_ISREG(mode):  # something else took the name since the check: put it back
                 _exchange(self._tmp_name, self.path)
                 self._committed = None
-                raise UserError(f"output {quoted(self.path)} became {_kind(mode)} while this ran; "
+                raise UserError(f"output {quoted(self.path)} became {kind(mode)} while this ran; "
                                 "an output replaces only a regular file: give another path")
             return
-        kept = _spare_name(self.path, ".old")
+        kept = spare_name(self.path, ".old")
         try:
             os.link(self.path, kept)
             self._kept = kept
@@ -553,7 +340,7 @@ class StagedDirectory:
     def open(self) -> str:
         check_directory_destination("output", self.path, self.force)
         remove_stale_temporaries(self.path)
-        self.staging = _spare_name(self.path)  # named before it exists: an interrupt at any point is discarded
+        self.staging = spare_name(self.path)  # named before it exists: an interrupt at any point is discarded
         os.mkdir(self.staging, 0o700)
         return self.staging
 
@@ -590,7 +377,7 @@ class StagedDirectory:
             return
         # No RENAME_EXCHANGE: the old directory moves aside to `.old`, and the new one takes its
         # name; a kill between the two renames leaves both, and the next run moves `.old` back.
-        self._kept = _spare_name(self.path, ".old")
+        self._kept = spare_name(self.path, ".old")
         os.rename(self.path, self._kept)
         os.rename(self.staging, self.path)
         self._committed = "moved"
@@ -611,7 +398,7 @@ class StagedDirectory:
         one a commit replaced."""
         for name in (self.staging, self._kept):
             if name and os.path.lexists(name):
-                _remove(name)
+                remove(name)
 
 
 class OutputGroup:
@@ -631,13 +418,12 @@ class OutputGroup:
         self.outputs = []
 
     def file(self, path: str) -> AtomicOutput:
-        output = AtomicOutput(path, self.force)
-        self.outputs.append(output)  # before anything is made: an interrupt inside open() still discards it
-        output.open()
-        return output
+        return self._opened(AtomicOutput(path, self.force))
 
     def directory(self, path: str, replaceable: Callable[[str], str | None]) -> StagedDirectory:
-        output = StagedDirectory(path, self.force, replaceable)
+        return self._opened(StagedDirectory(path, self.force, replaceable))
+
+    def _opened(self, output):
         self.outputs.append(output)  # before anything is made: an interrupt inside open() still discards it
         output.open()
         return output

@@ -413,7 +413,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_hidden_directories_of_dead_runs_are_removed(tmp, hf):
-    from converter.io.atomic import _hidden_prefix
+    from converter.io.temporaries import _hidden_prefix
     prefix = _hidden_prefix(str(tmp / "out"))
     stale = tmp / f"{prefix}{_dead_pid()}.x1.partial"
     stale.mkdir()

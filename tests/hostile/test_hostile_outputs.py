@@ -105,7 +105,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_dead_runs_are_removed(tmp, ckpt):
-    from converter.io.atomic import _hidden_prefix
+    from converter.io.temporaries import _hidden_prefix
     src, rules = ckpt
     ours = _hidden_prefix(str(tmp / "o.pdparams"))
     stale = tmp / f"{ours}{_dead_pid()}.partial"
