@@ -94,7 +94,7 @@ def unfilled_notes(unfilled) -> list[str]:
         return []
     names = ", ".join(f"'{i.name}'" for i in unfilled[:SHOWN_BUFFERS]) + (
         f" and {len(unfilled) - SHOWN_BUFFERS} more" if len(unfilled) > SHOWN_BUFFERS else "")
-    return [f"{len(unfilled)} paddle parameter(s) that no torch tensor fills are kept as the paddle model built them: "
+    return [f"{len(unfilled)} paddle parameter(s) that no torch tensor fills are left as the paddle model holds them: "
             f"{names}"]
 
 

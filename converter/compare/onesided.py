@@ -49,8 +49,8 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
                                         for s in sources[k])]
     notes = []
     for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read is None]).items():
-        notes.append(f"paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills, kept as "
-                     f"the paddle model built them: {_listed(_names(keys, layer))}; whether the model reads them was "
+        notes.append(f"paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills, left as "
+                     f"the paddle model holds them: {_listed(_names(keys, layer))}; whether the model reads them was "
                      f"not measured ({readings[keys[0]].why})")
     spare = [k for k in unread if k not in neither]
     written = [k for k in state if readings[k].written and k in filled and k not in spare]
@@ -123,8 +123,8 @@ def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str,
         instead = (f" Torch's weights of those shapes fill paddle tensors whose values the model does not read, in {where}: the "
                    "port's forward reads its own tensors instead of those.")
     return (f"finding: paddle layer {_where(layer)} reads {len(keys)} tensor(s) that no torch tensor fills: "
-            f"{_shaped(keys, layer, state)} ({effect}): the paddle model computes with the values it was built with, "
-            f"and a converted checkpoint would leave them so.{instead} Make the port's forward read the tensors "
+            f"{_shaped(keys, layer, state)} ({effect}): the paddle model computes with values no torch weight gave "
+            f"it, and a checkpoint converted under these rules would not fill them.{instead} Make the port's forward read the tensors "
             "torch's weights fill, or map torch's tensors onto these and remove what nothing reads; the first layer "
             "over budget is where the outputs part")
 
@@ -134,7 +134,7 @@ def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[st
     how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
            "perturbing each changed neither that layer's output nor the model's")
     return (f"finding: paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills and the "
-            f"paddle model does not read on these inputs: {_shaped(keys, layer, state)} ({how}); kept as built, they "
+            f"paddle model does not read on these inputs: {_shaped(keys, layer, state)} ({how}); left as they are, they "
             "change nothing here: remove them from the port if they are left over, or make its forward use them "
             "where it should")
 

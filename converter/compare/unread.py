@@ -39,13 +39,18 @@ def _owner(key: str) -> str:
     return key.rpartition(".")[0]
 
 
+PERIOD = 4099  # a prime: the noise repeats along no axis of a tensor whose sizes are not its multiples
+
+
 def perturbation(key: str, array: np.ndarray) -> np.ndarray:
-    """A change of `array` that no rounding hides: normal noise of about half its largest magnitude
-    (at least 0.5), the same for a key on every run."""
+    """A change of `array` that no rounding hides and no invariance of a layer cancels (a constant
+    added before a softmax would be): normal noise of about half its largest magnitude (at least
+    0.5), the same for a key on every run; a tensor larger than PERIOD repeats PERIOD values."""
     finite = array[np.isfinite(array)]
     scale = 0.5 * max(float(np.abs(finite).max()) if finite.size else 0.0, 1.0)
     rng = np.random.default_rng(zlib.crc32(key.encode("utf-8")))
-    return (rng.standard_normal(array.shape) * scale).astype(np.float64)
+    noise = rng.standard_normal(min(array.size, PERIOD)) * scale
+    return np.resize(noise, array.shape)
 
 
 class _Side:

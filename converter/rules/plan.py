@@ -142,10 +142,11 @@ def _refusal(name: str, problems: list[str], unfilled: int) -> str:
     (a forward that reads its own tensor, not the one torch's weights fill): the heading says how to
     find out which tensors the paddle model reads."""
     if unfilled and unfilled == len(problems):
-        return (f"mapping '{name}' fills {unfilled} paddle key(s) from no torch tensor; do not map a torch "
-                "tensor onto one only to fill it: run verify-port on the pair, which keeps them as the paddle model "
-                "built them and measures whether its layers read them (a tensor the forward reads but no torch "
-                "weight fills is a bug of the port, one it never reads can be removed from it):")
+        return (f"mapping '{name}' fills {unfilled} paddle key(s) from no torch tensor; do not map a torch tensor "
+                "onto one only to fill it: verify-port on the pair, both models in memory (built with their "
+                "weights), keeps them as the paddle model built them and measures whether its layers read them (a "
+                "tensor the forward reads but no torch weight fills is a bug of the port; one it never reads can be "
+                "removed from it):")
     return (f"mapping '{name}' does not fit the checkpoint ({len(problems)} problem(s)); "
             "fix the rules (or --mapping) so that every key is mapped or dropped:")
 

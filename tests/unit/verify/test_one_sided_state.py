@@ -98,7 +98,33 @@ def test_an_lstm_the_forward_reads_but_no_torch_weight_fills_is_measured_and_nam
                              "paddle model does not read on these inputs"), unread
     assert "that layer never runs" in unread and "torch reads them" in unread and "'encoder.rnn'" in unread
     # the unfilled LSTM's alias keys (paddle's '0.cell.weight_ih') are one tensor each with their key
-    assert any(n.startswith("4 paddle parameter(s) that no torch tensor fills are kept") for n in report.forward.notes)
+    kept = "4 paddle parameter(s) that no torch tensor fills are left as the paddle model holds them"
+    assert any(n.startswith(kept) for n in report.forward.notes), report.forward.notes
+
+
+def test_verify_port_prints_the_findings_and_writes_them_to_the_json_report(tmp):
+    spec = tmp / "sibling.py"
+    spec.write_text(SPEC.format(here=HERE, torch="torch_tagger", paddle="PaddleTagger(sibling=True)"))
+    r = run_verify("--spec", spec, "--device", "cpu", "--json", tmp / "report.json")
+    assert r.code == 1, r
+    assert "note: finding: paddle layer 'encoder.lstm' reads 4 tensor(s) that no torch tensor fills" in r.stdout, r.stdout
+    notes = json.loads((tmp / "report.json").read_text())["notes"]
+    assert sum(n.startswith("finding: paddle layer 'encoder.") for n in notes) == 2, notes
+
+
+def test_under_mapping_loaded_the_unfilled_lstm_is_measured_as_loaded():
+    def paddle_loaded():  # the port's weights as a user's converted checkpoint left them
+        paddle_model = PaddleTagger(sibling=True)
+        state, _, _, _ = convert_in_memory(torch_tagger(), paddle_model)
+        paddle_model.set_state_dict(state | {k: v for k, v in paddle_model.state_dict().items() if k not in state})
+        return paddle_model
+    report = verify_port(spec_from_functions(torch_tagger, paddle_loaded, x_of(2, 5, I), mapping="loaded"),
+                         VerifyOptions())
+    assert report.exit_code == 1 and report.forward.first_bad.torch == "encoder.rnn", report.forward.first_bad
+    assert not report.forward.weights.differ  # every weight the rules fill is torch's, bit for bit
+    [reads, unread] = findings(report)
+    assert reads.startswith("finding: paddle layer 'encoder.lstm' reads 4 tensor(s) that no torch tensor fills"), reads
+    assert unread.startswith("finding: paddle layer 'encoder.rnn' holds 4 tensor(s) that torch's weights fill"), unread
 
 
 def test_the_clean_lstm_pair_raises_no_finding():
@@ -115,7 +141,7 @@ def test_convert_weights_refuses_the_unfilled_lstm_and_says_how_to_measure_it(tm
     torch.save(torch_tagger().state_dict(), tmp / "m.pt")
     r = run_convert(tmp / "m.pt", tmp / "out.pdparams", "--spec", spec)
     assert r.code == 2, r
-    assert "fills 8 paddle key(s) from no torch tensor; do not map a torch tensor onto one only to fill it: run " \
+    assert "fills 8 paddle key(s) from no torch tensor; do not map a torch tensor onto one only to fill it: " \
            "verify-port on the pair" in r.stderr, r.stderr
     assert "every key is mapped or dropped" not in r.stderr
     assert not (tmp / "out.pdparams").exists()

@@ -136,7 +136,7 @@ def test_a_paddle_parameter_without_a_torch_source_is_kept_and_named_not_a_buffe
     paddle_model = PaddleModel(extra_parameter=True)
     state, plan, _, _ = convert_in_memory(_torch_model(), paddle_model)
     assert "scale" not in state and [i.name for i in plan.unfilled] == ["scale"]
-    assert "1 paddle parameter(s) that no torch tensor fills are kept as the paddle model built them: 'scale'" in plan.notes
+    assert "1 paddle parameter(s) that no torch tensor fills are left as the paddle model holds them: 'scale'" in plan.notes
 
 
 def test_a_persistent_torch_buffer_still_fills_the_paddle_buffer_of_its_name():
