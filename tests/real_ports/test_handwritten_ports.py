@@ -1,0 +1,114 @@
+"""Public hand-written ports (ports_handwritten.py): ConvNeXt and RepVGG against PaddleClas' ports,
+U^2-Net (small) against PaddleSeg's, each model file vendored under handwritten/ as written but for
+the marked hand fixes. verify-port and convert-weights with rules inferred from the two models (no
+rule file), on random weights.
+
+* Clean pairs pass under both strategies, and convert: the converted file loads into the paddle
+  model with no key missing or left over, and both models then give the same outputs.
+* PaddleSeg's U2Netp returns its seven side outputs as logits, where the original returns them
+  through a sigmoid (F.sigmoid in U2NETP.forward): its clean pair applies the sigmoid after the
+  paddle model; as shipped, the difference is named at the model's own forward.
+* Planted bugs (an epsilon, an activation's form, a dilation lost) are named at their module.
+
+Runs in the side environment of scripts/side_env_ports.sh; elsewhere it is skipped.
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+pytest.importorskip("timm")  # ConvNeXt's file imports DropPath, trunc_normal_ and register_model from it
+pytest.importorskip("torchvision")  # U^2-Net's file imports torchvision.models
+pytest.importorskip("paddle")
+
+from ports_harness import assert_converts_to_torchs_outputs, verify  # noqa: E402
+from ports_handwritten import HandwrittenPair, both, replace_layer, set_attr, sigmoid_outputs  # noqa: E402
+
+STRATEGIES = ("full", "binary")
+
+
+def _conv_without_dilation():
+    import paddle
+    return paddle.nn.Conv2D(16, 16, 3, padding=1)  # the original's REBNCONV(16, 16, dirate=2): dilation 2, padding 2
+
+
+CLEAN = [
+    HandwrittenPair("convnext", "convnext", 32),
+    HandwrittenPair("repvgg", "repvgg", 32),
+    HandwrittenPair("u2netp", "u2netp", 64, fix=sigmoid_outputs),
+    # the same port on a smaller image: a false alarm at the model's own forward (DEFECTS)
+    HandwrittenPair("u2netp-32", "u2netp", 32, fix=sigmoid_outputs),
+]
+
+# (pair, the torch module that must be named first: "" is the model itself)
+DIFFERENT = [
+    # as shipped
+    (HandwrittenPair("u2netp-logits-as-shipped", "u2netp", 64), ""),
+    # planted
+    (HandwrittenPair("convnext-layernorm-epsilon-default", "convnext", 32, fix=set_attr("stages.1.0.norm", "_epsilon", 1e-5)),
+     "stages.1.0.norm"),
+    (HandwrittenPair("convnext-gelu-tanh", "convnext", 32, fix=set_attr("stages.2.1.act", "_approximate", True)),
+     "stages.2.1.act"),
+    (HandwrittenPair("convnext-channels-first-norm-epsilon", "convnext", 32,
+                     fix=set_attr("downsample_layers.2.0", "epsilon", 1e-3)), "downsample_layers.2.0"),
+    (HandwrittenPair("repvgg-identity-bn-epsilon", "repvgg", 32, fix=set_attr("stage2.1.rbr_identity", "_epsilon", 1e-3)),
+     "stage2.1.rbr_identity"),
+    (HandwrittenPair("u2netp-dilation-lost", "u2netp", 64,
+                     fix=both(sigmoid_outputs, replace_layer("stage1.rebnconv7.conv_s1", _conv_without_dilation))),
+     "stage1.rebnconv7.conv_s1"),
+]
+
+# The diagnosis (a part of its cause) that the named module gets, under full.
+DIAGNOSES = {
+    "u2netp-logits-as-shipped": "<model>'s own forward",
+    "convnext-layernorm-epsilon-default": "epsilon differs",
+    "convnext-gelu-tanh": "GELU variant",
+    "repvgg-identity-bn-epsilon": "epsilon differs",
+}
+
+# Tool defects these cases show: strict expected failures, each taken away once fixed.
+ROOT_FORWARD_FALSE_ALARM = (
+    "false alarm: U2Netp's own forward (six bilinear upsamplings of the side outputs to the input's size, a concat, "
+    "the 1x1 outconv, seven sigmoids), computed alike on both sides, gets a local fp32 error just over its budget "
+    "(8.34e-07 vs 7.97e-07, ratio 1.05, at 32x32; 1.12 at 48x48; it passes at 64x64), and is named as the first layer over budget")
+DOWNSAMPLE_UNDER_BINARY = (
+    "wrong module named: under --strategy binary a difference inside downsample_layers (a ModuleList of Sequentials "
+    "that ConvNeXt.forward indexes as downsample_layers[i], alternating with stages[i]) is named at <model>, local "
+    "error '-', its row of stages[i]'s output shape, no row for downsample_layers.*; full names the layer (seen for "
+    "downsample_layers.0.1, .1.0, .2.0 and .3.0; the cause found is right under both)")
+DEFECTS = {**{("u2netp-32", strategy): ROOT_FORWARD_FALSE_ALARM for strategy in STRATEGIES},
+           ("convnext-channels-first-norm-epsilon", "binary"): DOWNSAMPLE_UNDER_BINARY}
+
+
+def _marks(name, strategy):
+    return [pytest.mark.xfail(strict=True, reason=DEFECTS[name, strategy])] if (name, strategy) in DEFECTS else []
+
+
+def _runs(cases):
+    return [pytest.param(pair, culprit, strategy, id=f"{pair.name}-{strategy}", marks=_marks(pair.name, strategy))
+            for pair, culprit in cases for strategy in STRATEGIES]
+
+
+@pytest.mark.parametrize("pair,strategy", [pytest.param(p, s, id=f"{p.name}-{s}", marks=_marks(p.name, s))
+                                           for p in CLEAN for s in STRATEGIES])
+def test_clean_handwritten_port_passes(pair, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert outcome.exit_code == 0 and outcome.verdict == "pass", f"{pair.name} --strategy {strategy}: {outcome}"
+
+
+# u2netp-32 is left out: its first output differs end to end by 4.1e-4 (verify-port: over the end-to-end
+# budget 8.0e-5), with every sublayer within its local budget, over this check's fixed 1e-4.
+@pytest.mark.parametrize("pair", [p for p in CLEAN if p.name != "u2netp-32"], ids=lambda p: p.name)
+def test_clean_handwritten_port_converts(pair, tmp_path):
+    assert_converts_to_torchs_outputs(pair.name, pair.spec, tmp_path)
+
+
+@pytest.mark.parametrize("pair,culprit,strategy", _runs(DIFFERENT))
+def test_difference_is_named_at_its_module(pair, culprit, strategy):
+    outcome = verify(pair.spec, strategy)
+    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
+    if strategy == "full" and pair.name in DIAGNOSES:
+        assert any(DIAGNOSES[pair.name] in cause for cause in outcome.causes), outcome.causes
