@@ -48,6 +48,9 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
     neither = [k for k in unread if all(torch_reads.get(s) is not None and torch_reads[s].read is False
                                         for s in sources[k])]
     notes = []
+    whys = {r.why for r in readings.values() if r.read is None and r.key not in unfilled}
+    if whys and all(r.read is None for r in readings.values()):
+        notes.append(f"whether the paddle model reads each of its parameters was not measured: {sorted(whys)[0]}")
     for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read is None]).items():
         notes.append(f"paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills, left as "
                      f"the paddle model holds them: {_listed(_names(keys, layer))}; whether the model reads them was "
@@ -68,9 +71,10 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
     for layer, keys in _by_layer(readings, spare).items():
         notes.append(_unread_filled(layer, keys, readings, sources, torch_reads))
     if neither:
-        notes.append(f"{len(neither)} paddle parameter(s) are read on neither side on these inputs (their torch "
-                     f"counterparts unread by torch too, as an expert no token is routed to): {_listed(neither)}; "
-                     "inputs that reach them check them")
+        notes.append(f"{len(neither)} paddle parameter(s) change no output on either side on these inputs (perturbing "
+                     "them or their torch counterparts changes neither model's outputs, as for an expert no token is "
+                     f"routed to, or a weight that meets only zeros): {_listed(neither)}; inputs that reach them check "
+                     "them")
     return notes
 
 

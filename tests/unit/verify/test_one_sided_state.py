@@ -296,7 +296,7 @@ def test_a_clean_pair_with_a_branch_neither_side_takes_raises_no_finding():
         return TorchBranch()
     report = verify_port(spec_from_functions(torch_model, PaddleBranch, x_of(2, 4, I)), VerifyOptions())
     assert report.exit_code == 0 and not findings(report), report.forward.notes
-    assert any(n.startswith("2 paddle parameter(s) are read on neither side on these inputs") and "'long.weight'" in n
+    assert any(n.startswith("2 paddle parameter(s) change no output on either side") and "'long.weight'" in n
                for n in report.forward.notes), report.forward.notes
 
 
@@ -334,6 +334,15 @@ def test_a_layer_whose_output_changes_from_run_to_run_is_not_measured_for_a_tens
     tensors = dict(model.state_dict())
     readings = measure_reads(paddle_side, model, x_of(2, I)(), "cpu", tensors, ["weight"], {"weight"})
     assert readings["weight"].read is None and "other outputs when run again" in readings["weight"].why, readings
+
+
+def test_a_model_whose_forward_raises_is_said_not_measured():
+    from converter.compare.onesided import state_findings
+    torch_model, paddle_model = torch_normed(), PaddleNormed()
+    _, plan, _, _ = convert_in_memory(torch_model, paddle_model)
+    notes = state_findings(plan, torch_model, paddle_model, x_of(2, 4, I + 1)(), "cpu")  # one feature too many
+    assert len(notes) == 1 and notes[0].startswith("whether the paddle model reads each of its parameters was not "
+                                                   "measured: the model's forward raised"), notes
 
 
 # ------------------------------------------------------------------ (c) a paddle-only persistable buffer
