@@ -101,7 +101,7 @@ def render_html(report: PortReport) -> str:
     """One self-contained page headed by the composed verdict: the forward check's plot, diagnosis
     and table, and the training checks' section; a failed training check's section comes first,
     so that the page leads with the culprit it names."""
-    from .verify.report import html_body, html_page
+    from .verify.page import html_body, html_page
     if report.train is None:
         return html_page(report.verdict, html_body(report.forward))
     from .train.report import render_html_section

@@ -40,7 +40,8 @@ def report():
 @pytest.mark.parametrize("name", ["bert_port.txt", "bert_port.html"])
 @pytest.mark.slow
 def test_report_matches_its_golden_file(report, name):
-    from converter.verify.report import render_html, render_text
+    from converter.verify.page import render_html
+    from converter.verify.report import render_text
     got = mask(render_text(report, max_rows=1000) if name.endswith(".txt") else render_html(report))
     path = os.path.join(GOLDEN, name)
     if os.environ.get("T2P_UPDATE_GOLDEN") == "1":

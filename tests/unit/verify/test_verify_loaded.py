@@ -14,7 +14,8 @@ import torch
 from helpers.cli import SPECS, run_verify
 from converter.api import PortSpec, VerifyOptions, convert_weights, verify_port
 from converter.errors import UserError
-from converter.verify.report import render_html, render_text
+from converter.verify.page import render_html
+from converter.verify.report import render_text
 
 H, FFN = 16, 32
 

@@ -144,7 +144,8 @@ def test_final_outputs_over_budget_fail_even_when_no_layer_is_isolated():
 
 
 def test_reports_render_infinite_figures():
-    from converter.verify.report import LayerResult, Report, render_html, render_text
+    from converter.verify.page import render_html
+    from converter.verify.report import LayerResult, Report, render_text
     bad = LayerResult("attn", "attn", "Attention", "Attention", (2, 4), max_abs=3.4e38, local_max_abs=3.4e38,
                       budget=float("inf"), ratio=float("inf"))
     fine = LayerResult("", "", "Model", "Model", (2, 4), max_abs=1e-7, local_max_abs=1e-7, budget=1e-6, ratio=0.1)
