@@ -304,7 +304,13 @@ def setting_causes(ctx) -> list[Diagnosis]:
     hits = [_on(c, "paddle") for c in _search(p_layer, ctx.result.paddle, paddle_keys,
                                               _counterparts(ctx, "paddle", torch_keys),
                                               lambda: run_paddle(p_layer, *forced), target.paddle_ratio)]
-    if not hits and ev is not None and ev.y_local is not None:
+    if hits:
+        return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
+    from .counterfactual_calls import call_causes
+    calls = call_causes(p_layer, ctx.result.paddle, forced, target.paddle_ratio, _Runs())
+    if calls:
+        return [c.diagnosis(ctx.name, before) for c in calls[:2]]
+    if ev is not None and ev.y_local is not None:
         module64 = ctx.session.torch64_module(pair.torch)
         hits = [_on(c, "torch") for c in _search(module64, ctx.result.torch, torch_keys,
                                                  _counterparts(ctx, "torch", paddle_keys),
