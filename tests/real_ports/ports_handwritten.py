@@ -8,6 +8,7 @@ commit and licence, and a `HAND FIX:` comment at each line changed to make it im
   BN and a BN identity, summed).
 * U^2-Net (small, U2NETP): xuebinqin/U-2-Net against PaddleSeg's port (nested U-blocks, dilated
   convolutions, ceil-mode pools, bilinear upsampling to the skip's size; seven outputs).
+* ViT: timm's VisionTransformer (the installed package) against PaddleClas' port of it (vendored).
 
 Each side is built from its own file with random weights (seeded); verify-port gives the paddle
 model torch's weights through rules inferred from the two models (mapping None). BatchNorms get
@@ -148,3 +149,20 @@ def both(*fixes):
         for f in fixes:
             f(model)
     return fix
+
+
+# timm's VisionTransformer (installed) against PaddleClas' port of it (vendored), at a tiny size with the
+# settings of timm's defaults: qkv bias, LayerNorm eps 1e-6 (PaddleClas' own default epsilon is 1e-5).
+VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, qkv_bias=True)
+
+
+def vit_timm():
+    from timm.models.vision_transformer import VisionTransformer
+    return VisionTransformer(num_classes=10, **VIT)
+
+
+def vit_paddle():
+    return vendored("vit_paddle").VisionTransformer(class_num=10, epsilon=1e-6, **VIT)
+
+
+PORTS["vit-timm"] = (vit_timm, vit_paddle)

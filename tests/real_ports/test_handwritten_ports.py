@@ -1,14 +1,16 @@
 """Public hand-written ports (ports_handwritten.py): ConvNeXt and RepVGG against PaddleClas' ports,
 U^2-Net (small) against PaddleSeg's, each model file vendored under handwritten/ as written but for
-the marked hand fixes. verify-port and convert-weights with rules inferred from the two models (no
-rule file), on random weights.
+the marked hand fixes; and timm's VisionTransformer (installed) against PaddleClas' port of it.
+verify-port and convert-weights with rules inferred from the two models (no rule file), on random
+weights.
 
 * Clean pairs pass under both strategies, and convert: the converted file loads into the paddle
   model with no key missing or left over, and both models then give the same outputs.
 * PaddleSeg's U2Netp returns its seven side outputs as logits, where the original returns them
   through a sigmoid (F.sigmoid in U2NETP.forward): its clean pair applies the sigmoid after the
   paddle model; as shipped, the difference is named at the model's own forward.
-* Planted bugs (an epsilon, an activation's form, a dilation lost) are named at their module.
+* Planted bugs (an epsilon, an activation's form, a dilation lost, an attention scale of the whole
+  width where the head's is meant) are named at their module.
 
 Runs in the side environment of scripts/side_env_ports.sh; elsewhere it is skipped.
 """
@@ -39,6 +41,7 @@ CLEAN = [
     HandwrittenPair("convnext", "convnext", 32),
     HandwrittenPair("repvgg", "repvgg", 32),
     HandwrittenPair("u2netp", "u2netp", 64, fix=sigmoid_outputs),
+    HandwrittenPair("vit-timm", "vit-timm", 32),
     # the same port on a smaller image: a false alarm at the model's own forward (DEFECTS)
     HandwrittenPair("u2netp-32", "u2netp", 32, fix=sigmoid_outputs),
 ]
@@ -56,6 +59,11 @@ DIFFERENT = [
                      fix=set_attr("downsample_layers.2.0", "epsilon", 1e-3)), "downsample_layers.2.0"),
     (HandwrittenPair("repvgg-identity-bn-epsilon", "repvgg", 32, fix=set_attr("stage2.1.rbr_identity", "_epsilon", 1e-3)),
      "stage2.1.rbr_identity"),
+    (HandwrittenPair("vit-timm-layernorm-epsilon-default", "vit-timm", 32, fix=set_attr("blocks.1.norm2", "_epsilon", 1e-5)),
+     "blocks.1.norm2"),
+    # the scale of PaddleClas' own ViT_small builder (qk_scale=768**-0.5): the embedding width's, not a head's
+    (HandwrittenPair("vit-timm-qk-scale-of-width", "vit-timm", 32, fix=set_attr("blocks.0.attn", "scale", 32 ** -0.5)),
+     "blocks.0.attn"),
     (HandwrittenPair("u2netp-dilation-lost", "u2netp", 64,
                      fix=both(sigmoid_outputs, replace_layer("stage1.rebnconv7.conv_s1", _conv_without_dilation))),
      "stage1.rebnconv7.conv_s1"),
@@ -67,6 +75,8 @@ DIAGNOSES = {
     "convnext-layernorm-epsilon-default": "epsilon differs",
     "convnext-gelu-tanh": "GELU variant",
     "repvgg-identity-bn-epsilon": "epsilon differs",
+    "vit-timm-layernorm-epsilon-default": "epsilon differs",
+    "vit-timm-qk-scale-of-width": "has scale=0.1767",
 }
 
 # Tool defects these cases show: strict expected failures, each taken away once fixed.
