@@ -78,10 +78,6 @@ def _renameat2(src: str, dst: str, flags: int) -> int:
     return ctypes.get_errno()
 
 
-def _raise(code: int, src: str, dst: str):
-    raise OSError(code, os.strerror(code), src, None, dst)
-
-
 def _exchange(a: str, b: str) -> bool:
     """Swap the names `a` and `b` atomically (both must exist); False where the file system
     cannot (the caller falls back to two renames)."""
@@ -89,7 +85,7 @@ def _exchange(a: str, b: str) -> bool:
     if code in _UNSUPPORTED:
         return False
     if code:
-        _raise(code, a, b)
+        raise OSError(code, os.strerror(code), a, None, b)
     return True
 
 
@@ -102,7 +98,7 @@ def _rename_noreplace(src: str, dst: str, claim_directory: bool) -> None:
     if code == 0:
         return
     if code not in _UNSUPPORTED:
-        _raise(code, src, dst)
+        raise OSError(code, os.strerror(code), src, None, dst)
     if claim_directory:
         os.mkdir(dst)
         os.rename(src, dst)

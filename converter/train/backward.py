@@ -2,44 +2,167 @@
 recorded inputs and torch's recorded output gradient (teacher forcing), against torch's own local
 product, with a budget from the same product in float64 (and in the format a side uses).
 
-Modules and layers pair as the forward check pairs them (pairing.py): the same path, the
-conversion plan (a torch MultiheadAttention, whose fused in_proj_weight feeds paddle's q_proj, k_proj
-and v_proj, with paddle's MultiHeadAttention), layers without weights of one kind in execution order
-under one paired parent, and the models themselves. The torch modules one paddle layer fuses
-(q|k|v, gate|up) are one unit (units.py), their input gradients summed. The paddle layer is called
-as paddle's own forward called it (paddle_local.py); inputs that hold the same values are one input
-on both sides, so (x, x, x) against (x,) compares the total gradient.
-Each paddle parameter's gradient is compared with torch's through the conversion's own rules: the
-slice of in_proj_weight the split gives q_proj.weight, transposed as its transpose rule says. The
-culprit is read from the rows (backward_notes.py)."""
+Modules and layers pair as the forward check pairs them (compare/align.py), once per session (the
+structure phase reads the pairs too): the same path, the conversion plan (a torch MultiheadAttention,
+whose fused in_proj_weight feeds paddle's q_proj, k_proj and v_proj, with paddle's
+MultiHeadAttention), layers without weights of one kind in execution order under one paired parent,
+and the models themselves. The torch modules one paddle layer fuses (q|k|v, gate|up) are one unit:
+run together on their one input, their output gradients laid out as the plan lays out the fused
+output, their input gradients summed. The paddle layer is called as paddle's own forward called it
+(local_runs.py); inputs that hold the same values are one input on both sides, so (x, x, x) against
+(x,) compares the total gradient. Each paddle parameter's gradient is compared with torch's through
+the conversion's own rules: the slice of in_proj_weight the split gives q_proj.weight, transposed as
+its transpose rule says. The culprit is read from the rows (result.culprit)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import numpy as np
 
-from ..compare.capture import Recorder, record
-from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove
+from ..compare.capture import Call, Recorder, record
+from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
+from ..compare.session import _forward_errors
 from ..frameworks import paddle_side, torch_side
 from ..paths import relative
-from .backward_notes import FORWARD_DIFFERS, LOCAL, gradient_note
-from .judge import judge
+from ..tree import map_leaves
+from .judge import gradient_note, judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
-from .paddle_local import Float64Layers, Unpaired, WrongCotangent, paddle_call, paddle_local, paddle_own
-from .result import Row, Skipped
-from .torch_local import TorchLocal, torch_half
-from .units import Unit, outputs_handed_on
+from .local_runs import Inputs, Unpaired, WrongCotangent, paddle_call, paddle_local, paddle_own, torch_local
+from .result import FORWARD_DIFFERS, LOCAL, Row, Skipped
+from .session import TrainSession
 
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .pairing import LayerPairs
-    from .session import TrainSession
-
+NARROW_UNIT = {"float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # unit roundoff
 FORWARD_AGREES = 1e-3  # the paddle layer's forward on torch's inputs, relative to the output's scale
 # paddle's own error is measured for a layer with a row past this share of its budget on torch's
 # error alone (its kernels may reduce in other orders); below it, torch's stands in, a budget no larger
 OWN_FROM = 0.5
+
+
+@dataclass(frozen=True)
+class LayerPairs:
+    """modules: torch module path -> paddle layer path ("" -> "": the models themselves); fused:
+    paddle layer path -> ((torch module path, its Slice), ...) for each paddle layer that fuses
+    several torch modules (q|k|v, gate|up), the modules in the plan's order."""
+
+    modules: dict
+    fused: dict
+
+
+def pair_layers(session: TrainSession) -> LayerPairs:
+    from ..compare.align import align
+    from ..compare.fused import Slice
+    calls = []
+    for side, model, which in ((torch_side, session.run_only_copy("torch"), "torch_model()"),
+                               (paddle_side, session.run_only_copy("paddle"), "paddle_model()")):
+        recorder = record(side, model, Recorder())
+        try:
+            with _forward_errors(f"{which} in training mode", session.spec.path):
+                side.forward(model, session.port.inputs, session.device)
+        finally:
+            recorder.remove()
+        calls.append(recorder.calls)
+    modules, fused = {}, {}
+    for pair in align(calls[0], calls[1], session.port.plan):
+        if pair.part is None:
+            modules[pair.torch] = pair.paddle
+        elif isinstance(pair.part, Slice):
+            fused.setdefault(pair.paddle, []).append((pair.torch, pair.part))
+    modules.setdefault("", "")
+    return LayerPairs(modules, {path: tuple(group) for path, group in fused.items()})
+
+
+@dataclass(frozen=True)
+class Unit:
+    """`get(model)`: the module in a torch model; `local(name)`: a torch parameter's name in it (None:
+    not in it); `p_grads`: the output gradients handed to paddle's layer; `reading(outputs)`: paddle's
+    outputs as torch's."""
+
+    call: Call
+    grads: list
+    ppath: str
+    get: Callable
+    local: Callable
+    p_grads: list
+    reading: Callable
+
+    @property
+    def label(self) -> str:
+        return self.call.path or "<model>"
+
+    @classmethod
+    def of(cls, call: Call, ppath: str) -> Unit:
+        grads = [o.grad for o in call.outputs]
+        return cls(call, grads, ppath, lambda m: m.get_submodule(call.path) if call.path else m,
+                   lambda name: relative(name, call.path), grads, lambda outputs: outputs)
+
+    @classmethod
+    def fused(cls, calls: dict, ppath: str, group: tuple) -> Unit | None:
+        """The torch modules of `group` ((path, Slice) in the plan's order) as one unit against the
+        paddle layer fusing them: their output gradients laid out as paddle's output holds them."""
+        import torch
+        found = [calls.get(t) for t, _ in group]
+        if any(c is None or len(c.outputs) != 1 for c in found):
+            return None  # a module not called, or with an output of no gradient: judged within its parent
+        paths, parts = [t for t, _ in group], [part for _, part in group]
+        first = found[0]
+        call = Call("+".join(paths), "fused", min(c.start for c in found), max(c.end for c in found), first.args,
+                    first.kwargs, [c.outputs[0] for c in found], count=max(c.count for c in found))
+        grads = [torch.zeros_like(c.outputs[0]) if (g := c.outputs[0].grad) is None else g for c in found]
+
+        def local(name):
+            i = next((i for i, t in enumerate(paths) if relative(name, t) is not None), None)
+            return None if i is None else f"parts.{i}.{relative(name, paths[i])}"
+        p_grads = grads if parts[0].output is not None else [_laid_out(grads, parts)]  # one output per module
+        return cls(call, grads, ppath, lambda m: _together([m.get_submodule(t) for t in paths]), local, p_grads,
+                   lambda outputs: [part.of(outputs)[0] for part in parts])
+
+
+def _laid_out(grads: list, parts: list):
+    """Torch's gradients of the modules a paddle layer fuses, as one gradient of its output: each
+    module's elements at its slice's runs, in its own order."""
+    import torch
+    axis = parts[0].axis
+    shape = list(grads[0].shape)
+    shape[axis] = sum(g.shape[axis] for g in grads)
+    out = torch.zeros(shape, dtype=grads[0].dtype, device=grads[0].device)
+    for g, part in zip(grads, parts):
+        offset = 0
+        for a, b in part.spans:
+            out.narrow(axis, a, b - a).copy_(g.narrow(axis, offset, b - a))
+            offset += b - a
+    return out
+
+
+def _together(modules: list):
+    """The torch modules one paddle layer fuses as one module: called on one input, their outputs
+    in the plan's order."""
+    import torch
+
+    class Together(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(modules)
+
+        def forward(self, *args, **kwargs):
+            return [m(*args, **kwargs) for m in self.parts]
+    return Together()
+
+
+def outputs_handed_on(model, paths) -> list:
+    """Hooks making each module at `paths` return a copy of every output that takes a gradient, a
+    node of its own on the graph: the gradient retained on it is then the one the rest of the model
+    gives that output. On the tensor itself it would also hold what the module's own computation
+    passes back into it: HF's decoder attention returns the keys and values its output was computed
+    from (its cache), and their gradient from that output would count twice in its local backward."""
+    import torch
+
+    def copies(module, args, output):
+        return map_leaves(output, lambda t: t.clone() if t.requires_grad else t,
+                          lambda v: isinstance(v, torch.Tensor) and v.is_floating_point())
+    return [model.get_submodule(path).register_forward_hook(copies) for path in paths]
 
 
 @dataclass(frozen=True)
@@ -126,29 +249,85 @@ class LocalBackward:
         """Paddle's half and the rows, layers in backward order."""
         session = self.session
         players = dict(self.pmodel.named_sublayers(include_self=True))
-        players64 = Float64Layers(session) if self.fmt == "fp32" else None
+        layer64 = (lambda path: self._layers64.get(path)) if self.fmt == "fp32" else None
         p_handles = emulate_paddle_training(self.fmt)
-        rows, own, skipped = [], {}, list(self.skipped)
+        rows, own = [], {}
         try:
             for half in self.halves:
                 if isinstance(half, Row):
                     rows.append(half)
                     continue
                 ppath = half.unit.ppath
-                found, measured, skips = _layer_rows(session, half, players[ppath], players64, self.p_calls.get(ppath))
+                found, measured, skips = _layer_rows(session, half, players[ppath], layer64, self.p_calls.get(ppath))
                 rows += found
-                skipped += skips
+                self.skipped += skips
                 if measured is not None and not ppath:
                     own = dict(measured)
         finally:
             remove(p_handles)
-        return LocalRows(rows, own, skipped + (players64.skipped if players64 is not None else []))
+        return LocalRows(rows, own, list(self.skipped))
+
+    @functools.cached_property
+    def _layers64(self) -> dict:
+        """The layers of a float64 copy of paddle's model (paddle's own error is measured against it),
+        made when first asked for; none where the model does not take float64 (the skip said)."""
+        model = self.session.paddle_copy()
+        try:
+            model.to(dtype="float64")
+        except Exception as exc:  # a model that does not take float64: torch's error stands in for paddle's
+            self.skipped.append(Skipped.of("paddle's own error in the per-layer backward, on a float64 copy of "
+                                           "paddle_model() (torch's error stands in for it)", exc))
+            return {}
+        return dict(model.named_sublayers(include_self=True))
 
 
-def _layer_rows(session: TrainSession, half: TorchLocal, player, players64, p_call) -> tuple[list, dict | None, list]:
+@dataclass(frozen=True)
+class TorchLocal:
+    """Torch's half of one unit's local backward: its input and parameter gradients in fp32, float64
+    and paddle's format (None where that is fp32), the condition where torch's float64 reference
+    narrows, and the note that says so."""
+
+    unit: Unit
+    inputs: Inputs
+    g32: list
+    p32: dict
+    g64: list
+    p64: dict
+    gf: list | None
+    pf: dict | None
+    cond_in: list
+    cond_p: dict
+    said: str
+
+
+def torch_half(unit: Unit, t32, t64, tfmt) -> TorchLocal | Skipped:
+    """The unit's TorchLocal, or the skip where it cannot be re-run alone on torch's inputs."""
+    import torch
+    call, grads, get = unit.call, unit.grads, unit.get
+    inputs = Inputs(call)
+    grads64 = [g.double().cpu() if g is not None else None for g in grads]
+    try:
+        g32, p32, _ = torch_local(get(t32), call, inputs, grads, torch.float32)
+        g64, p64, narrowed = torch_local(get(t64), call, inputs, grads64, torch.float64)
+        gf, pf, _ = torch_local(get(tfmt), call, inputs, grads, torch.float32) if tfmt is not None else (None, None, 0)
+    except Exception as exc:  # a layer that cannot be re-run alone on torch's inputs is left out, said so
+        return Skipped.of(f"the local backward of '{unit.label}'", exc)
+    cond_in, cond_p, said = [None] * len(g64), {}, ""
+    if narrowed:  # torch's reference is not float64 there: its observed error is no measure of fp32's
+        ulp = max(NARROW_UNIT.get(d, U32) for _, d in narrowed)
+        moved, moved_p, _ = torch_local(get(t64), call, inputs, grads64, torch.float64, moved=2 * ulp)
+        cond_in = [m - b for m, b in zip(moved, g64)]
+        cond_p = {n: moved_p[n] - p64[n] for n in p64}
+        said = (f"torch's float64 reference narrows to {', '.join(sorted({d for _, d in narrowed}))} in "
+                f"{', '.join(op for op, _ in narrowed[:3])}: budget from its change under inputs moved by one unit "
+                "in the last place of that format; ")
+    return TorchLocal(unit, inputs, g32, p32, g64, p64, gf, pf, cond_in, cond_p, said)
+
+
+def _layer_rows(session: TrainSession, half: TorchLocal, player, layer64, p_call) -> tuple[list, dict | None, list]:
     """(the rows of one unit's local backward, from torch's half and paddle's layer; paddle's own error
-    per parameter where it was measured, else None; the measurements skipped). `players64`: the
-    float64 copy's layers, or None."""
+    per parameter where it was measured, else None; the measurements skipped). `layer64(path)`: the
+    float64 copy's layer, or None."""
     unit, inputs = half.unit, half.inputs
     call, ppath, label = unit.call, unit.ppath, unit.label
     p_grads64 = [g.double().cpu() if g is not None else None for g in unit.p_grads]
@@ -195,7 +374,7 @@ def _layer_rows(session: TrainSession, half: TorchLocal, player, players64, p_ca
     rows = judged({})
     if all(r.ratio is not None and r.ratio <= OWN_FROM for r in rows):  # torch's error alone covers it
         return rows, None, []
-    own_in, own_p, skip = paddle_own(players64 and players64.get(ppath), forced, inputs, p_grads64, gp, pp,
+    own_in, own_p, skip = paddle_own(layer64 and layer64(ppath), forced, inputs, p_grads64, gp, pp,
                                      ppath or "<model>")
     own = {("in", i): e for i, e in enumerate(own_in)}
     own.update((("p", n), e) for n, e in own_p.items())

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .backward_notes import FORWARD_DIFFERS, ZERO, layer_of, scale_in
+from ..diagnosis import Diagnosis as D  # the forward check's: a layer (or parameter), a cause, a hint
+from .loop import RunRecord
+from .loss import LossProbe
 from .optimizer import subclass_note, torch_class
-from .optimizer_check import own_state
-from .result import TrainDiagnosis
+from .optimizer_check import OptimizerCheck, own_state, set_to_start
+from .result import FORWARD_DIFFERS, ZERO, layer_of, scale_in
+from .session import TrainSession
 from .steps import loss_band
-
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .loop import RunRecord
-    from .loss import LossProbe
-    from .optimizer_check import OptimizerCheck
-    from .session import TrainSession
-
-D = TrainDiagnosis
 
 
 @dataclass(frozen=True)
@@ -77,10 +71,6 @@ def _structure(session: TrainSession, tspec, rows: list, fb, runs: Runs):
 
 
 # loss ----------------------------------------------------------------------------------------
-def _close(a: float, b: float, rel: float = 1e-5) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
-
-
 def _loss(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     p = runs.loss
     lt, lp = p.loss_torch, p.loss_paddle
@@ -95,10 +85,10 @@ def _loss(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     n = int(np.size(p.target)) if p.target is not None and not isinstance(p.target, (dict, tuple)) else 0
     total = sum(o.size for o in p.outputs)
     for count in {c for c in (n, total, p.outputs[0].shape[0] if p.outputs[0].ndim else 0) if c > 1}:
-        if _close(lp, lt * count):
+        if math.isclose(lp, lt * count, rel_tol=1e-5, abs_tol=1e-17):
             return [D("loss", f"paddle's loss is torch's times {count}: reduction 'sum' against 'mean'",
                       "use the same reduction on both sides (paddle: reduction='mean')", kind="loss reduction")]
-        if _close(lp * count, lt):
+        if math.isclose(lp * count, lt, rel_tol=1e-5, abs_tol=1e-17):
             return [D("loss", f"paddle's loss is torch's divided by {count}: reduction 'mean' against 'sum'",
                       "use the same reduction on both sides", kind="loss reduction")]
     return []
@@ -352,6 +342,8 @@ def _differs(a, b) -> bool:
 def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
     """Torch's teacher-forced step in float64 with `change` applied to the settings of `pair`'s group;
     its ratio against paddle's result for that parameter."""
+    import inspect
+
     import torch
 
     from .judge import judge
@@ -359,15 +351,11 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
     before, index = failed["before"], failed["index"]
     settings = dict(torch_side, **change)
     model = check.ref
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(before["params"][n].double().cpu())
-            g = before["grads"].get(n)
-            p.grad = None if g is None else g.double().cpu()
+    params = set_to_start(model, before)
     cls = getattr(torch.optim, settings["class"])
+    accepted = inspect.signature(cls.__init__).parameters
     kwargs = {k: settings[k] for k in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha",
-                                       "centered") if k in settings and k in _accepted(cls)}
+                                       "centered") if k in settings and k in accepted}
     if kwargs.get("nesterov") and (not kwargs.get("momentum") or kwargs.get("dampening")):
         kwargs["nesterov"] = False
     try:
@@ -384,11 +372,6 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
     got = failed["paddle"][pair.paddle]
     return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
                  float(np.max(np.abs(want), initial=0)) * 1e-6).ratio
-
-
-def _accepted(cls) -> set:
-    import inspect
-    return set(inspect.signature(cls.__init__).parameters)
 
 
 def _clip(model, clip) -> None:

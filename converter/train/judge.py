@@ -1,15 +1,22 @@
 """One comparison against its budget: the difference of paddle's value from torch's, judged by
 the error budget of the forward check built from torch's own fp32 error against float64 (and
-whatever the conventions or formats add)."""
+whatever the conventions or formats add); and what a gradient's row says besides (paddle's gradient
+zero where torch's is not, or torch's times a factor)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..compare.budget import budget_from_error
-from .result import Row
+from .result import SCALED, ZERO, Row
 
 FP32 = {"torch": "fp32", "paddle": "fp32"}
+SCALE_FIT = 1e-3  # a factor fits where paddle's gradient differs from torch's times it by this share of its norm
+# the sums of squares scale_of takes in float32: above n * the first, what underflows in them (under
+# 1.2e-38 each) is under a ten-millionth of them; below the second, no sum it forms overflows
+FLOAT32_SUMS = (1e-31, 1e36)
 
 
 def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref, extra=0.0,
@@ -83,3 +90,48 @@ def _memory_order(a: np.ndarray) -> tuple | None:
         return None
     order = tuple(sorted(range(a.ndim), key=lambda i: -a.strides[i]))
     return order if a.transpose(order).flags.c_contiguous else None
+
+
+def zero_note(torch_grad, paddle_grad) -> str:
+    """ZERO where paddle's gradient is zero and torch's is not, else ''."""
+    return ZERO if not np.any(paddle_grad) and np.any(torch_grad) else ""
+
+
+def gradient_note(torch_grad, paddle_grad) -> str:
+    """ZERO where paddle's gradient is zero and torch's is not; SCALED and the factor where paddle's
+    is torch's times a constant other than 1 (a custom backward that scales what it passes on); else ''."""
+    zero = zero_note(torch_grad, paddle_grad)
+    if zero:
+        return zero
+    factor = scale_of(torch_grad, paddle_grad)
+    return "" if factor is None else f"{SCALED}{factor:.4g}; "
+
+
+def scale_of(torch_grad, paddle_grad) -> float | None:
+    """The constant paddle's gradient is torch's times (least squares), where it fits within
+    SCALE_FIT of paddle's norm and is not 1 within that; else None."""
+    a, b = np.asarray(torch_grad), np.asarray(paddle_grad)
+    if a.shape != b.shape:
+        return None
+    a, b = (x.ravel() for x in in_memory_order(a, b))  # one order for both, copied in bands where it must be
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    norm_a, norm_b = _sum_of(a, a), _sum_of(b, b)  # squared norms: finite where every element is
+    low, high = a.size * FLOAT32_SUMS[0], FLOAT32_SUMS[1]
+    if a.dtype == np.float32 and not (low < norm_a < high and low < norm_b < high):
+        a, b = a.astype(np.float64), b.astype(np.float64)  # float32 would overflow or lose what underflows
+        norm_a, norm_b = _sum_of(a, a), _sum_of(b, b)
+    if not (math.isfinite(norm_a) and math.isfinite(norm_b)) or norm_a == 0 or norm_b == 0:
+        return None
+    factor = _sum_of(a, b) / norm_a
+    if abs(factor - 1) <= SCALE_FIT:  # 1 within the fit: no factor to say, whatever the rest
+        return None
+    rest = np.multiply(a, a.dtype.type(-factor))
+    rest += b
+    fits = _sum_of(rest, rest) <= SCALE_FIT ** 2 * norm_b
+    return factor if fits and abs(factor - 1) > SCALE_FIT else None
+
+
+def _sum_of(x: np.ndarray, y: np.ndarray) -> float:
+    """sum(x * y) in their dtype, summed pairwise (within a few units of it, where BLAS's dot may not be)."""
+    return float(np.add.reduce(np.multiply(x, y)))

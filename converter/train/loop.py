@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +15,7 @@ from ..compare.session import model_errors
 from ..frameworks import paddle_side
 from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
 from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove
-from .session import one_thread
-
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .session import TrainSession
+from .session import TrainSession, one_thread
 
 TORCH_BATCHNORM = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
@@ -106,10 +102,8 @@ def torch_loss(tspec, out, target, dtype):
     if tspec.has["torch_loss"]:
         loss = tspec.loss("torch_loss", out, target)
     else:
-        outs = [o if o.dtype in (torch.float32, torch.float64) else o.float()
-                for o in _projected(tspec, float_outputs(out), "torch_model()")]
-        weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
-        loss = sum((o * torch.from_numpy(w).to(o.dtype).to(o.device)).sum() for o, w in zip(outs, weights))
+        wide = lambda o: o if o.dtype in (torch.float32, torch.float64) else o.float()
+        loss = _projected(tspec, out, "torch_model()", wide, lambda o, w: o * torch.from_numpy(w).to(o.dtype).to(o.device))
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise UserError(f"spec '{tspec.path}': torch_loss(output, target) must return a scalar tensor; got "
                         f"{_what(loss, torch.Tensor)}")
@@ -121,25 +115,25 @@ def paddle_loss(tspec, out, target):
     if tspec.has["paddle_loss"]:
         loss = tspec.loss("paddle_loss", out, target)
     else:
-        outs = [o if o.dtype in (paddle.float32, paddle.float64) else o.astype("float32")
-                for o in _projected(tspec, float_outputs(out), "paddle_model()")]
-        weights = tspec.projection(tuple(tuple(o.shape) for o in outs))
-        loss = sum((o * paddle.to_tensor(w.astype(str(o.dtype).replace("paddle.", "")))).sum()
-                   for o, w in zip(outs, weights))
+        wide = lambda o: o if o.dtype in (paddle.float32, paddle.float64) else o.astype("float32")
+        loss = _projected(tspec, out, "paddle_model()", wide,
+                          lambda o, w: o * paddle.to_tensor(w.astype(str(o.dtype).replace("paddle.", ""))))
     if not isinstance(loss, paddle.Tensor) or int(np.prod(loss.shape)) != 1:
         raise UserError(f"spec '{tspec.path}': paddle_loss(output, target) must return a scalar tensor; got "
                         f"{_what(loss, paddle.Tensor)}")
     return loss.reshape([])
 
 
-def _projected(tspec, outs: list, which: str) -> list:
-    """The outputs the default loss projects: there must be one. The projection is summed in float32
-    at least on both sides (paddle adds no bfloat16 on CPU)."""
+def _projected(tspec, out, which: str, widened, weighted):
+    """The default loss: the floating outputs of `which` (there must be one) projected on fixed random
+    weights, summed in float32 at least on both sides (paddle adds no bfloat16 on CPU)."""
+    outs = float_outputs(out)
     if not outs:
         raise UserError(f"{which} from '{tspec.path}' returns no floating-point tensor, and the default loss is a "
                         "projection of the floating outputs; define torch_loss(output, target) and "
                         "paddle_loss(output, target) in the spec")
-    return outs
+    outs = [widened(o) for o in outs]
+    return sum(weighted(o, w).sum() for o, w in zip(outs, tspec.projection(tuple(tuple(o.shape) for o in outs))))
 
 
 def _what(value, tensor_type) -> str:
@@ -259,7 +253,7 @@ def paddle_run(session: TrainSession, tspec, batches, fmt=None) -> RunRecord:
             losses.append(loss_value(loss))
             if k == 0:  # a trainable parameter the backward did not reach has a zero gradient
                 grads0 = {n: np.array(p.grad.numpy()) if p.grad is not None else np.zeros(p.shape, np.float32)
-                                 for n, p in model.named_parameters() if p.grad is not None or not p.stop_gradient}
+                          for n, p in model.named_parameters() if p.grad is not None or not p.stop_gradient}
             opt.step()
             opt.clear_grad()
             if sched is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,9 +16,7 @@ from ..tree import is_torch_tensor, map_leaves, replace
 from .judge import judge
 from .loop import (BACKWARD_HINT, call_model, float_outputs, loss_value, paddle_loss, spec_errors, to_paddle, to_torch,
                    torch_loss)
-
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .session import TrainSession
+from .session import TrainSession
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ be recipes themselves): the same recipe builds the paddle objects and prints the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import UserError
@@ -328,7 +327,3 @@ def translate(opt, sched=None, clip_norm: float | None = None) -> Translation:
     if taken_as is not None:
         taken_as += "; give paddle_optimizer(model) where that changes the update"
     return Translation(recipe, scheduler, notes, taken_as=taken_as)
-
-
-def finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

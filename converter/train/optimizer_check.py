@@ -13,7 +13,7 @@ from ..compare.precision import U32
 from ..layout import contiguous
 from .judge import judge
 from .loop import paddle_optimizer
-from .session import TrainSession, float64, one_thread
+from .session import TrainSession, one_thread
 
 CLIP_EPS = 1e-6
 FORCED_FIRST = 3
@@ -103,12 +103,13 @@ class OptimizerCheck:
         return k < FORCED_FIRST or k == self.steps - 1
 
     def __call__(self, k: int, opt, model, before: dict):
+        import torch
         with one_thread():  # its torch work: conversions and the float64 reference step
             self._step(k, opt, model, before)
         if k == self.steps - 1 and self.failed is None:  # no what-if steps its models again: the next
             self.session.done_with(self.model, "paddle")  # copies asked for are these
             if self.ref is not None:
-                self.session.done_with(self.ref, "torch", float64())
+                self.session.done_with(self.ref, "torch", torch.float64)
 
     def _step(self, k: int, opt, model, before: dict):
         params = {n: t.cpu().numpy() for n, t in before["params"].items()}
@@ -181,17 +182,7 @@ class OptimizerCheck:
         if self.ref is None:
             self.ref = self.session.torch_copy(torch.float64)
             self.ref_opt, _ = self.tspec.torch_optimizer(self.ref)
-        ref_params = dict(self.ref.named_parameters())
-        with torch.no_grad():
-            for n, p in ref_params.items():
-                p.copy_(before["params"][n])  # widened to float64 on the way
-                g = before["grads"].get(n)
-                if g is None:
-                    p.grad = None
-                elif p.grad is not None and p.grad.shape == g.shape:
-                    p.grad.copy_(g)  # the reference's own gradient from the last step, overwritten
-                else:
-                    p.grad = g.double().cpu()
+        ref_params = set_to_start(self.ref, before)
         load_own_state(self.ref_opt, before["state"], torch.float64)
         if self.tspec.clip_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.ref.parameters(), self.tspec.clip_grad_norm)
@@ -275,6 +266,24 @@ class OptimizerCheck:
         self.rows.append(judge("optimizer", k, pair.torch_name + what, pair.paddle + what, want, got, e_ref, extra))
 
 
+def set_to_start(model, before: dict) -> dict:
+    """The parameters (by name) of `model`, a float64 copy, set with their gradients to those a step
+    started from (`before`: "params" and "grads", widened on the way)."""
+    import torch
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(before["params"][n])
+            g = before["grads"].get(n)
+            if g is None:
+                p.grad = None
+            elif p.grad is not None and p.grad.shape == g.shape:
+                p.grad.copy_(g)  # the gradient it holds from the last step, overwritten
+            else:
+                p.grad = g.double().cpu()
+    return params
+
+
 def own_state(state: dict, dtype) -> dict:
     """A torch optimizer's state dict to load into an optimizer over parameters of `dtype`: its floating
     tensors in that dtype and its step counts, each a tensor of its own. Torch keeps a loaded step count
@@ -310,8 +319,9 @@ def load_own_state(opt, state: dict, dtype) -> None:
         for i, values in saved.items():
             own = held[params[i]]
             if own.keys() != values.keys() or any(
-                    isinstance(v, torch.Tensor) != isinstance(own[k], torch.Tensor)
-                    or (isinstance(v, torch.Tensor) and (v.shape != own[k].shape or own[k].dtype != _held_dtype(k, v, dtype)))
+                    isinstance(v, torch.Tensor) != isinstance(own[k], torch.Tensor)  # (a step count keeps its dtype)
+                    or (isinstance(v, torch.Tensor) and (v.shape != own[k].shape
+                                                         or own[k].dtype != (v.dtype if k == "step" else dtype)))
                     for k, v in values.items()):
                 same = False
                 break
@@ -328,12 +338,6 @@ def load_own_state(opt, state: dict, dtype) -> None:
     for g, h in zip(groups, opt.param_groups):
         for k in names(g):
             h[k] = copy.deepcopy(g[k])
-
-
-def _held_dtype(key: str, value, dtype):
-    """The dtype load_state_dict(own_state(...)) leaves a state tensor in, for parameters of `dtype`:
-    a step count's own, every other tensor's the parameters'."""
-    return value.dtype if key == "step" else dtype
 
 
 def _squared(a: np.ndarray) -> float:

@@ -1,4 +1,6 @@
-"""Results of the training checks as data; report.py renders them."""
+"""Results of the training checks as data, and what their rows say (the layer of a per-layer
+backward row, a factor paddle's gradient is torch's times, the backward's culprit); report.py
+renders them."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..compare.budget import MARGIN
 from ..diagnosis import Diagnosis
+from ..paths import is_under
 from ..results import Verdict, finite_or_null
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
@@ -16,6 +19,11 @@ MARGINAL = MARGIN
 FINDINGS_ONLY = ("structure",)  # phases whose rows are findings (none found is a pass), not comparisons
 LR_REL = 1e-6  # learning rates are float64 on both sides; a schedule bug moves them by far more
 NOT_COMPARED = "not compared"  # how the training JSON spells Verdict.NOT_JUDGED
+# what the backward's rows say in their notes
+FORWARD_DIFFERS = " (its forward differs too)"
+ZERO = "paddle's gradient is zero; "
+SCALED = "paddle's gradient is torch's times "  # then the factor and "; "
+LOCAL = "local backward of "
 
 
 def _spelled(verdict: Verdict) -> str:
@@ -109,7 +117,31 @@ class StepRow:
                    value("band"))
 
 
-TrainDiagnosis = Diagnosis  # the forward check's: a layer (or parameter), a cause, a hint
+def scale_in(row) -> str | None:
+    """The factor a row's note says paddle's gradient is torch's times, as written there; else None."""
+    _, found, rest = row.note.partition(SCALED)
+    return rest.partition(";")[0] if found else None
+
+
+def layer_of(row) -> str:
+    """The layer of a row of the per-layer backward ('' for another row)."""
+    _, found, layer = row.note.partition(LOCAL)
+    return layer.removesuffix(FORWARD_DIFFERS) if found else ""
+
+
+def culprit(rows: list):
+    """The first bad local row in backward order whose layer has no bad paired sublayer (when the
+    sublayers agree but their parent does not, the parent's own code is at fault); else the first bad
+    row (an end-to-end gradient)."""
+    bad = [r for r in rows if r.phase == "backward" and r.bad]
+    local = [r for r in bad if layer_of(r)]
+    bad_layers = {layer_of(r) for r in local}
+    for r in local:
+        here = layer_of(r)
+        path = "" if here == "<model>" else here
+        if not any(o != here and is_under("" if o == "<model>" else o, path) for o in bad_layers):
+            return r
+    return bad[0] if bad else None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
 from .result import PHASES, TrainReport, skipped_notes
-from .session import TrainSession, float64
+from .session import TrainSession
 from ..compare.overlap import TorchWorker
 from ..compare.session import PortSession, _float64_by_default
 from .spec import TrainSpec
@@ -44,7 +44,7 @@ def first_bad(rows: list):
 
 
 def _first_in_phases(bad: list):
-    from .backward_notes import culprit
+    from .result import culprit
     for phase in PHASES:
         found = culprit(bad) if phase == "backward" else next((r for r in bad if r.phase == phase), None)
         if found is not None:
@@ -64,12 +64,6 @@ def translation_of(spec):
             raise
         raise UserError(f"--emit-optimizer: {str(exc).partition(';')[0]}, and the spec gives paddle_optimizer(model) "
                         "itself: there is nothing to write; drop --emit-optimizer") from None
-
-
-def _check_trainable(port: PortSession, tspec) -> None:
-    if not any(p.requires_grad for p in port.torch_model.parameters()):
-        raise UserError(f"torch_model() from '{tspec.path}' has no trainable parameter (requires_grad is False on "
-                        "every one): --train has nothing to check; unfreeze the parameters the port trains")
 
 
 def _check_deterministic(session: TrainSession, tspec, batch) -> None:
@@ -94,7 +88,9 @@ def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS) ->
         raise UserError(f"--steps must be at least 1; got {steps}")
     with paddle_notices_silenced(), port.training():
         batches = tspec.batches(steps)
-        _check_trainable(port, tspec)
+        if not any(p.requires_grad for p in port.torch_model.parameters()):
+            raise UserError(f"torch_model() from '{tspec.path}' has no trainable parameter (requires_grad is False "
+                            "on every one): --train has nothing to check; unfreeze the parameters the port trains")
         session = TrainSession(port, tspec)
         try:
             return _train_check(session, tspec, batches, steps)
@@ -107,7 +103,7 @@ def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: 
     from .diagnose import Runs, diagnose
     from .loss import loss_rows, probe
     from .optimizer_check import OptimizerCheck
-    from .pairing import pair_layers
+    from .backward import pair_layers
     from .steps import final_rows, grad_rows, paddle_own_drift, step_rows
     from .structure import structure_rows
 
@@ -140,7 +136,8 @@ def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: 
     rows += final
     bad = first_bad(rows)
     notes = _notes(session, tspec) + conventions(session, tspec, rows) + skipped_notes(skipped)
-    described = _described(session, tspec)
+    described = ("the spec's paddle_optimizer(model)" if tspec.has["paddle_optimizer"] else
+                 "translated from torch's: " + session.translation.describe())
     code = None if session.translation is None else session.translation.code()
     diagnosis = diagnose(session, tspec, rows, bad, Runs(t32, t64, tfmt, p, loss_probe, check))
     progress.training_done()
@@ -155,8 +152,9 @@ def _float64_beside(session: TrainSession, tspec, batches, paddle_side) -> tuple
     dtype meanwhile.
     Torch's error is raised first, as in turn."""
     def float64_run():
+        import torch
         with _float64_by_default():
-            return torch_run(session, tspec, batches, float64())
+            return torch_run(session, tspec, batches, torch.float64)
     with TorchWorker(session.port) as side:
         t64 = side.submit(float64_run)
         try:
@@ -164,12 +162,6 @@ def _float64_beside(session: TrainSession, tspec, batches, paddle_side) -> tuple
         finally:
             t64 = t64.result()
     return t64, here
-
-
-def _described(session: TrainSession, tspec) -> str:
-    if tspec.has["paddle_optimizer"]:
-        return "the spec's paddle_optimizer(model)"
-    return "translated from torch's: " + session.translation.describe()
 
 
 def conventions(session: TrainSession, tspec, rows) -> list:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,12 +35,6 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def float64():
-    """torch.float64 (torch imported when asked for)."""
-    import torch
-    return torch.float64
-
-
 @dataclass(frozen=True)
 class ParamPair:
     """A paddle state-dict entry and the torch entries it is computed from (by the mapping)."""
@@ -62,7 +56,7 @@ class ParamPair:
         return np.concatenate(pieces, axis=self.entry.merge_axis)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Zeroed:
     """A dropout rate set to 0: `holder.attr` was `rate`; `path` is the module's (or the layer's) path
     in its model, "" the model itself; `config` is true for a model config's field."""
@@ -80,10 +74,10 @@ class Zeroed:
         return f"{self.path}.{self.attr}" if self.path else self.attr
 
 
-@dataclass
+@dataclass(frozen=True)
 class DropoutState:
-    torch: list = field(default_factory=list)  # Zeroed
-    paddle: list = field(default_factory=list)
+    torch: list  # Zeroed
+    paddle: list
 
     @property
     def count(self) -> tuple[int, int]:
@@ -122,10 +116,10 @@ def _rate_attrs(obj) -> list[str]:
     return [k for k, v in vars(obj).items() if "drop" in k.lower() and isinstance(v, float) and 0 < v <= 1]
 
 
-def _zero_dropout(named, table: dict, saved: list) -> None:
+def _zero_dropout(named, table: dict) -> list[Zeroed]:
     """Every dropout the modules apply set to 0: the rate of a dropout module (by class), every
     attribute that holds a rate by its name, and those of the model configs the modules hold."""
-    configs = set()
+    configs, saved = set(), []
     for path, module in named:
         attrs = [_dropout_attr(module, table)] + _rate_attrs(module)
         for attr in dict.fromkeys(a for a in attrs if a is not None):
@@ -138,6 +132,7 @@ def _zero_dropout(named, table: dict, saved: list) -> None:
             for attr in _rate_attrs(config):
                 saved.append(Zeroed(config, attr, getattr(config, attr), "", config=True))
                 setattr(config, attr, 0.0)
+    return saved
 
 
 class TrainSession:
@@ -149,7 +144,6 @@ class TrainSession:
     device: str
     torch_model: object
     paddle_model: object
-    precision: object
     formats: dict  # side -> the format its matmuls compute in
     torch_init: dict  # torch's state dict as given, cloned
     paddle_init: dict  # paddle's, as numpy arrays
@@ -166,7 +160,6 @@ class TrainSession:
         self.device = port.device
         self.torch_model = port.torch_model
         self.paddle_model = port.paddle_model
-        self.precision = port.precision
         self.formats = port.formats
         with one_thread():
             self.torch_init = {k: v.detach().clone() for k, v in self.torch_model.state_dict().items()}
@@ -176,9 +169,9 @@ class TrainSession:
         self._spare = {}  # (side, dtype) -> a copy no check runs any more, to be the next one asked for
         # before any rate is set to 0: where torch's optimizer has no translation, the models are left as given
         self.translation, self.torch_optimizer = _translated(self, tspec)
-        self.dropout = DropoutState()
-        _zero_dropout(self.torch_model.named_modules(), TORCH_DROPOUT_ATTRS, self.dropout.torch)
-        _zero_dropout(self.paddle_model.named_sublayers(include_self=True), PADDLE_DROPOUT_ATTRS, self.dropout.paddle)
+        self.dropout = DropoutState(_zero_dropout(self.torch_model.named_modules(), TORCH_DROPOUT_ATTRS),
+                                    _zero_dropout(self.paddle_model.named_sublayers(include_self=True),
+                                                  PADDLE_DROPOUT_ATTRS))
 
     def _pairs(self) -> list[ParamPair]:
         table = self.port.plan.by_output_name()

@@ -91,16 +91,21 @@ class TrainSpec:
         return self._projections[shapes]
 
     # optimizers ------------------------------------------------------------------------------
+    def _optimizer(self, name: str, model, optimizer_type, framework: str) -> tuple:
+        """(optimizer, scheduler or None) the spec's `name` returns for `model`."""
+        got = self.call(name, model)
+        opt, sched = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
+        if not isinstance(opt, optimizer_type):
+            raise UserError(f"spec '{self.path}': {name}(model) must return a {framework} optimizer or "
+                            f"(optimizer, scheduler); got {type(opt).__name__}")
+        return opt, sched
+
     def torch_optimizer(self, model):
         """(optimizer, scheduler or None) for a torch model."""
         import torch
         if not self.has["torch_optimizer"]:
             return torch.optim.SGD(model.parameters(), lr=DEFAULT_LR), None
-        got = self.call("torch_optimizer", model)
-        opt, sched = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise UserError(f"spec '{self.path}': torch_optimizer(model) must return a torch optimizer or "
-                            f"(optimizer, scheduler); got {type(opt).__name__}")
+        opt, sched = self._optimizer("torch_optimizer", model, torch.optim.Optimizer, "torch")
         _check_scheduler(self.path, "torch_optimizer", sched, torch.optim.lr_scheduler.LRScheduler,
                          torch.optim.lr_scheduler.ReduceLROnPlateau)
         _check_held(self.path, "torch_optimizer", [p for g in opt.param_groups for p in g["params"]],
@@ -112,19 +117,19 @@ class TrainSpec:
         if not self.has["paddle_optimizer"]:
             return None
         import paddle
-        got = self.call("paddle_optimizer", model)
-        opt, sched = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
-        if not isinstance(opt, paddle.optimizer.Optimizer):
-            raise UserError(f"spec '{self.path}': paddle_optimizer(model) must return a paddle optimizer or "
-                            f"(optimizer, scheduler); got {type(opt).__name__}")
+        opt, sched = self._optimizer("paddle_optimizer", model, paddle.optimizer.Optimizer, "paddle")
         if sched is None and isinstance(getattr(opt, "_learning_rate", None), paddle.optimizer.lr.LRScheduler):
             sched = opt._learning_rate
         _check_scheduler(self.path, "paddle_optimizer", sched, paddle.optimizer.lr.LRScheduler,
                          paddle.optimizer.lr.ReduceOnPlateau)
-        held = opt._parameter_list or []
-        held = [p for g in held for p in g["params"]] if held and isinstance(held[0], dict) else held
-        _check_held(self.path, "paddle_optimizer", held, model.parameters())
+        _check_held(self.path, "paddle_optimizer", paddle_held(opt), model.parameters())
         return opt, sched
+
+
+def paddle_held(opt) -> list:
+    """The tensors a paddle optimizer holds, those of each of its parameter groups in turn."""
+    held = getattr(opt, "_parameter_list", None) or []
+    return [q for p in held for q in (p.get("params", []) if isinstance(p, dict) else [p])]
 
 
 def _check_arrays(value, what: str, allow_none: bool) -> None:

@@ -11,19 +11,15 @@ from torch's batch statistics under paddle's rule."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
 from ..paths import join
-from .backward_notes import zero_note
-from .judge import judge
+from .judge import judge, zero_note
 from .result import LR_REL, Row, Skipped, StepRow
-
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .session import TrainSession
+from .session import TrainSession
 
 BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a few values
 
@@ -53,10 +49,6 @@ def step_rows(t32, t64, tfmt, paddle, conventions: list | None = None) -> tuple[
     return steps, loss, lrs
 
 
-def bn_momentum(module) -> float | None:
-    return getattr(module, "momentum", None)
-
-
 def replay_running(initial: np.ndarray, stats: list, which: int, paddle_momentum: float) -> np.ndarray:
     """A running statistic under paddle's rule: r = m r + (1 - m) batch (the variance biased)."""
     r = initial.astype(np.float64)
@@ -69,7 +61,7 @@ def running_stats(session: TrainSession, record) -> dict:
     """torch buffer name -> its value replayed under paddle's rule with torch's momentum."""
     out = {}
     for path, stats in record.bn_stats.items():
-        m = bn_momentum(session.torch_model.get_submodule(path))
+        m = getattr(session.torch_model.get_submodule(path), "momentum", None)
         if m is None:
             continue
         for which, buf in ((0, "running_mean"), (1, "running_var")):

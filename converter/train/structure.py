@@ -5,26 +5,14 @@ between paired layers."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
+from ..paths import prefixes
 from .result import Row
-
-if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
-    from .pairing import LayerPairs
-    from .session import TrainSession
+from .session import TrainSession
+from .spec import paddle_held
+from .backward import LayerPairs
 
 INF = float("inf")
-
-
-def _paddle_optimized(opt) -> set:
-    params = getattr(opt, "_parameter_list", None) or []
-    out = set()
-    for p in params:
-        if isinstance(p, dict):
-            out.update(id(q) for q in p.get("params", []))
-        else:
-            out.add(id(p))
-    return out
 
 
 def structure_rows(session: TrainSession, pairs: LayerPairs, torch_side: tuple, paddle_side: tuple) -> list:
@@ -35,7 +23,7 @@ def structure_rows(session: TrainSession, pairs: LayerPairs, torch_side: tuple, 
     pstate = paddle_model.state_dict()
     pparams = dict(paddle_model.named_parameters())
     in_topt = {id(p) for g in topt.param_groups for p in g["params"]}
-    in_popt = _paddle_optimized(popt)
+    in_popt = {id(p) for p in paddle_held(popt)}
     rows = []
     for pair in session.pairs:
         if len(pair.torch) != 1 or pair.torch[0] not in tparams or pair.paddle not in pparams:
@@ -105,11 +93,7 @@ def dropout_rows(session: TrainSession, layer_pairs: LayerPairs) -> list:
 
 def _nearest(path: str, paired: dict) -> str:
     """The path itself or its nearest ancestor among `paired`'s keys ("" the model)."""
-    parts = path.split(".") if path else []
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in paired:
-            return ".".join(parts[:n])
-    return ""
+    return next((p for p in reversed(prefixes(path)[1:]) if p in paired), "")
 
 
 def _rates(rates: dict) -> str:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from converter.spec import load_spec
-from converter.train.paddle_local import Unpaired, cotangent, paddle_grad, unbroadcast
+from converter.train.local_runs import Unpaired, cotangent, paddle_grad, unbroadcast
 from helpers.train import train_check
 
 COMMON = '''

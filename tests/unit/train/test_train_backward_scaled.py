@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from helpers.cli import spec_path
 from helpers.train import train_check
 from converter.spec import PortSpec
-from converter.train.backward_notes import scale_of
+from converter.train.judge import scale_of
 
 STEPS = 2
 

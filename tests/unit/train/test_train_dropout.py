@@ -9,7 +9,7 @@ from helpers.cli import spec_path
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
 from helpers.train import train_check
-from converter.train.pairing import pair_layers
+from converter.train.backward import pair_layers
 from converter.train.session import TrainSession
 from converter.train.spec import TrainSpec
 from converter.train.structure import dropout_rows

@@ -9,7 +9,7 @@ from converter.compare.align import align
 from converter.compare.capture import capture_paddle, capture_torch
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
-from converter.train.pairing import pair_layers
+from converter.train.backward import pair_layers
 from converter.train.session import TrainSession
 from converter.train.spec import TrainSpec
 

@@ -1,21 +1,116 @@
-"""Paddle's half of a layer's local backward: the paddle layer called as paddle's own forward called
-it, each tensor replaced by the torch input holding the same values (as the forward check forces a
-layer), its vector-Jacobian product taken with torch's output gradients shaped to its outputs; and
-paddle's own error in it, against a float64 copy of the layer on the same inputs."""
+"""A unit's local backward run on each side, on torch's recorded inputs and output gradients: torch's
+module (its vector-Jacobian product in fp32, in float64, the reference, watched for where it narrows,
+and in paddle's format); paddle's layer called as paddle's own forward called it, each tensor replaced
+by the torch input holding the same values (as the forward check forces a layer), with torch's output
+gradients shaped to its outputs; and paddle's own error, against a float64 copy of the layer."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
 
 from ..compare.capture import Call
 from ..compare.forced import _paddle_keeps_float64
-from ..compare.replay import TorchCopies, force_paddle_args
+from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
+from ..compare.session import _float64_by_default
 from ..frameworks import paddle_side, torch_side
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
 from .result import Skipped
+
+
+class Inputs:
+    """A recorded torch call's floating inputs, those holding the same values taken as one input
+    (in order of first use): its gradient is the sum over every place it was passed."""
+
+    def __init__(self, call: Call):
+        import torch
+        self.groups: list[list] = []
+        for t in flatten((call.args, call.kwargs)):
+            if any(t is u for g in self.groups for u in g):
+                continue
+            group = next((g for g in self.groups if g[0].shape == t.shape and torch.equal(g[0], t)), None)
+            if group is None:
+                self.groups.append([t])
+            else:
+                group.append(t)
+
+    def index(self, tensor) -> int | None:
+        return next((i for i, g in enumerate(self.groups) if any(tensor is u for u in g)), None)
+
+
+def torch_local(module, call: Call, inputs: Inputs, grads: list, dtype, moved: float = 0.0):
+    """(input gradients, one per input of `inputs`; {param name: gradient}; the ops that gave a
+    narrower float from float64, in a float64 run) of torch's module on the recorded call; `moved`:
+    each input moved first by that relative amount, with a fixed random sign per element."""
+    import torch
+    leaves = [g[0].to(dtype).cpu() if dtype == torch.float64 else g[0].clone() for g in inputs.groups]
+    if moved:
+        signs = np.random.default_rng(0)
+        leaves = [t * (1.0 + moved * torch.from_numpy(signs.choice([-1.0, 1.0], tuple(t.shape))).to(t.dtype))
+                  for t in leaves]
+    leaves = [t.requires_grad_(True) for t in leaves]
+
+    def leaf(v):
+        if v.is_floating_point():
+            return leaves[inputs.index(v)]
+        return v.cpu() if dtype == torch.float64 else v
+    args, kwargs = map_leaves(call.args, leaf, is_torch_tensor), map_leaves(call.kwargs, leaf, is_torch_tensor)
+    watch = _narrowing_mode()() if dtype == torch.float64 else contextlib.nullcontext()  # (this records no op)
+    with watch:
+        with _reference(dtype):
+            outs = flatten(module(*args, **kwargs))
+        params = dict(module.named_parameters())
+        targets = leaves + list(params.values())
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        # the backward as the forward's graph says: a cast's gradient goes back to the dtype its input had
+        got = torch.autograd.grad([o for o, _ in pairs], targets, [g.to(o.dtype).to(o.device) for o, g in pairs],
+                                  allow_unused=True)
+    as_np = lambda g, t: np.zeros(tuple(t.shape)) if g is None else torch_side.to_numpy(g)
+    n = len(leaves)
+    return ([as_np(g, t) for g, t in zip(got[:n], leaves)],
+            {name: as_np(g, t) for (name, t), g in zip(params.items(), got[n:])}, getattr(watch, "ops", ()))
+
+
+@contextlib.contextmanager
+def _reference(dtype):
+    """A float64 forward under the forward check's float64 guarantees (casts to a lower float format
+    and tensors made in the default dtype stay float64: HF's RMSNorm computes in float32 whatever
+    its input); any other run as it is."""
+    import torch
+    if dtype != torch.float64:
+        yield
+        return
+    with float64_reference(), _float64_by_default():
+        yield
+
+
+@functools.cache
+def _narrowing_mode() -> type:
+    """The class of a dispatch mode whose `ops` lists each op (once, with the format) that gave a
+    floating tensor narrower than float64 from a float64 input: where a float64 run's reference is
+    not float64 (torch imported when first asked for)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Narrowing(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            narrow = [t.dtype for t in (out if isinstance(out, (tuple, list)) else (out,))
+                      if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64]
+            if narrow and any(t.dtype == torch.float64 for t in flatten((args, kwargs))):  # the inputs only then
+                for dtype in narrow:
+                    found = (str(func), str(dtype).removeprefix("torch."))
+                    if found not in self.ops:
+                        self.ops.append(found)
+            return out
+    return Narrowing
 
 
 class Unpaired(Exception):
@@ -131,28 +226,6 @@ def paddle_grad(grad, out, i: int):
         raise Unpaired(f"its output {i} is {list(out.shape)} on paddle's side against torch's {list(g.shape)}")
     g = paddle.to_tensor(np.ascontiguousarray(shaped))
     return g if g.dtype == out.dtype else g.astype(out.dtype)
-
-
-class Float64Layers:
-    """The layers of a float64 copy of paddle's model (paddle's own error is measured against it),
-    made when first asked for; none where the model does not take float64 (`skipped` says so)."""
-
-    def __init__(self, session):
-        self.session = session
-        self.layers = None
-        self.skipped: list[Skipped] = []
-
-    def get(self, path: str):
-        if self.layers is None:
-            model = self.session.paddle_copy()
-            try:
-                model.to(dtype="float64")
-                self.layers = dict(model.named_sublayers(include_self=True))
-            except Exception as exc:  # a model that does not take float64: torch's error stands in for paddle's
-                self.layers = {}
-                self.skipped.append(Skipped.of("paddle's own error in the per-layer backward, on a float64 copy of "
-                                               "paddle_model() (torch's error stands in for it)", exc))
-        return self.layers.get(path)
 
 
 def paddle_own(player64, forced, inputs, grads64, gp, pp, where: str) -> tuple[list, dict, Skipped | None]:
