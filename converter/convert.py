@@ -76,6 +76,7 @@ class Targets:
 
     infos: dict[str, TensorInfo]
     state: frozenset[str]
+    tensors: tuple[tuple[str, ...], ...] = ()  # the keys that name one tensor with others (an LSTM's aliases)
 
 
 def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | None = None,
@@ -87,7 +88,9 @@ def choose_ruleset(mapping: str | None, spec, infos: dict[str, TensorInfo] | Non
     if spec is not None:
         from .frameworks.paddle_side import state_dict_infos
         model = spec.paddle_model()
-        targets = Targets(state_dict_infos(model), frozenset(paddle_state(model)))
+        from .rules.infer import same_tensor_groups
+        targets = Targets(state_dict_infos(model), frozenset(paddle_state(model)),
+                          tuple(tuple(g) for g in same_tensor_groups(model.state_dict().items())))
     name = mapping or (spec.mapping if spec is not None else None)
     if name == AUTO or (not name and spec is None):
         from .rules.detect import detect
@@ -129,7 +132,33 @@ def plan_conversion(source: Source, ruleset: RuleSet, targets: Targets | None, d
         if left:
             log(f"note: {len(left)} paddle state tensor(s) that no torch tensor fills are not written (the paddle model "
                 f"keeps its own): {', '.join(left[:SHOWN_BUFFERS])}{' ...' if len(left) > SHOWN_BUFFERS else ''}")
-    return build_plan(source.infos, ruleset, infos, dtypes.canonical(dtype) if dtype else None)
+    dtype = dtypes.canonical(dtype) if dtype else None
+    if targets is None or not targets.tensors:
+        return build_plan(source.infos, ruleset, infos, dtype)
+    plan = build_plan(source.infos, ruleset, infos, dtype, unfilled_ok=True)
+    covered = _aliases_filled(plan, targets.tensors)
+    if len(covered) < len(plan.unfilled):  # the rest said as the plan says it
+        build_plan(source.infos, ruleset, {k: v for k, v in infos.items() if k not in covered}, dtype)
+    plan.unfilled = []
+    return plan
+
+
+def _aliases_filled(plan: MappingPlan, tensors) -> set[str]:
+    """The plan's unfilled targets that name a tensor one of its entries fills under another name
+    (a rule file that maps an LSTM's 'weight_ih_l0' and not its '0.cell.weight_ih'): each added to
+    that entry's aliases, so that the file holds it under both names, as paddle saves it."""
+    by_name = plan.by_output_name()
+    covered = set()
+    unfilled = {info.name for info in plan.unfilled}
+    for names in tensors:
+        entry = next((by_name[n] for n in names if n in by_name), None)
+        if entry is None:
+            continue
+        for name in names:
+            if name in unfilled:
+                entry.aliases += (name,)
+                covered.add(name)
+    return covered
 
 
 def compare_rows(entry: TargetEntry, info: TensorInfo, got: np.ndarray, rows, read) -> str | None:

@@ -203,6 +203,22 @@ def test_a_wrapper_that_reads_its_own_parameter_instead_of_the_filled_one_is_nam
     assert "in 'encoder.rnn.lstm' ('weight_hh_l0')" in reads
 
 
+def test_convert_weights_writes_the_alias_keys_the_rules_leave_out_under_both_names(tmp):
+    """paddle saves an LSTM's weights also as '0.cell.weight_ih' (one tensor, two keys): rules that
+    map 'weight_ih_l0' fill both, in convert-weights --spec as in verify-port."""
+    spec = tmp / "wrapped.py"
+    spec.write_text(SPEC.format(here=HERE, torch="torch_tagger", paddle="PaddleWrapped(own=False)"))
+    (tmp / "inner.json").write_text(json.dumps(INNER))
+    torch.save(torch_tagger().state_dict(), tmp / "m.pt")
+    r = run_convert(tmp / "m.pt", tmp / "out.pdparams", "--spec", spec, "--mapping", tmp / "inner.json")
+    assert r.code == 0, r
+    assert "no missing or unexpected keys" in r.stderr, r.stderr
+    from converter.io.pdparams import load_pdparams
+    written = load_pdparams(str(tmp / "out.pdparams"))
+    assert np.array_equal(written["encoder.rnn.lstm.0.cell.weight_ih"], written["encoder.rnn.lstm.weight_ih_l0"])
+    assert np.array_equal(written["encoder.rnn.lstm.weight_ih_l0"], torch_tagger().encoder.rnn.weight_ih_l0.detach().numpy())
+
+
 # ------------------------------------------------------------------ (b) a parameter the port never reads
 
 class TorchNormed(torch.nn.Module):
