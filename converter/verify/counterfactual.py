@@ -154,6 +154,13 @@ def _search(root, root_path: str, framework_keys: frozenset, suggested, run, jud
     ratio is at most 1, best first. Where no single change is one, two settings of one layer
     changed together (a range's two ends). Every setting is restored, whatever the run does."""
     runs = _Runs()
+    try:
+        unchanged = judge(run())
+    except Exception:  # noqa: BLE001 - a layer that cannot re-run here has no setting to find
+        return []
+    unchanged = float("inf") if unchanged is None else unchanged  # None: its outputs do not pair with torch's
+    if unchanged <= 1.0:  # re-run unchanged it is within its budget: nothing to explain here
+        return []
     named = [("", root)] + list(root.named_sublayers() if hasattr(root, "named_sublayers") else
                                  (kv for kv in root.named_modules() if kv[0]))
     options = []  # per layer: [(setting, candidate)]
@@ -172,7 +179,7 @@ def _search(root, root_path: str, framework_keys: frozenset, suggested, run, jud
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
                 ratio = _run_changed(layer, changed, run, judge)
-                if ratio is not None and ratio <= 1.0:
+                if ratio is not None and ratio <= 1.0 and ratio < unchanged:
                     hits.append(Change("", path, type(layer).__name__, changed, ratio))
         if hits:
             return sorted(hits, key=lambda c: c.ratio)

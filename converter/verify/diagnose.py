@@ -8,7 +8,8 @@ hint saying what to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -326,9 +327,12 @@ def diagnose(ctx) -> list[Diagnosis]:
     for check in CHECKS + MODEL_CHECKS:
         found.extend(d for d in check(ctx) if not (said and d.kind == "transpose"))
     found = _distinct(found)  # a family's what-if and a generic check may agree
-    if all(d.kind in SIZE_FITS for d in found):  # no cause yet that reproduces the other side's output
+    if all(d.kind in SIZE_FITS | READ_FROM_SETTINGS for d in found):  # no cause yet that re-running confirmed
         from .counterfactual import setting_causes
-        found = setting_causes(ctx) or found
+        confirmed = setting_causes(ctx)
+        read = [d for d in found if d.kind in READ_FROM_SETTINGS]
+        found = _checked(read, confirmed) + [d for d in found if d.kind not in READ_FROM_SETTINGS] if confirmed \
+            else [_unconfirmed(d) for d in read] + [d for d in found if d.kind not in READ_FROM_SETTINGS]
     if any(d.kind not in SIZE_FITS for d in found):  # a cause that reproduces paddle's output outranks a fit by size
         found = [d for d in found if d.kind not in SIZE_FITS]
     if not found:
@@ -342,6 +346,32 @@ def diagnose(ctx) -> list[Diagnosis]:
 
 # check_precision's diagnoses: the difference fits a lower precision's budget by its size alone
 SIZE_FITS = frozenset({"tf32", "fp16", "bf16", "own rounding"})
+# diagnoses read from the two layers' settings, not from a re-run: each is a cause only where
+# re-running the layer with that setting changed reproduces torch's output
+READ_FROM_SETTINGS = frozenset({"epsilon", "pool padding", "interpolation", "padding mode"})
+
+
+def _named(d: Diagnosis) -> set[str]:
+    return set(re.findall(r"(\w+)=", d.hint))
+
+
+def _checked(read: list[Diagnosis], confirmed: list[Diagnosis]) -> list[Diagnosis]:
+    """The settings' diagnoses that a confirmed change bears out (in their own words, said to be
+    confirmed), then the confirmed changes they do not word, then the others, said to be unconfirmed."""
+    borne, unborne, worded = [], [], set()
+    for d in read:
+        same = [c for c in confirmed if _named(c) & _named(d)]
+        worded.update(id(c) for c in same)
+        if same:
+            borne.append(replace(d, cause=f"{d.cause}: confirmed by re-running"))
+        else:
+            unborne.append(_unconfirmed(d))
+    return borne + [c for c in confirmed if id(c) not in worded] + unborne
+
+
+def _unconfirmed(d: Diagnosis) -> Diagnosis:
+    return replace(d, cause=f"{d.cause} (read from the settings, not confirmed: re-running the layer with it "
+                   "changed alone does not reproduce torch's output)", hint=f"check before changing it: {d.hint}")
 
 
 def _distinct(found: list[Diagnosis]) -> list[Diagnosis]:

@@ -72,8 +72,8 @@ class PaddleNet(paddle.nn.Layer):
 CASES = {
     "gelu": ("calls paddle.nn.functional.gelu(..., approximate=True); re-run on torch's recorded inputs with "
              "approximate=False", "pass approximate=False to gelu in block's forward"),
-    "softmax": ("calls paddle.nn.functional.softmax(..., axis=-1); re-run on torch's recorded inputs with axis=1",
-                "pass axis=1 to softmax in block's forward"),
+    "softmax": ("calls paddle.nn.functional.softmax(..., axis=-1); re-run on torch's recorded inputs with axis=-2",
+                "pass axis=-2 to softmax in block's forward"),
     "interpolate": ("calls paddle.nn.functional.interpolate(..., align_corners=False); re-run on torch's recorded "
                     "inputs with align_corners=True", "pass align_corners=True to interpolate in block's forward"),
 }
@@ -109,7 +109,7 @@ def test_words_come_from_the_annotation_and_the_aliases_it_names():
 
 def test_candidates_of_a_recorded_call():
     call = Recorded("paddle.nn.functional.softmax", 0, "block", {"axis": -1, "dtype": None, "name": None}, 3)
-    assert candidates(call, "axis") == [0, 1]  # the other axes of its input
+    assert candidates(call, "axis") == [-3, -2]  # the other axes of its input, counted from the end as it counts
     assert candidates(call, "dtype") == []
     interp = Recorded("paddle.nn.functional.interpolate", 0, "", {"mode": "nearest", "align_corners": False}, 4)
     assert candidates(interp, "align_corners") == [True]
