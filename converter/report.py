@@ -98,14 +98,16 @@ def render_json(report: PortReport) -> str:
 
 
 def render_html(report: PortReport) -> str:
-    """One self-contained page headed by the composed verdict: the forward check's plot, diagnosis
-    and table, and the training checks' section; a failed training check's section comes first,
-    so that the page leads with the culprit it names."""
-    from .verify.page import html_body, html_page
+    """One self-contained page headed by the composed verdict: its line and the diagnosis of each
+    check that failed lead; then the sections, a failed training check's first, so that the page
+    leads with the culprit it names, else the forward check's (plot, closest layers, table) first."""
+    from .verify.page import html_body, html_lead, html_page
+    failed = [part for part in reversed(report.parts()) if part.verdict is Verdict.FAIL]  # as the text: training first
+    lead = html_lead(verdict_line(report), [d for part in failed for d in part.diagnosis])
     if report.train is None:
-        return html_page(report.verdict, html_body(report.forward))
+        return html_page(report.verdict, lead, html_body(report.forward))
     from .train.report import render_html_section
     sections = [html_body(report.forward, label=FORWARD)]
     training = render_html_section(report.train) + "\n"
     sections.insert(0 if report.train.verdict is Verdict.FAIL else 1, training)
-    return html_page(report.verdict, "".join(sections), headline=verdict_line(report))
+    return html_page(report.verdict, lead, "".join(sections))

@@ -2,6 +2,7 @@
 HTML heading and the exit code are the composed verdict of the forward and the training checks; the
 forward check's own verdict is labelled as its own."""
 
+import html
 import json
 
 import pytest
@@ -39,7 +40,7 @@ def test_a_failing_training_check_fails_the_text_json_and_html_whose_forward_che
     assert not any(line.startswith("PASS") for line in lines)
     assert body["verdict"] == "fail" and body["forward_verdict"] == "pass" and body["train"]["verdict"] == "fail"
     assert PortReport.from_json(body).verdict == "fail" and PortReport.from_json(body).exit_code == 1
-    assert "<h1>verify-port: FAIL</h1><p><b>FAIL: the training checks fail" in page
+    assert '<h1>verify-port: FAIL</h1><section id="verdict"><p class="verdict verdict-fail"><b>FAIL: the training checks fail' in page
     assert "forward check: PASS: all 5 compared layers" in page
 
 
@@ -52,7 +53,7 @@ def test_a_clean_pair_ends_with_the_composed_pass(tmp):
                     "their expected-error budgets"), last
     assert "forward check: PASS: all 5 compared layers" in r.stdout
     assert body["verdict"] == body["forward_verdict"] == body["train"]["verdict"] == "pass"
-    assert "<h1>verify-port: PASS</h1><p><b>PASS: the training checks" in page
+    assert '<h1>verify-port: PASS</h1><section id="verdict"><p class="verdict verdict-pass"><b>PASS: the training checks' in page
 
 
 def test_without_train_the_forward_verdict_is_the_verdict(tmp):
@@ -88,4 +89,6 @@ def test_the_last_line_names_each_check_that_failed(forward_bad, train_bad):
             in line) == train_bad, line
     assert line.endswith("the forward check passes") == (train_bad and not forward_bad), line
     assert line.endswith("the training checks pass") == (forward_bad and not train_bad), line
-    assert f"<p><b>{line.replace(chr(39), '&#x27;')}</b></p>" in render_html(report)
+    page = render_html(report)  # the page leads with the same line, before any section
+    assert f"<b>{html.escape(line)}</b></p>" in page
+    assert page.index(html.escape(line)) < page.index("<h2>")

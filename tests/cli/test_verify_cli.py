@@ -28,7 +28,12 @@ def test_bundled_default_names_the_culprit_and_diagnosis(tmp):
                 "local_ratio", "within_budget"} <= set(layer)
     assert set(body["precision"]) == {"torch", "paddle"}
     page = (tmp / "r.html").read_text()
-    assert page.startswith("<!doctype html>") and "<svg" in page and "<polyline" in page
+    assert page.startswith("<!doctype html>") and "<svg" in page
+    # the plot's point for the culprit names it on hover, and the closest table lists it first
+    assert "<title>encoder.layer.0.intermediate.intermediate_act_fn (GELU): ratio" in page
+    closest = page[page.index("<h3>Closest to their budget</h3>"):]
+    first_row = closest[closest.index("<tr class"):closest.index("</tr>", closest.index("<tr class"))]
+    assert "encoder.layer.0.intermediate.intermediate_act_fn" in first_row
     assert "src=" not in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
 
 
