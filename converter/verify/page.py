@@ -103,7 +103,8 @@ def _where(r: LayerResult, report: Report) -> str:
 def ratio_plot(report: Report) -> str:
     """Each judged layer's ratio against its position in execution order, on a log scale, with the
     line at 1 and the bands of layers close to it; a point's <title> names its layer. Ratios of 0 and
-    those under the scale sit on its floor, hollow, NaN and infinite ones in the strip above it."""
+    those under the scale sit hollow in the strip under it and on its floor, NaN and infinite ones
+    in the strip above it."""
     judged = [(i, r) for i, r in enumerate(report.layers) if r.ratio is not None]
     if not judged:
         return f"<p>No layer's ratio to a budget to plot ({len(report.layers)} layer(s), none judged).</p>"
@@ -111,7 +112,7 @@ def ratio_plot(report: Report) -> str:
     hi = max(1, math.ceil(math.log10(max(shown)))) if shown else 1
     lo = min(-1, math.floor(math.log10(min(shown)))) if shown else -1
     lo = max(lo, hi - DECADES)
-    w, h, left, right, top, bottom = 960, 340, 56, 16, 30, 44
+    w, h, left, right, top, bottom = 960, 350, 56, 16, 30, 54
     n = max(len(report.layers) - 1, 1)
     x = lambda i: left + (w - left - right) * i / n
     y = lambda v: top + (h - top - bottom) * (hi - min(max(math.log10(v), lo), hi)) / (hi - lo)
@@ -130,11 +131,12 @@ def ratio_plot(report: Report) -> str:
                f'stroke-width="1.5"><title>ratio 1: the budget</title></line>'
                f'<text x="{w - right}" y="{y(1) - 4:.1f}" font-size="11" text-anchor="end" fill="#c0392b">'
                f'budget (ratio 1)</text>')
-    off_scale = top / 2
+    off_scale, zero = top / 2, h - bottom + 14  # the strips above the scale (NaN, inf) and under it (0)
     for i, r in judged:
         band = status(r)
         floored = math.isfinite(r.ratio) and not r.ratio >= 10.0 ** lo  # drawn hollow: not at its height
-        cy = off_scale if not math.isfinite(r.ratio) else y(10.0 ** lo) if floored else y(r.ratio)
+        cy = (off_scale if not math.isfinite(r.ratio) else zero if r.ratio == 0
+              else y(10.0 ** lo) if floored else y(r.ratio))
         radius = 4.5 if band == "over" else 3.5 if band in ("close", "half") else 2.5
         paint = f'fill="none" stroke="{COLORS[band]}"' if floored else f'fill="{COLORS[band]}"'
         svg.append(f'<circle cx="{x(i):.1f}" cy="{cy:.1f}" r="{radius}" {paint} class="{band}">'
@@ -154,6 +156,8 @@ def ratio_plot(report: Report) -> str:
                f'for its name; {len(judged)} plotted, {unjudged} not judged)</text>')
     if any(not math.isfinite(r.ratio) for _, r in judged):
         svg.append(f'<text x="{left - 6}" y="{off_scale + 4:.1f}" font-size="11" text-anchor="end">NaN, inf</text>')
+    if any(r.ratio == 0 for _, r in judged):
+        svg.append(f'<text x="{left - 6}" y="{zero + 4:.1f}" font-size="11" text-anchor="end">0</text>')
     svg.append("</svg>")
     legend = " ".join(f'<span style="color:{COLORS[k]}">&#9679;</span> {esc(STATUS[k])}'
                       for k in ("over", "close", "half", "within"))

@@ -24,6 +24,7 @@ MARKS = re.compile(r'(<circle [^>]*class="[^"]*"><title>[^<]*</title></circle>)+
 # table lists them, depend on the CPU's kernels too: the golden file keeps that table's first row
 # (the first bad layer) and the words a band is said in, not which row is in which band
 CLOSEST = re.compile(r'(<h3>Closest to their budget</h3>.*?<table><tr>.*?</tr><tr[^>]*>.*?</tr>).*?(</table>)', re.S)
+ZERO_LABEL = re.compile(r'<text [^>]*text-anchor="end">#</text>(?=</svg>)')  # drawn where a ratio is 0
 BAND = re.compile(r'class="(within|half|close|unjudged)"')
 BAND_WORDS = re.compile(r'>(within budget|above # of its budget|close: above # of its budget|not judged)<')
 
@@ -32,7 +33,8 @@ def mask(text: str) -> str:
     """Numbers as #, and the padding and rules that depend on their widths folded."""
     text = LEFT_OUT.sub("#", NUMBER.sub("#", text))
     text = GRIDLINES.sub(r"\1", POINTS.sub('points="#"', text))
-    text = BAND_WORDS.sub(">#<", BAND.sub('class="#"', CLOSEST.sub(r"\1...\2", MARKS.sub("<circle #><title>#</title></circle>", text))))
+    text = MARKS.sub("<circle #><title>#</title></circle>", ZERO_LABEL.sub("", text))
+    text = BAND_WORDS.sub(">#<", BAND.sub('class="#"', CLOSEST.sub(r"\1...\2", text)))
     text = re.sub(r"-{3,}", "---", text)
     return "\n".join(re.sub(r"[ \t]+", " ", line).rstrip() for line in text.splitlines()) + "\n"
 
