@@ -5,8 +5,11 @@ that receive a torch module's weights, up to their common ancestor; a paddle lay
 fusing several torch modules' weights pairs with each of them, by its slice of the
 output: see fused.py); and for
 layers without weights, the same kind of layer in execution order under the
-same paired parent. A layer that exists on one side only stays unpaired and is
-compared at its nearest paired ancestor.
+same paired parent. A module called more than once gives a call each (capture.call_key): a shared
+layer's k-th call pairs as a layer of its own would, with the module that runs at that place on the
+other side (by kind and execution order, or, for a module paired by its weights, its partner's k-th
+call). A layer that exists on one side only stays unpaired and is compared at its nearest paired
+ancestor.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..families import kind_of, lookup
+from .capture import call_key, is_first_call
 from .fused import fused_slices
 from .matching import common_shape, same_values
 from ..paths import common_parent, is_under, parent
@@ -196,6 +200,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
         # to their parent rather than failed for a shape
         if path in paddle_calls and (holds_weights(path) or shapes_fit(torch_calls[path], paddle_calls[path])):
             add(path, path)
+    _later_calls(torch_calls, paddle_calls, pairs, fused, add)
     # layers without weights: same family, execution order, under the same paired ancestor
     groups_t: dict[tuple, list[str]] = {}
     groups_p: dict[tuple, list[str]] = {}
@@ -220,6 +225,19 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     return [LayerPair(t, p, torch_calls[t].type, paddle_calls[p].type,
                       fused[t][1] if t in fused else _reading(torch_calls[t], paddle_calls[p]))
             for t, p in ordered]
+
+
+def _later_calls(torch_calls: dict, paddle_calls: dict, pairs: dict, fused: dict, add) -> None:
+    """A module paired by its weights or its path that both sides call more than once (a block
+    shared between places, as ALBERT's layer): its k-th call with its partner's k-th call (see
+    capture.call_key), where their outputs can be the same values."""
+    for t, p in list(pairs.items()):
+        if t in fused or not is_first_call(t) or not is_first_call(p):
+            continue
+        for k in range(2, min(torch_calls[t].count, paddle_calls[p].count) + 1):
+            tk, pk = call_key(t, k), call_key(p, k)
+            if tk in torch_calls and pk in paddle_calls and shapes_fit(torch_calls[tk], paddle_calls[pk]):
+                add(tk, pk)
 
 
 def _reading(t_call, p_call):

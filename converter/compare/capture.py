@@ -2,6 +2,11 @@
 in execution order. Outputs of any structure (tuple, dict, dataclass) are flattened to
 their floating tensors.
 
+A module called more than once in a forward (a pool, an activation, a block shared between places)
+gives one Call per call: the first at the module's path, the k-th (k >= 2) at `call_key(path, k)`,
+"path@k", so that each call can be paired, compared and judged on its own. A set of paths handed
+to a recorder names calls: a module's path stands for every call of it, a call key for that call.
+
 A pass that records only some modules need not run the model to its end: `stop_when_done` ends
 the forward once every call of them has completed (counted by an earlier pass that ran it whole),
 from a post-hook, with an exception of its own that the pass catches."""
@@ -25,6 +30,37 @@ def replace_call_tensors(args, kwargs, is_tensor, new: dict) -> tuple[tuple, dic
     return replace((tuple(args), dict(kwargs)), new, is_tensor)
 
 
+CALL_MARK = "@"  # between a module's path and the number of one of its calls: "features.pool@2"
+
+
+def call_key(path: str, index: int) -> str:
+    """The key of the `index`-th call (from 1) of the module at `path`: its path for the first call,
+    "path@index" for a later one."""
+    return path if index <= 1 else f"{path}{CALL_MARK}{index}"
+
+
+def _split_key(key: str) -> tuple[str, int]:
+    head, mark, tail = key.rpartition(CALL_MARK)
+    if mark and tail.isdigit() and "." not in tail:
+        return head, int(tail)
+    return key, 1
+
+
+def module_path(key: str) -> str:
+    """The path of the module whose call `key` is ("a.pool@2" -> "a.pool"; a path is its own)."""
+    return ".".join(_split_key(part)[0] for part in key.split("."))
+
+
+def call_index(key: str) -> int:
+    """Which call of its module `key` is, from 1."""
+    return _split_key(key)[1]
+
+
+def is_first_call(key: str) -> bool:
+    """`key` is a module's first call (its path), not a later one."""
+    return module_path(key) == key
+
+
 @dataclass
 class Call:
     """One call of a module: where it sat in execution order, its inputs and outputs."""
@@ -38,7 +74,8 @@ class Call:
     outputs: list = field(default_factory=list)
     shapes: list = field(default_factory=list)
     module: object = None  # the module or layer called
-    count: int = 1  # how many times the module was called in the forward (the first call is recorded)
+    count: int = 1  # how many times the module was called in the forward (so far, while it runs)
+    index: int = 1  # which of those calls this one is (from 1); its key is call_key(module path, index)
     returned: object = None  # what it returned, as it returned it (where its outputs are kept as the tensors
     # themselves): the structure that `outputs`, its floating tensors in flatten's order, sit in
 
@@ -59,18 +96,23 @@ class PassComplete(CaptureTooLarge):
 
 
 def wanted_calls(paths, counts: dict | None) -> dict[str, int] | None:
-    """path -> the calls of it a forward makes, for the paths of `paths` that `counts` holds (path
-    -> calls, as a pass that ran the forward whole counted them: Call.count; a module it never
-    called is not waited for); None where there are no counts or no such path (the forward runs to
-    its end)."""
+    """module path -> the calls of it a forward makes, for the modules of the calls in `paths` (paths
+    or call keys) that `counts` holds (call key -> its module's calls, as a pass that ran the forward
+    whole counted them: Call.count; a module it never called is not waited for); None where there
+    are no counts or no such call (the forward runs to its end)."""
     if counts is None or paths is None:
         return None
-    return {path: counts[path] for path in paths if path in counts} or None
+    out: dict[str, int] = {}
+    for key in paths:
+        if key in counts:
+            path = module_path(key)
+            out[path] = max(out.get(path, 0), counts[key])
+    return out or None
 
 
 def call_counts(calls: dict) -> dict[str, int]:
-    """path -> how many times the module was called, from a pass's recorded calls."""
-    return {path: call.count for path, call in calls.items()}
+    """call key -> how many times its module was called, from a pass's recorded calls."""
+    return {key: call.count for key, call in calls.items()}
 
 
 @contextlib.contextmanager
@@ -131,9 +173,10 @@ class Allowance:
 
 
 class Recorder:
-    """Records calls of the modules named in `paths` (all when None). With keep=False only the
-    order, types and output shapes are kept (an outline); with a set of paths, the inputs and
-    outputs of those paths' calls too; `allowance` bounds what is held.
+    """Records calls of the modules named in `paths` (all when None; paths and call keys, see the
+    module's notes). With keep=False only the order, types and output shapes are kept (an outline);
+    with a set of paths, the inputs and outputs of those calls too; `allowance` bounds what is held.
+    With every_call=False, a module's first call alone is recorded (its Call counts the others).
 
     Inputs and outputs are kept as the tensors themselves, not copies, so that holding them costs
     no memory the forward did not already use. An in-place operation after a call (torchvision's
@@ -150,8 +193,10 @@ class Recorder:
     kept or not, to be read back instead of recording them again."""
 
     def __init__(self, paths=None, keep=True, allowance: Allowance | None = None, copies=frozenset(),
-                 attached: bool = False, spill=None):
+                 attached: bool = False, spill=None, every_call: bool = False):
         self.paths = paths
+        self.every_call = every_call
+        self._modules_wanted = None if paths is None else {module_path(key) for key in paths}
         self.keep = keep  # True, False, or the paths whose calls' tensors are kept
         self.attached = attached
         self.allowance = allowance or Allowance()
@@ -163,18 +208,32 @@ class Recorder:
         self.calls: dict[str, Call] = {}
         self.counter = 0
         self.handles = []
-        self._versions = []  # (tensor kept, its version counter then, path)
+        self._versions = []  # (tensor kept, its version counter then, call key)
+        self._seen: dict[str, int] = {}  # module path -> its calls so far
+        self._of: dict[str, list[Call]] = {}  # module path -> its calls recorded
+        self._open: dict[str, list] = {}  # module path -> keys of its calls begun, not ended (None: not recorded)
 
     def wants(self, path: str) -> bool:
-        return self.paths is None or path in self.paths
+        """Some call of the module at `path` is recorded (its hooks are needed)."""
+        return self.paths is None or path in self._modules_wanted
 
-    def keeps(self, path: str) -> bool:
-        return self.keep if isinstance(self.keep, bool) else path in self.keep
+    def _wanted(self, key: str) -> bool:
+        return self.paths is None or key in self.paths or module_path(key) in self.paths
+
+    def keeps(self, key: str) -> bool:
+        if isinstance(self.keep, bool):
+            return self.keep
+        return key in self.keep or module_path(key) in self.keep
 
     def _pre(self, path, type_name, args, kwargs):
-        if path in self.calls:  # a module called again (shared): the first call is compared
-            self.calls[path].count += 1
+        n = self._seen[path] = self._seen.get(path, 0) + 1
+        for call in self._of.get(path, ()):
+            call.count = n
+        path = call_key(path, n)
+        if (n > 1 and not self.every_call) or not self._wanted(path):
+            self._open.setdefault(module_path(path), []).append(None)
             return
+        self._open.setdefault(module_path(path), []).append(path)
         if self.spill is not None:
             self.spill.record_inputs(path, args, kwargs, self.is_tensor)
         keep = self.keeps(path)
@@ -191,14 +250,20 @@ class Recorder:
                                                     {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
-        self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(path),
-                                args=args if keep else (), kwargs=dict(kwargs) if keep else {})
+        module = module_path(path)
+        call = self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(module),
+                                       args=args if keep else (), kwargs=dict(kwargs) if keep else {}, count=n,
+                                       index=n)
+        self._of.setdefault(module, []).append(call)
         self.counter += 1
 
     def _post(self, path, output, is_tensor):
-        call = self.calls.get(path)
+        begun = self._open.get(path)
+        key = begun.pop() if begun else None
+        call = None if key is None else self.calls.get(key)
         if call is None or call.end >= 0:
             return
+        path = key
         call.end = self.counter
         self.counter += 1
         tensors = flatten(output, is_tensor)
@@ -230,6 +295,9 @@ class Recorder:
         being recorded again)."""
         self.calls.clear()
         self._versions.clear()
+        self._seen.clear()
+        self._of.clear()
+        self._open.clear()
         if self.spill is not None:
             self.spill.reset()
         with self.allowance._lock:
@@ -291,16 +359,18 @@ def _record_pass(side, model, run, recorder: Recorder, until: dict | None = None
 
 def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | None = None,
                   until: dict | None = None, spill=None) -> Recorder:
-    """`run()` once with `model`'s modules at `paths` recorded; once more, recording as copies the
+    """`run()` once with the calls of `model`'s modules at `paths` (paths and call keys) recorded,
+    every call of a module called more than once its own; once more, recording as copies the
     calls whose kept tensors an in-place operation changed afterwards (see Recorder). `until`
     (path -> calls; see stop_when_done): the forward ends once those calls have completed.
     `spill`: every call's tensors written to it too (see Recorder)."""
-    recorder = _record_pass(side, model, run, Recorder(paths, keep, allowance, spill=spill), until)
+    made = lambda copies=frozenset(), allowed=allowance: Recorder(paths, keep, allowed, copies=copies, spill=spill,
+                                                                   every_call=True)
+    recorder = _record_pass(side, model, run, made(), until)
     stale = recorder.stale() if keep is not False else set()
     if stale:  # an in-place operation changed what some calls returned or received: record those as copies
         recorder.release()  # the first pass's tensors go before the second pass holds its own
-        recorder = _record_pass(side, model, run, Recorder(paths, keep, recorder.allowance, copies=frozenset(stale),
-                                                           spill=spill), until)
+        recorder = _record_pass(side, model, run, made(frozenset(stale), recorder.allowance), until)
     return recorder
 
 

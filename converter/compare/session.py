@@ -17,6 +17,7 @@ from ..lazy import import_paddle, import_torch
 from . import precision as prec
 from . import restore
 from .weights import check_loaded
+from .capture import module_path
 
 
 @dataclass
@@ -437,18 +438,21 @@ class PortSession:
             return torch_side.forward(self.torch64, x, "cpu")
 
     def torch_module(self, path: str):
-        """The torch module at `path`; where the weights are streamed, with its block's weights made."""
+        """The torch module at `path` (or the module of the call key `path`, capture.call_key); where the
+        weights are streamed, with its block's weights made."""
+        path = module_path(path)
         module = self.torch_model.get_submodule(path) if path else self.torch_model
         if "torch" in self.streams:
             self.streams["torch"].enter_module(module)
         return module
 
     def torch64_module(self, path: str):
+        path = module_path(path)
         return self.torch64.get_submodule(path) if path else self.torch64
 
     def paddle_layer(self, path: str):
         layer = self.paddle_model
-        for part in filter(None, path.split(".")):
+        for part in filter(None, module_path(path).split(".")):
             layer = layer._sub_layers[part]
         if "paddle" in self.streams:
             self.streams["paddle"].enter_module(layer)

@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import weakref
 
+from ..compare.capture import call_key, module_path
+
 EVERY = None  # reads every earlier unit
 
 
 class Dataflow:
     """Hooks (see capture.record) that note, for each call of each top-level unit in `units`
-    (torch paths, in execution order), the units it reads. A tensor is credited to the call of
-    the unit that was running when a module first returned it."""
+    (torch paths and call keys, capture.call_key, in execution order), the unit calls it reads. A
+    tensor is credited to the call of the unit that was running when a module first returned it."""
 
     def __init__(self, units: list[str]):
         self.order = list(units)  # "" (the whole model) included, as the search lists them
-        self.units = {u for u in units if u}
-        self.reads: dict[str, set | None] = {}  # unit -> what its first call (the one probed) reads
+        self.units = {module_path(u) for u in units if u}
+        self.reads: dict[str, set | None] = {}  # unit call key -> the unit calls it reads
         self.handles = []
         self.modules: dict = {}  # path -> module, as record() gives every recorder
         self._call_reads: dict[tuple[str, int], set | None] = {}  # (unit, call) -> units read
@@ -48,7 +50,7 @@ class Dataflow:
             call = (path, self._calls.get(path, 0))
             self._calls[path] = call[1] + 1
             self._call_reads[call] = self._origins(tensors)
-            self.reads.setdefault(path, self._call_reads[call])
+            self.reads[call_key(path, call[1] + 1)] = self._call_reads[call]
             self._running.append(call)
 
     def _post(self, path, output, is_tensor):
@@ -79,7 +81,7 @@ class Dataflow:
                 if made[1] is None:
                     return EVERY
                 more = self._call_reads.get(made[1], EVERY)
-                return EVERY if more is EVERY else {made[1][0]} | more
+                return EVERY if more is EVERY else {call_key(made[1][0], made[1][1] + 1)} | more
             t = getattr(t, "_base", None)
         return EVERY
 
@@ -92,7 +94,7 @@ class Dataflow:
         """Indexes (into the units as given) of the units that a clean probe at unit `index`
         clears besides itself; None: every earlier one."""
         reads = self.reads.get(self.order[index], EVERY)
-        if reads is EVERY:
+        if reads is EVERY or not reads <= set(self.order):  # a call of a unit module that is no unit: any origin
             return None
         return {self.order.index(u) for u in reads}
 

@@ -5,12 +5,13 @@ The binary strategy and the full one in chunks (strategies.py) judge their units
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..compare.align import align
-from .analyze import Passes, analyze_all, end_to_end_until, matmul_stats_all
+from .analyze import Passes, analyze_all, end_to_end_until, forced_pair, matmul_stats_all
 from ..compare.forced import forced_paddle, paddle_own_errors, torch_references
 from ..compare.overlap import TorchWorker
 from ..compare.capture import Allowance, capture_paddle, capture_torch, wanted_calls
@@ -118,15 +119,18 @@ class FullCapture:
             if whole:
                 same_outputs(session, passes.t_calls[""], passes.p_calls[""])
             passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
-            t_paired, p_paired = [p.torch for p in passes.pairs], [p.paddle for p in passes.pairs]
+            # the forced passes force a module's first call; a later call of a module called more than
+            # once is judged on its own (analyze.py)
+            forced = [p for p in passes.pairs if forced_pair(p)]
+            t_paired, p_paired = [p.torch for p in forced], [p.paddle for p in forced]
             references = side.submit(torch_references, session, t_paired, passes.t_calls, side.widen_when_alone,
                                      wanted_calls(t_paired, t_counts))
             free = side.submit(free_references, session, [""]) if whole else None
             try:
-                passes.forced_p = forced_paddle(session, passes.pairs, passes.t_calls, wanted_calls(p_paired, p_counts))
+                passes.forced_p = forced_paddle(session, forced, passes.t_calls, wanted_calls(p_paired, p_counts))
             finally:
                 paddle_captured.set()
-            passes.paddle_err = paddle_own_errors(session, passes)
+            passes.paddle_err = paddle_own_errors(session, dataclasses.replace(passes, pairs=forced))
             matmul_first.result()
             let_go(session, ("torch",))  # the worker is done with the torch model: its last block goes
             with side.on_cores_left():

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..compare.capture import module_path
 from ..compare.known import Recorded, recording_forced, returning_recorded
 from .full import FullCapture, StrategyResult, first_bad
 from ..paths import is_under
@@ -49,8 +50,15 @@ def captured(state: SearchState, t_paths, p_paths) -> tuple[tuple[dict, dict] | 
     if state.spills is None:
         return None, state
     (t_spill, p_spill), (t_calls, p_calls) = state.spills, state.outline
-    calls = t_spill.revive(t_calls, t_paths), p_spill.revive(p_calls, p_paths)
+    calls = t_spill.revive(t_calls, _calls_at(t_calls, t_paths)), p_spill.revive(p_calls, _calls_at(p_calls, p_paths))
     return calls, dataclasses.replace(state, spill_reads=state.spill_reads + 1)
+
+
+def _calls_at(calls: dict, paths) -> list[str]:
+    """The keys of `calls` that `paths` names, as a capture pass records them: a module's path
+    stands for every call of it, a call key for that call (capture.call_key)."""
+    paths = set(paths)
+    return [key for key in calls if key in paths or module_path(key) in paths]
 
 
 def sweep(session, state: SearchState, pairs, t_calls, p_calls,
@@ -110,6 +118,9 @@ def _returned(session, recorded: Recorded | None, before, chunk, last: bool):
         yield
         return
     units = [u for u in before if recorded.returnable(u, forced=last)]
+    # only a unit each side calls once is ever returned (Recorded.returnable): a call of a module called
+    # more than once (a unit at capture.call_key) is not kept
+    once = [u for u in chunk if recorded.counts[0].get(u.torch) == 1 and recorded.counts[1].get(u.paddle) == 1]
     with returning_recorded(session, units, recorded, forced=last), \
-            (contextlib.nullcontext() if last else recording_forced(session, chunk, recorded)):
+            (contextlib.nullcontext() if last else recording_forced(session, once, recorded)):
         yield
