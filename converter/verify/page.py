@@ -22,7 +22,7 @@ COLORS = {"over": "#c0392b", "close": "#e67e22", "half": "#d4ac0d", "within": "#
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1200px}"
          "table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-         "td.name,td.text{text-align:left}td.name{font-family:monospace}"
+         "td:first-child,td:nth-child(2),td.name,td.text{text-align:left}td.name{font-family:monospace}"
          "tr.over{background:#f8c9c4}tr.close{background:#fbd9b0}tr.half{background:#fcf0c0}"
          "tr.unjudged{color:#777}tr.first td.name{font-weight:bold}"
          "p.verdict{font-size:1.1em}.verdict-pass{color:#1e7b34}.verdict-fail{color:#b03a2e}"
