@@ -35,7 +35,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     ids, rotary tables it computes itself) are not targets: they stay as the paddle model built
     them (the paddle state-dict keys the plan does not write), with notes (plan.notes) comparing
     them with torch's buffers of the same name in the paired module, where there are such. A parameter
-    no torch tensor fills is kept as the paddle model built it too (plan.unfilled, with a note; the
+    no torch tensor fills is left as the paddle model holds it too (plan.unfilled, with a note; the
     verifier measures whether the model reads it: compare/unread.py) where nothing else is wrong with
     the plan and `unfilled_ok` (by default: where both models are whole in memory, `source` not
     given); else it is a problem of the plan. `source`: the torch model's tensors read from elsewhere
@@ -88,8 +88,8 @@ def _first_names(plan, paddle_model) -> list:
 
 
 def unfilled_notes(unfilled) -> list[str]:
-    """One note on the paddle parameters that no torch tensor fills (kept as the paddle model built
-    them); what the model does with each is measured by the verifier (compare/unread.py)."""
+    """One note on the paddle parameters that no torch tensor fills (left as the paddle model holds
+    them); what the model does with each is measured by the verifier (compare/onesided.py)."""
     if not unfilled:
         return []
     names = ", ".join(f"'{i.name}'" for i in unfilled[:SHOWN_BUFFERS]) + (
