@@ -8,7 +8,7 @@ layer, with which arguments, defaults included); then each argument of each call
 value its signature allows (a flag's opposite, another word its annotation lists, another axis of
 its input) and the layer re-run with that one call changed. A change under which paddle's output
 lands within the layer's budget of torch's is a cause, confirmed by re-running. The functions are
-wrapped only while the culprit runs here, after every capture has ended.
+wrapped only while the culprit runs here, and act on this thread's calls alone.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -77,6 +78,7 @@ class _Wrapped:
 
     def __init__(self, where, change=None):
         self.where, self.change = where, change
+        self.thread = threading.get_ident()  # calls from other threads pass straight through
         self.calls: list[Recorded] = []
         self.counts: dict[str, int] = {}
 
@@ -84,6 +86,8 @@ class _Wrapped:
         sig = inspect.signature(f)
 
         def call(*args, **kwargs):
+            if threading.get_ident() != self.thread:
+                return f(*args, **kwargs)
             try:
                 bound = sig.bind(*args, **kwargs)
             except TypeError:
