@@ -24,6 +24,7 @@ from ..diagnosis import Diagnosis
 
 KIND = "call argument"
 NAMESPACES = ("paddle.nn.functional", "paddle.fft")
+_WRAPPING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,17 @@ def _wrapped(layer, root_path: str, change=None):
         path = f"{root_path}.{rel}" if root_path else rel
         handles.append(sub.register_forward_pre_hook(lambda _l, _a, path=path: stack.append(path)))
         handles.append(sub.register_forward_post_hook(lambda _l, _a, _o: _popped(stack)))
-    originals = _functions()
-    try:
-        for module, name, f in originals:
-            setattr(module, name, wrapped.wrap(f"{module.__name__}.{name}", f))
-        yield wrapped
-    finally:
-        for module, name, f in originals:
-            setattr(module, name, f)
-        for h in handles:
-            h.remove()
+    with _WRAPPING:  # one set of wrappers at a time: two diagnoses would otherwise restore each other's
+        originals = _functions()
+        try:
+            for module, name, f in originals:
+                setattr(module, name, wrapped.wrap(f"{module.__name__}.{name}", f))
+            yield wrapped
+        finally:
+            for module, name, f in originals:
+                setattr(module, name, f)
+            for h in handles:
+                h.remove()
 
 
 def _popped(stack: list) -> None:
