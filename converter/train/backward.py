@@ -76,9 +76,10 @@ def pair_layers(session: TrainSession) -> LayerPairs:
 
 @dataclass(frozen=True)
 class Unit:
-    """`get(model)`: the module in a torch model; `local(name)`: a torch parameter's name in it (None:
-    not in it); `p_grads`: the output gradients handed to paddle's layer; `reading(outputs)`: paddle's
-    outputs as torch's."""
+    """What one group of rows compares: a torch module on its recorded call (or the modules a paddle
+    layer fuses) against a paddle layer. `get(model)`: the module in a torch model; `local(name)`: a
+    torch parameter's name in it (None: not in it); `p_grads`: the output gradients handed to paddle's
+    layer; `reading(outputs)`: paddle's outputs as torch's."""
 
     call: Call
     grads: list

@@ -151,7 +151,7 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def paddle_local(layer, forced: tuple, inputs, grads: list, wide: bool = False):
-    """(input gradients, one per input of `inputs` (torch_local.Inputs), None where paddle's call does
+    """(input gradients, one per input of `inputs` (Inputs), None where paddle's call does
     not take it; {param name: gradient}; forward outputs) of the paddle layer on torch's recorded inputs
     (`forced`: what paddle_call made of them); with `wide`, the layer (a float64 copy of it) in float64,
     casts inside kept float64."""
@@ -159,7 +159,7 @@ def paddle_local(layer, forced: tuple, inputs, grads: list, wide: bool = False):
     args, kwargs, sources = forced
     fresh = {}
 
-    def leaf(t):  # each copy of a torch input a leaf of its own for this run (widened copies are)
+    def leaf(t):  # each copy of a torch input a new leaf for this run (a widened copy is one already)
         c = t.astype("float64") if wide and t.dtype == paddle.float32 else t
         if id(t) in sources:
             c = c if wide else c.detach().clone()

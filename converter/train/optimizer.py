@@ -70,7 +70,7 @@ def _code(value) -> str:
     return repr(value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Translation:
     """Paddle's optimizer (and scheduler, clipping) for a torch optimizer, as recipes."""
 

@@ -99,11 +99,10 @@ def train_on(port: PortSession, tspec: TrainSpec, steps: int = DEFAULT_STEPS) ->
 
 
 def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: int) -> TrainReport:
-    from .backward import LocalBackward
+    from .backward import LocalBackward, pair_layers
     from .diagnose import Runs, diagnose
     from .loss import loss_rows, probe
     from .optimizer_check import OptimizerCheck
-    from .backward import pair_layers
     from .steps import final_rows, grad_rows, paddle_own_drift, step_rows
     from .structure import structure_rows
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..compare.session import PortSession
 from ..errors import UserError
+from ..spec import PortSpec
 from .optimizer import Translation, translate
 
 
@@ -140,7 +141,7 @@ class TrainSession:
     ready for the training checks of `tspec`; `restore()` puts them back as the forward check takes them."""
 
     port: PortSession
-    spec: object  # the PortSpec
+    spec: PortSpec
     device: str
     torch_model: object
     paddle_model: object

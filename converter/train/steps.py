@@ -109,14 +109,12 @@ def paddle_own_drift(session: TrainSession, tspec, batches, paddle) -> tuple[dic
     paddle model on the same batches (casts to float32 inside kept in float64): its kernels' own drift,
     which a few steps of an adaptive optimizer amplify, and which is larger than torch's where they sum
     less exactly (AMD EPYC, AVX2: a clean Llama's gate_proj 1.3 times a budget taken from torch's drift
-    after 3 AdamW steps), or None where the paddle model does not train in float64 or its side computes in
-    another format (whose own runs give its budget); the measurement skipped where it does not train in
-    float64, said)."""
+    after 3 AdamW steps); the measurements skipped). None where the paddle model does not train in
+    float64 (skipped) or its side computes in another format (whose own runs give its budget)."""
     from ..compare.forced import _paddle_keeps_float64
     from .loop import call_model, paddle_loss, paddle_optimizer, to_paddle
     if session.formats.get("paddle") not in (None, "fp32"):
         return None, []
-
     model = session.paddle_copy()
     try:
         model.to(dtype="float64")
