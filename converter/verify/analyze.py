@@ -10,7 +10,7 @@ import numpy as np
 
 from ..compare.align import nearest_in
 from ..compare.matching import OutputPairs, lay_out, masked_alike, masked_by_torch
-from ..compare.budget import Budget, MatmulStats, budget_from_error
+from ..compare.budget import INPUT, LAYER, Budget, MatmulStats, budget_for, own_errors
 from ..compare.capture import is_first_call
 from ..compare.identity import view_of
 from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
@@ -47,7 +47,7 @@ def _children(pairs) -> dict[str, list]:
 
 
 def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: dict, paddle64: dict):
-    """(ratio, tolerance, error) of the inputs the parent's own code computed for `child`, where
+    """(ratio, tolerance, error, budget terms, own errors) of the inputs the parent's own code computed for `child`, where
     they differ from torch's; None when none does. `paddle64`: (child, input) -> the value a float64
     copy of the parent computed there (forced.paddle_own_inside), paddle's own error where measured."""
     ref = forced_64.get(child.torch)
@@ -59,17 +59,20 @@ def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: d
             continue
         if ref.input_err[i] is None or not np.issubdtype(got.dtype, np.floating):
             # integers (positions, ids) have no rounding: any difference is a bug
-            found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()))
+            found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()), (), {})
         else:
             rounding = {f: lay_out(r[child.torch].input_err[i], t.shape) for f, r in rounded_64.items()
                         if child.torch in r and r[child.torch].input_err.get(i) is not None}
             wide = paddle64.get((child.torch, i))
             own = None if wide is None or wide.size != got.size else \
                 np.subtract(got, lay_out(wide, t.shape), dtype=np.float64).astype(np.float32)
-            budget = budget_from_error(session.formats, t, lay_out(ref.input_err[i], t.shape), None, rounding, e_other=own)
-            diff = np.abs(got - t)
-            ratio, tol = budget.ratio(diff)
-            found = (ratio, tol, float(diff.max()) if diff.size else 0.0)
+            e_ref = lay_out(ref.input_err[i], t.shape)
+            budget = budget_for(INPUT, session.formats, t, e_ref, None, rounding, e_other=own)
+            signed = got - t
+            diff = np.abs(signed)
+            judged_input = budget.judge(diff)
+            found = (judged_input.ratio, judged_input.tolerance, float(diff.max()) if diff.size else 0.0,
+                     judged_input.terms.terms, own_errors(e_ref, signed))
         if worst is None or found[0] > worst[0]:
             worst = found
     return worst
@@ -218,8 +221,9 @@ def _worst_input(session, own: Local, children, differing, passes: Passes) -> Lo
     for child in children:
         found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64, passes.paddle_inputs64)
         if found is not None and found[0] > local.ratio:
-            ratio, budget, max_abs = found
-            local = replace(local, ratio=ratio, budget=budget, max_abs=max_abs, worst_input=child.torch).noted(
+            ratio, budget, max_abs, terms, own = found
+            local = replace(local, ratio=ratio, budget=budget, max_abs=max_abs, worst_input=child.torch, terms=terms,
+                            own_error=own).noted(
                 f"worst at the input of {child.torch}, as this layer's own code computed it")
     return local
 
@@ -239,10 +243,16 @@ def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs)
         return Local(max_abs=top, mean_abs=0.0, ratio=0.0)  # bit-identical on the same inputs (same kernels): no budget
     mean = float(np.add.reduce(diff, axis=None)) / diff.size
     budget = _output_budget(session, pair, passes, ref, y_t, pairs, masked)
+    signed = np.subtract(y_local, y_t)
+    if masked is not None:
+        signed[masked] = 0
+    own = own_errors(budget.observed, signed)  # (the references keep float64 - float32)
+    del signed
     with np.errstate(over="ignore"):  # squared in the budget's dtype: float64 where float32's squares overflow
         q = np.square(diff, out=diff) if budget.var.dtype == diff.dtype else np.square(diff, dtype=budget.var.dtype)
-        ratio, tolerance = budget.ratio_of_squares(q.reshape(budget.var.shape))
-    return Local(max_abs=top, mean_abs=mean, budget=tolerance, ratio=ratio)
+        judged_output = budget.judge_squares(q.reshape(budget.var.shape))
+    return Local(max_abs=top, mean_abs=mean, budget=judged_output.tolerance, ratio=judged_output.ratio,
+                 terms=judged_output.terms.terms, own_error=own)
 
 
 def _returned_child(passes: Passes, pair, pairs: OutputPairs):
@@ -298,4 +308,4 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
     e_other = None
     if own is not None and matmul is None:
         e_other = unmasked(masked, laid_out(pairs.of_paddle(own), pairs.shapes).reshape(y_t.shape))[0]
-    return budget_from_error(session.formats, y_t, e_ref, matmul, rounding, condition, e_other)
+    return budget_for(LAYER, session.formats, y_t, e_ref, matmul, rounding, condition, e_other)

@@ -10,7 +10,7 @@ import numpy as np
 from ..compare.align import shapes_fit
 from .analyze import laid_out, outputs_of, unmasked
 from ..compare.fused import sliced
-from ..compare.budget import budget_from_error, make_budget
+from ..compare.budget import END_TO_END, budget_for, own_errors
 from ..frameworks import torch_side
 from ..compare.capture import Allowance, capture_calls, capture_torch, wanted_calls
 from ..compare.matching import masked_alike, masked_by_torch, pair_outputs
@@ -172,21 +172,23 @@ def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, 
     if condition is not None and (len(shapes) != 1 or condition.size != y_t.size):
         condition = None
     condition = None if condition is None else laid_out([condition], shapes).reshape(y_t.shape)
-    budget = make_budget(session.formats, y_t, y64, None, rounding, condition)
+    e_torch = np.subtract(y_t, y64, dtype=np.float64).astype(np.float32)
+    budget = budget_for(END_TO_END, session.formats, y_t, e_torch, None, rounding, condition)
     drift = _torch_deterministic(session, unit.torch, y_t, pairs, shapes, budget) if _implausible_drift(y_t, y64) else ""
-    diff = np.abs(np.nan_to_num(y_p - y_t, nan=np.inf))
-    ratio, tolerance = budget.ratio(diff)
-    if ratio > 1:  # the budget took paddle's drift to be torch's: measure paddle's own, as its kernels sum
+    signed = y_p - y_t
+    diff = np.abs(np.nan_to_num(signed, nan=np.inf))
+    judged = budget.judge(diff)
+    if judged.ratio > 1:  # the budget took paddle's drift to be torch's: measure paddle's own, as its kernels sum
         own = (paddle64 or session.paddle64_outputs)([unit.paddle])
         if own is not None:
             y_p64 = laid_out(pairs.of_paddle(sliced(unit, own[unit.paddle])), shapes)
             e_paddle = unmasked(masked, np.subtract(y_p, y_p64, dtype=np.float64).astype(np.float32))[0]
-            e_torch = np.subtract(y_t, y64, dtype=np.float64).astype(np.float32)
-            budget = budget_from_error(session.formats, y_t, e_torch, None, rounding, condition, e_paddle)
-            ratio, tolerance = budget.ratio(diff)
+            budget = budget_for(END_TO_END, session.formats, y_t, e_torch, None, rounding, condition, e_paddle)
+            judged = budget.judge(diff)
             drift = "; ".join(filter(None, (drift, PADDLE_DRIFT)))
     return row(drift, max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel, cosine=m.cosine, nan=m.nan,
-               inf=m.inf, worst_index=m.worst_index, ratio=ratio, budget=tolerance)
+               inf=m.inf, worst_index=m.worst_index, ratio=judged.ratio, budget=judged.tolerance,
+               terms=judged.terms.terms, own_error=own_errors(np.negative(e_torch), signed))
 
 
 PADDLE_DRIFT = "budgeted with paddle's own drift from float64, measured on a float64 copy of the paddle model"

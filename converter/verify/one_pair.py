@@ -4,13 +4,13 @@ and its budget. Every layer at once, from the forced passes: analyze.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..compare.align import LayerPair
 from ..compare.matching import OutputPairs, common_shape, lay_out, masked_alike, merged_shape, pair_outputs
-from ..compare.budget import Budget, MatmulStats, make_budget
+from ..compare.budget import Budget, MatmulStats, make_budget, own_errors
 from ..compare.capture import Call, module_path
 from ..compare.metrics import compare, join, rms_over
 from ..compare.precision import ROUNDING_DRAWS
@@ -191,6 +191,8 @@ class Local:
     ratio: float | None = None
     notes: tuple[str, ...] = ()
     worst_input: str = ""
+    terms: tuple = ()  # the budget's named terms at the worst element (LayerResult.terms)
+    own_error: dict = field(default_factory=dict)  # side -> its largest error against float64
 
     def noted(self, note: str) -> Local:
         return replace(self, notes=self.notes + (note,))
@@ -199,7 +201,8 @@ class Local:
 def judged(row: LayerResult, local: Local) -> LayerResult:
     """The end-to-end row with the layer's own error and its notes."""
     return replace(row, local_max_abs=local.max_abs, local_mean_abs=local.mean_abs, budget=local.budget,
-                   ratio=local.ratio, worst_input=local.worst_input, note=joined(row.note, *local.notes))
+                   ratio=local.ratio, worst_input=local.worst_input, note=joined(row.note, *local.notes),
+                   terms=local.terms, own_error=dict(local.own_error))
 
 
 def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Evidence:
@@ -226,11 +229,14 @@ def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Ev
                     pairs, pair)
 
 
-def _judge_local(y_ref: np.ndarray, y_other: np.ndarray, budget: Budget, note: str) -> Local:
-    """`y_other` against torch's `y_ref` under `budget`."""
+def _judge_local(y_ref: np.ndarray, y_other: np.ndarray, budget: Budget, note: str, y64: np.ndarray) -> Local:
+    """`y_other` against torch's `y_ref` under `budget` (`y64`: the float64 reference of y_ref)."""
     local = compare(y_ref, y_other)
-    ratio, tolerance = budget.ratio(np.abs(np.nan_to_num(y_other - y_ref, nan=np.inf)))
-    return Local(max_abs=local.max_abs, mean_abs=local.mean_abs, budget=tolerance, ratio=ratio, notes=(note,))
+    diff = np.subtract(y_other, y_ref)
+    judged = budget.judge(np.abs(np.nan_to_num(diff, nan=np.inf)))
+    own = own_errors(np.subtract(y64, y_ref, dtype=np.float64).reshape(diff.shape), diff)
+    return Local(max_abs=local.max_abs, mean_abs=local.mean_abs, budget=judged.tolerance, ratio=judged.ratio,
+                 notes=(note,), terms=judged.terms.terms, own_error=own)
 
 
 def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs) -> Local:
@@ -251,7 +257,7 @@ def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pair
                             f"({type(exc).__name__})",))
     y_p = laid_out(to_numpy_list(pairs.of_paddle(sliced(pair, p_call.outputs)), "paddle"), pairs.shapes)
     return _judge_local(y32, y_p, layer_budget(session, pair, call32, y32, y64, pairs, session.formats),
-                        "judged by what it adds: torch's module run on the inputs paddle's layer received")
+                        "judged by what it adds: torch's module run on the inputs paddle's layer received", y64)
 
 
 ALONE = ("judged on its own, re-run on torch's inputs: a call of a module called more than once that the "
@@ -274,4 +280,4 @@ def judge_alone(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: Out
     y64 = laid_out(pairs.of_torch(torch_read(pair, run_torch64(session.torch64_module(pair.torch), t_call))),
                    pairs.shapes).reshape(y_t.shape)
     y_t, y_local, y64 = unmasked(masked_alike(y_t, y_local), y_t, y_local, y64)  # positions both sides mask
-    return _judge_local(y_t, y_local, layer_budget(session, pair, t_call, y_t, y64, pairs, session.formats), ALONE)
+    return _judge_local(y_t, y_local, layer_budget(session, pair, t_call, y_t, y64, pairs, session.formats), ALONE, y64)

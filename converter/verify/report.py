@@ -32,6 +32,9 @@ class LayerResult:
     note: str = ""
     worst_index: tuple = ()
     worst_input: str = ""  # set when the ratio is that of an input this layer's own code computed for a child
+    # the budget's named terms at the worst element: (term, side, share of the variance), largest first
+    terms: tuple = ()
+    own_error: dict = field(default_factory=dict)  # side -> its largest error against the float64 reference
 
     @property
     def verdict(self) -> Verdict:
@@ -52,7 +55,9 @@ class LayerResult:
                 "budget": self.budget, "ratio": self.ratio, "local_max_abs": self.local_max_abs,
                 "local_mean_abs": self.local_mean_abs, "local_ratio": self.ratio,
                 "within_budget": self.within_budget, "formats": self.formats, "note": self.note,
-                "worst_index": list(self.worst_index)}
+                "worst_index": list(self.worst_index),
+                "budget_terms": [{"term": t, "side": s, "share": f} for t, s, f in self.terms],
+                "own_error": dict(self.own_error)}
 
     @classmethod
     def from_json(cls, body: dict) -> LayerResult:
@@ -60,7 +65,9 @@ class LayerResult:
         return cls(body["torch"], body["paddle"], body["type"], body["paddle_type"], tuple(body["shape"]),
                    body["max_abs"], body["mean_abs"], body["max_rel"], body["cosine"], body["nan"], body["inf"],
                    body["local_max_abs"], body["local_mean_abs"], body["budget"], _ratio_of(body), body["formats"],
-                   body["note"], tuple(body["worst_index"]))
+                   body["note"], tuple(body["worst_index"]),
+                   terms=tuple((t["term"], t["side"], t["share"]) for t in body.get("budget_terms", ())),
+                   own_error=dict(body.get("own_error") or {}))
 
 
 def _ratio_of(body: dict) -> float | None:
