@@ -39,21 +39,15 @@ def call_key(path: str, index: int) -> str:
     return path if index <= 1 else f"{path}{CALL_MARK}{index}"
 
 
-def _split_key(key: str) -> tuple[str, int]:
-    head, mark, tail = key.rpartition(CALL_MARK)
-    if mark and tail.isdigit() and "." not in tail:
-        return head, int(tail)
-    return key, 1
+def _module_name(part: str) -> str:
+    """One part of a call key without the number of its call ("pool@2" -> "pool")."""
+    head, mark, tail = part.rpartition(CALL_MARK)
+    return head if mark and tail.isdigit() else part
 
 
 def module_path(key: str) -> str:
     """The path of the module whose call `key` is ("a.pool@2" -> "a.pool"; a path is its own)."""
-    return ".".join(_split_key(part)[0] for part in key.split("."))
-
-
-def call_index(key: str) -> int:
-    """Which call of its module `key` is, from 1."""
-    return _split_key(key)[1]
+    return ".".join(_module_name(part) for part in key.split("."))
 
 
 def is_first_call(key: str) -> bool:
@@ -225,15 +219,15 @@ class Recorder:
             return self.keep
         return key in self.keep or module_path(key) in self.keep
 
-    def _pre(self, path, type_name, args, kwargs):
-        n = self._seen[path] = self._seen.get(path, 0) + 1
-        for call in self._of.get(path, ()):
+    def _pre(self, module, type_name, args, kwargs):
+        n = self._seen[module] = self._seen.get(module, 0) + 1
+        for call in self._of.get(module, ()):
             call.count = n
-        path = call_key(path, n)
+        path, begun = call_key(module, n), self._open.setdefault(module, [])
         if (n > 1 and not self.every_call) or not self._wanted(path):
-            self._open.setdefault(module_path(path), []).append(None)
+            begun.append(None)
             return
-        self._open.setdefault(module_path(path), []).append(path)
+        begun.append(path)
         if self.spill is not None:
             self.spill.record_inputs(path, args, kwargs, self.is_tensor)
         keep = self.keeps(path)
@@ -250,20 +244,18 @@ class Recorder:
                                                     {k: copies[id(t)] for k, t in enumerate(tensors)})
             else:
                 self._versions += [(t, tensor_version(t), path) for t in tensors]
-        module = module_path(path)
         call = self.calls[path] = Call(path, type_name, self.counter, module=self.modules.get(module),
                                        args=args if keep else (), kwargs=dict(kwargs) if keep else {}, count=n,
                                        index=n)
         self._of.setdefault(module, []).append(call)
         self.counter += 1
 
-    def _post(self, path, output, is_tensor):
-        begun = self._open.get(path)
-        key = begun.pop() if begun else None
-        call = None if key is None else self.calls.get(key)
+    def _post(self, module, output, is_tensor):
+        begun = self._open.get(module)
+        path = begun.pop() if begun else None  # the key of the module's innermost call begun
+        call = None if path is None else self.calls.get(path)
         if call is None or call.end >= 0:
             return
-        path = key
         call.end = self.counter
         self.counter += 1
         tensors = flatten(output, is_tensor)

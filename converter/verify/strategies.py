@@ -23,7 +23,8 @@ from ..compare.fused import sliced
 from ..compare.known import float64_returned
 from ..compare.overlap import TorchWorker
 from ..frameworks import paddle_side, torch_side
-from ..compare.capture import Allowance, CaptureTooLarge, PassComplete, call_counts, capture_paddle, capture_torch
+from ..compare.capture import (Allowance, CaptureTooLarge, PassComplete, call_counts, capture_paddle, capture_torch,
+                               module_path)
 from ..compare.memory import readable_size
 from ..compare.spill import Spill
 from ..compare.stream import _paddle_blocks
@@ -264,8 +265,8 @@ class BinarySearch:
 
     def _inside(self, session, unit):
         """Full capture of one unit: (its results, the first over budget or None)."""
-        paths = ({p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, unit.torch)},
-                 {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, unit.paddle)})
+        paths = ({p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, module_path(unit.torch))},
+                 {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, module_path(unit.paddle))})
         inside = FullCapture().capture(session, paths, self.state.counts, self._captured(*paths))
         self._update(inside=inside, passes=self.state.passes + inside.passes)
         return inside.results, first_bad(inside.results)

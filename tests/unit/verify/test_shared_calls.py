@@ -154,3 +154,45 @@ def test_each_call_is_recorded_and_held_like_any_other():
         held = lambda shape: 2 * 4 * int(np.prod(shape))  # a call's outputs, and its inputs alike
         with pytest.raises(CaptureTooLarge):
             capture_calls(torch_side, model, run, {"pool"}, allowance=Allowance(held((1, C, 6, 6)) + 1))
+
+
+class TorchTwice(torch.nn.Module):
+    """One Linear applied twice (as ALBERT applies its one layer), a GELU between."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(torch.nn.functional.gelu(self.proj(x)))
+
+
+class PaddleTwice(paddle.nn.Layer):
+    def __init__(self, between="gelu"):
+        super().__init__()
+        self.dense, self._between = paddle.nn.Linear(8, 8), between
+
+    def forward(self, x):
+        return self.dense(getattr(paddle.nn.functional, self._between)(self.dense(x)))
+
+
+def _twice_inputs():
+    return (np.random.default_rng(0).standard_normal((4, 8)).astype("float32"),)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_second_call_of_a_layer_applied_twice_is_judged_on_torchs_inputs(strategy):
+    """The Linear's second call pairs with its partner's second call (they are paired by their
+    weights, under other names), and is judged on torch's inputs of that call: where the port's
+    own code between the two calls differs (tanh for GELU), that code, the model's own forward, is
+    named, not the second call, which computes what torch's does on the same inputs."""
+    spec = lambda between: spec_from_functions(_seeded(TorchTwice), lambda: PaddleTwice(between), _twice_inputs)
+    clean = verify(spec("gelu"), Options(device="cpu", strategy=strategy), bisect=True)
+    assert clean.verdict == "pass", clean.first_bad
+    buggy = verify(spec("tanh"), Options(device="cpu", strategy=strategy), bisect=True)
+    assert buggy.verdict == "fail" and buggy.first_bad.torch == "", buggy.first_bad
+    rows = {r.torch: r for r in buggy.layers}
+    second = rows[call_key("proj", 2)]
+    assert second.paddle == call_key("dense", 2) and second.ratio is not None and second.within_budget, second
+    if strategy == "full":
+        assert "torch proj, call 2 of 2; paddle dense, call 2 of 2" in second.note, second.note
