@@ -22,8 +22,9 @@ def import_torch():
 
 
 def import_paddle():
+    """paddle, imported quietly, in dynamic-graph mode on the calling thread (see _dynamic)."""
     if "paddle" in sys.modules:
-        return sys.modules["paddle"]
+        return _dynamic(sys.modules["paddle"])
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
         # paddle warns about ccache and prints set-up notes on import; keep our output clean.
@@ -34,4 +35,14 @@ def import_paddle():
         raise UserError(
             f"paddle is not installed ({exc}); install it with: pip install -c constraints.txt '.[cpu]'"
         ) from None
+    return _dynamic(paddle)
+
+
+def _dynamic(paddle):
+    """`paddle`, with the calling thread in dynamic-graph mode. paddle keeps its mode per thread, and
+    where paddle was first imported on a thread other than the main one, threads started later begin
+    in static-graph mode: a second verification run from a worker thread then fails in the model's
+    own forward ("int(Tensor) is not supported in static graph mode")."""
+    if not paddle.in_dynamic_mode():
+        paddle.disable_static()
     return paddle
