@@ -12,6 +12,7 @@ Importing this module imports neither torch nor paddle; each function imports wh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -56,7 +57,10 @@ class VerifyOptions:
     the forward check and on the same session. max_memory: the most the process may hold, in
     bytes (None: the memory available); within it, as within the memory available, a run whose
     weights come from a checkpoint or model directories streams them block by block where holding
-    both models would not fit, and the blocks kept made and the activations kept are sized to it."""
+    both models would not fit, and the blocks kept made and the activations kept are sized to it.
+    threshold: a fixed tolerance the user holds (as reprod_log's 1e-5), or None; the report says
+    where the arithmetic each side used cannot hold it and whether the run's errors are within it
+    (it changes no verdict)."""
 
     device: str = "auto"
     precision: str = "as-is"
@@ -66,6 +70,7 @@ class VerifyOptions:
     train: bool = False
     steps: int = DEFAULT_STEPS
     max_memory: int | None = None
+    threshold: float | None = None
 
     def __post_init__(self) -> None:
         _one_of("device", "device", self.device, DEVICES)
@@ -89,6 +94,10 @@ class VerifyOptions:
                                             or self.max_memory <= 0):
             raise OptionError("max_memory", self.max_memory,
                               f"max_memory must be a number of bytes above 0, or None; got {self.max_memory!r}")
+        if self.threshold is not None and (isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
+                                           or not math.isfinite(self.threshold) or self.threshold <= 0):
+            raise OptionError("threshold", self.threshold,
+                              f"threshold must be a finite number above 0 (such as 1e-5), or None; got {self.threshold!r}")
 
     def session_options(self) -> Options:
         """The options a verification session takes (all of these but bisect and steps)."""
@@ -120,25 +129,31 @@ def verify_port(spec: PortSpec, options: VerifyOptions | None = None, weights: s
     (default: the spec's own, else inferred from the two models), or "loaded": the paddle model keeps
     the weights it was loaded with, each checked bit for bit against torch's under the spec's rules
     (else inferred, else the shipped set that fits); one that differs fails the report (`weights`).
-    Framework flags, hooks, train/eval modes, devices and the weights that emulation rounds are put
-    back when the run ends, also on error; the paddle model keeps the weights it was verified with.
+    The forward report explains its figures (`report.forward.explanation`: each side's error against
+    float64, the budget's terms, fp32's figures where a side used TF32 or bf16, and the answer to
+    `options.threshold`). Framework flags, hooks, train/eval modes, devices and the weights that
+    emulation rounds are put back when the run ends, also on error; the paddle model keeps the
+    weights it was verified with.
     Bad input raises UserError."""
     from .compare.session import PortSession
-    from .verify.run import run_on, verify
+    from .verify.explain import explained
+    from .verify.run import run_on
     if not isinstance(spec, PortSpec):
         raise UserError(f"verify_port takes a PortSpec (PortSpec(...) or PortSpec.from_file(path)), "
                         f"not {type(spec).__name__}")
     options = options if options is not None else VerifyOptions()
     session_options = options.session_options()
-    if not options.train:
-        return PortReport(verify(spec, session_options, weights=weights, converted=converted, mapping=mapping,
-                                 bisect=options.bisect))
-    from .train.run import train_on
-    from .train.spec import TrainSpec
-    training = TrainSpec(spec)  # the spec's training parts are checked before the models are built
+    training = None
+    if options.train:
+        from .train.spec import TrainSpec
+        training = TrainSpec(spec)  # the spec's training parts are checked before the models are built
     with PortSession(spec, session_options, weights=weights, converted=converted, mapping=mapping) as session:
-        trained = train_on(session, training, options.steps)  # first: it gives the models back as it found them
-        return PortReport(run_on(session, session_options, options.bisect), trained)
+        trained = None
+        if training is not None:
+            from .train.run import train_on
+            trained = train_on(session, training, options.steps)  # first: it gives the models back as it found them
+        forward = explained(session, run_on(session, session_options, options.bisect), options.threshold)
+        return PortReport(forward, trained)
 
 
 def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | None = None,

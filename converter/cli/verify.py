@@ -3,6 +3,7 @@ by its verdict."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -41,9 +42,11 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @click.option("--max-memory", metavar="SIZE", help="The most memory the run may hold, e.g. 6GiB or 6500MiB (powers "
               "of 1024); it streams the weights and keeps fewer blocks to stay within it. Default: what is available.")
 @click.option("--quiet", is_flag=True, help="No progress line on stderr (it is drawn only on a terminal).")
+@click.option("--threshold", metavar="T", help="A fixed tolerance you hold (e.g. 1e-5): the report says where the "
+              "arithmetic each side used cannot hold it, and whether the run's errors are within it.")
 @one_line_errors
 def verify_port(directories, spec_path, weights, converted, mapping, device, precision_mode, emulate, bisect,
-                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer, max_memory, quiet):
+                strategy, json_path, html_path, rows, force, train, steps, emit_optimizer, max_memory, quiet, threshold):
     """Run the torch model and its paddle port, compare every layer against its expected-error
     budget, and (with --bisect) name the first layer over budget with a diagnosis.
 
@@ -52,7 +55,7 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     if directories:
         _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
                             json_path, html_path, _options(device, precision_mode, emulate, strategy, bisect, train,
-                                                           steps, max_memory), quiet)
+                                                           steps, max_memory, threshold), quiet)
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
     if converted and not os.path.exists(converted):
@@ -67,7 +70,7 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
     spec = api.PortSpec.from_file(spec_path)
     if not mapping and isinstance(spec.mapping, str):  # the spec's own rule file is an input too
         check_outputs(outputs, [spec.mapping], force)
-    options = _options(device, precision_mode, emulate, strategy, bisect, train, steps, max_memory)
+    options = _options(device, precision_mode, emulate, strategy, bisect, train, steps, max_memory, threshold)
     if emit_optimizer:
         api.translated_optimizer(spec)  # nothing to write is bad input, said before the checks run
     with progress.shown(progress_shown(quiet)):
@@ -89,6 +92,18 @@ def memory_size(text: str) -> int:
         raise UserError(f"--max-memory takes a size above 0 (and below 4 EiB) such as 6GiB, 6.5G or 6500MiB (powers of 1024); got "
                         f"{shown_value(text)}")
     return size
+
+
+def tolerance(text: str) -> float:
+    """--threshold's T: a finite number above 0, such as 1e-5."""
+    from ..errors import shown_value
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"--threshold takes a tolerance above 0 such as 1e-5 or 0.0001; got {shown_value(text)}")
+    return value
 
 
 def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
@@ -120,13 +135,15 @@ def _verify_directories(directories, spec_path, weights, converted, emit_optimiz
     _report(report, rows, None, json_path, html_path, force)
 
 
-def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory) -> api.VerifyOptions:
+def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory,
+             threshold=None) -> api.VerifyOptions:
     """The API's options from the command's; a value they refuse is said in the command's words."""
     given = {tuple(value.partition("=")[::2]): value for value in emulate}  # (side, mode) -> SIDE=MODE
     try:
         return api.VerifyOptions(device=device, precision=precision, emulate=dict(given.keys()), strategy=strategy,
                                  bisect=bisect, train=train, steps=steps if train else api.DEFAULT_STEPS,
-                                 max_memory=None if max_memory is None else memory_size(max_memory))
+                                 max_memory=None if max_memory is None else memory_size(max_memory),
+                                 threshold=None if threshold is None else tolerance(threshold))
     except api.OptionError as exc:
         if exc.option == "emulate":
             raise UserError("--emulate takes SIDE=MODE with SIDE torch or paddle and MODE tf32, bf16 or fp16; "

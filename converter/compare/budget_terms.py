@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .precision import UNIT_ROUNDOFF
 
 ACCUMULATION = "accumulation"  # a matmul's fp32 sums over its reduction
 INPUT_ROUNDING = "input rounding"  # products' inputs rounded to a side's format (modelled, or its measured effect)
@@ -123,7 +122,7 @@ def shares_at(parts: tuple[Part, ...], index: int) -> dict[tuple[str, str], floa
 @dataclass(frozen=True)
 class Breakdown:
     """A budget's terms at one element (its worst): (term, side, share of the variance there),
-    largest first, those under a thousandth left out."""
+    largest first; the smallest matter too (what the budget would be without the largest)."""
 
     terms: tuple[tuple[str, str, float], ...] = ()
 
@@ -131,8 +130,7 @@ class Breakdown:
     def of(cls, shares: dict[tuple[str, str], float], total: float) -> Breakdown:
         if not total > 0 or not math.isfinite(total):
             return cls()
-        rows = sorted(((t, s, v / total) for (t, s), v in shares.items() if v / total >= 1e-3), key=lambda r: -r[2])
-        return cls(tuple((t, s, round(f, 4)) for t, s, f in rows))
+        return cls(tuple(sorted(((t, s, v / total) for (t, s), v in shares.items() if v > 0), key=lambda r: -r[2])))
 
     @property
     def dominant(self) -> tuple[str, str] | None:
@@ -144,13 +142,12 @@ class Breakdown:
 
 def term_words(term: str, side: str, formats: dict) -> str:
     """A term in words, as a report says it."""
-    fmt = formats.get(side, "fp32")
+    fmt = formats.get(side, next(iter(formats.values()), "fp32") if len(set(formats.values())) == 1 else "fp32")
     who = f"{side}'s" if side else "both sides'"
     if term == ACCUMULATION:
         return f"{who} fp32 accumulation of the matmul sums"
     if term == INPUT_ROUNDING:
-        return (f"{who} rounding of the matmul inputs to {fmt.upper()} (unit {UNIT_ROUNDOFF.get(fmt, 0.0):.1e})"
-                if fmt != "fp32" else f"{who} input rounding")
+        return f"{who} rounding of products' inputs to {fmt.upper()}" if fmt != "fp32" else f"{who} input rounding"
     if term == STORED_FORMAT:
         return f"{who} output stored in {fmt.upper() if fmt in ('bf16', 'fp16') else 'float32'}"
     if term == OBSERVED:
@@ -158,7 +155,7 @@ def term_words(term: str, side: str, formats: dict) -> str:
     if term == STAND_IN:
         return f"{who} fp32 error, taken to be torch's (not measured there)"
     if term == CONDITION:
-        return "the op's condition (one float32 rounding of its input, carried through it)"
+        return f"{who} rounding at the op's input, carried through its condition"
     if term == CONVENTION:
         return "conventions that differ by design"
     if term == FLOOR:
@@ -167,5 +164,21 @@ def term_words(term: str, side: str, formats: dict) -> str:
 
 
 def breakdown_words(breakdown: Breakdown, formats: dict, most: int = 2) -> str:
-    """The largest terms in words with their shares: "paddle's rounding of ... (97%), ..."."""
-    return ", ".join(f"{term_words(t, s, formats)} ({100 * f:.0f}%)" for t, s, f in breakdown.terms[:most])
+    """The largest terms in words with their shares: "paddle's rounding of ... (97%), ..."; a term
+    on both sides is said once, for both (its shares summed), where both sides use one format."""
+    by_term: dict[str, list] = {}
+    for t, s, f in breakdown.terms:
+        by_term.setdefault(t, []).append((s, f))
+    one_format = len(set(formats.values())) <= 1
+    said = []
+    for t, sides in by_term.items():
+        if len(sides) > 1 and (one_format or t not in (INPUT_ROUNDING, STORED_FORMAT)):
+            said.append((sum(f for _, f in sides), term_words(t, "", formats)))
+        else:
+            said += [(f, term_words(t, s, formats)) for s, f in sides]
+    said.sort(key=lambda x: -x[0])
+    return ", ".join(f"{words} ({_percent(f)})" for f, words in said[:most] if f >= 0.01)
+
+
+def _percent(f: float) -> str:
+    return "over 99%" if f > 0.99 else f"{100 * f:.0f}%"

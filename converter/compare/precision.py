@@ -7,6 +7,7 @@ range). Accumulation is fp32 in every case.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -119,6 +120,11 @@ def paddle_precision(device: str) -> SidePrecision:
             flags[name] = bool(paddle.get_flags([name])[name])
         except (ValueError, KeyError, RuntimeError):
             pass
+    for name in ALIGNED_KERNEL_FLAGS:  # paddle 3.3's kernels aligned with torch's (GPU; nothing changes on CPU)
+        try:
+            flags[name] = paddle.get_flags([name])[name]
+        except (ValueError, KeyError, RuntimeError):  # not in this build, or not readable on it
+            pass
     core = getattr(getattr(paddle, "base", None), "core", None)
     if "FLAGS_cublas_allow_tf32" not in flags and core is not None and hasattr(core, "get_cublas_switch"):
         flags["cublas_switch"] = bool(core.get_cublas_switch())
@@ -130,6 +136,34 @@ def paddle_precision(device: str) -> SidePrecision:
         if side.can_run_tf32 and uses_tf32 and not _tf32_override_off():
             side.matmul = "tf32"
     return side
+
+
+ALIGNED_KERNEL_FLAGS = ("FLAGS_use_accuracy_compatible_kernel", "FLAGS_use_legacy_gemm", "FLAGS_cudnn_deterministic")
+PADDLE_TF32_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
+
+
+@contextlib.contextmanager
+def fp32_arithmetic():
+    """TF32 off on both sides inside the block (torch's matmul and cuDNN switches and float32
+    matmul precision, paddle's cuBLAS and cuDNN flags), each put back as it was after it."""
+    import paddle
+    import torch
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    flags = {}
+    for name in PADDLE_TF32_FLAGS:
+        try:
+            flags[name] = bool(paddle.get_flags([name])[name])
+        except (ValueError, KeyError, RuntimeError):  # not readable on this build (CPU): left alone
+            pass
+    try:
+        set_strict("")
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])
+        for name, value in flags.items():
+            paddle.set_flags({name: value})
 
 
 def set_strict(device: str) -> None:

@@ -4,11 +4,13 @@ of the same Report; converter.verify.page renders it as HTML."""
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field, replace
 
 from ..compare.weights import WeightCheck, WeightDiff
 from ..diagnosis import Diagnosis
 from ..results import Verdict
+from .explanation import Explanation
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     outputs: LayerResult | None = None  # the final outputs, end to end, against their own budget
     weights: WeightCheck | None = None  # with mapping 'loaded': the loaded weights against torch's
+    explanation: Explanation | None = None  # why the figures are what they are (explain.py), and a threshold's answer
 
     @property
     def verdict(self) -> Verdict:
@@ -119,7 +122,8 @@ class Report:
                 "notes": self.notes, "outputs": None if self.outputs is None else {
                     "max_abs": self.outputs.max_abs, "budget": self.outputs.budget, "ratio": self.outputs.ratio,
                     "within_budget": self.outputs.within_budget, "note": self.outputs.note},
-                "loaded_weights": None if self.weights is None else self.weights.to_json()}
+                "loaded_weights": None if self.weights is None else self.weights.to_json(),
+                "explanation": None if self.explanation is None else self.explanation.to_json()}
 
     @classmethod
     def from_json(cls, body: dict) -> Report:
@@ -140,8 +144,10 @@ class Report:
         weights = None if loaded is None else WeightCheck(loaded["mapping"], loaded["checked"], [
             WeightDiff(d["paddle"], d["torch"], tuple(d["shape"]), d["differ"], d["size"], d["max_abs"],
                        tuple(d["index"]), d["paddle_value"], d["torch_value"], d["note"]) for d in loaded["differ"]])
+        explained = body.get("explanation")
         return cls(layers, first, body["precision"], [Diagnosis.from_json(d) for d in body["diagnosis"]],
-                   body["strategy"], body["paired_passes"], body["notes"], outputs, weights)
+                   body["strategy"], body["paired_passes"], body["notes"], outputs, weights,
+                   None if explained is None else Explanation.from_json(explained))
 
 
 def _num(x) -> str:
@@ -153,6 +159,8 @@ def _num(x) -> str:
         return "inf"
     return f"{x:.2e}"
 
+
+TEXT_WIDTH = 110  # the explanation's lines
 
 COLUMNS = ("layer", "type", "shape", "max abs", "local err", "budget", "ratio")
 
@@ -227,6 +235,10 @@ def summary_lines(report: Report, label: str = "") -> list[str]:
     p = report.precision
     lines.append("precision: torch " + p["torch"]["effective"] + ", paddle " + p["paddle"]["effective"]
                  + f"  (strategy {report.strategy}, {report.passes} paired pass(es))")
+    if report.explanation is not None:
+        for said in (report.explanation.paragraph(), report.explanation.threshold_words()):
+            lines += textwrap.wrap(said, width=TEXT_WIDTH, initial_indent="  ", subsequent_indent="  ",
+                                   break_on_hyphens=False) if said else []
     t = report.tightness()
     if t is not None:
         lines.append(f"budget tightness (median local ratio of clean layers): {t:.3f}")
