@@ -348,7 +348,7 @@ def diagnose(ctx) -> list[Diagnosis]:
 SIZE_FITS = frozenset({"tf32", "fp16", "bf16", "own rounding"})
 # diagnoses read from the two layers' settings, not from a re-run: each is a cause only where
 # re-running the layer with that setting changed reproduces torch's output
-READ_FROM_SETTINGS = frozenset({"epsilon", "pool padding", "interpolation", "padding mode"})
+READ_FROM_SETTINGS = frozenset({"epsilon", "pool padding", "interpolation", "padding mode", "momentum"})
 
 
 def _named(d: Diagnosis) -> set[str]:
