@@ -6,7 +6,7 @@ setup(
     description="Convert PyTorch checkpoints to PaddlePaddle and verify the port layer by layer",
     python_requires=">=3.9",
     packages=["converter", "converter.io", "converter.rules", "converter.families",
-              "converter.frameworks", "converter.verify", "converter.compare", "converter.train", "converter.cli",
+              "converter.frameworks", "converter.hf", "converter.verify", "converter.compare", "converter.train", "converter.cli",
               "converter.examples", "converter.mappings"],
     package_dir={"converter.mappings": "mappings"},
     package_data={"converter.mappings": ["*.json"]},

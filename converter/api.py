@@ -167,7 +167,7 @@ def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | No
     `options.train`, the training checks run first with AdamW and a causal LM's next-token loss or a
     sequence classifier's cross entropy (another architecture: the default loss). log receives one
     line naming the two classes and the rules (and one naming the loss). Bad input raises UserError."""
-    from .hfpair import directory_spec
+    from .hf.pair import directory_spec
     from .spec import LOADED
     options = options if options is not None else VerifyOptions()
     run = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet, options.max_memory)
@@ -231,7 +231,7 @@ class DirectoryConversion:
 def converts_a_directory(src: str, dst: str) -> bool:
     """Whether (src, dst) is a model directory conversion (convert_directory's), not a weights
     file's (convert_weights'): src holds a config.json and dst is not a weights file name."""
-    from .hfdir import converts_a_directory as directory_pair
+    from .hf.directory import converts_a_directory as directory_pair
     return directory_pair(src, dst)
 
 
@@ -247,7 +247,7 @@ def convert_directory(src_dir: str, out_dir: str, mapping: str | None = None, dt
     with force it replaces only a directory this tool wrote. mapping: a rule-set name or file
     (default: the one config.json's model_type names). json_path: the result's JSON, written
     together with out_dir. Bad input raises UserError, and nothing is written."""
-    from .hfdir import convert_directory as convert_dir
+    from .hf.directory import convert_directory as convert_dir
     check_target(target)
     done = convert_dir(src_dir, out_dir, mapping, dtype, force, max_shard_size, progress, log or _quiet,
                        json_path=json_path, target=target)

@@ -42,7 +42,7 @@ import transformers as hf  # noqa: E402
 from paddlenlp import transformers as nlp  # noqa: E402
 
 from converter.convert import convert  # noqa: E402
-from converter.hfconfig import translate_config  # noqa: E402
+from converter.hf.config import translate_config  # noqa: E402
 
 VOCAB = 300
 RECORDED = None
@@ -316,7 +316,7 @@ def untied(pd_model, missing):
 
 
 def run_directory(case, tmp):
-    from converter.hfdir import convert_directory
+    from converter.hf.directory import convert_directory
     torch.manual_seed(0)
     model = randomize(getattr(hf, case.hf_class)(case.config))
     save(model, case.how, os.path.join(tmp, "hf"))

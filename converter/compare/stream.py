@@ -422,7 +422,7 @@ def _paddle_source(converted: str, paddle_model):
 def _paddle_file(converted: str) -> Source:
     """The paddle weights file `converted` opened; a directory convert-weights wrote: its weights."""
     import os
-    from ..hfdir import INDEX, WEIGHTS
+    from ..hf.directory import INDEX, WEIGHTS
     from ..io import open_source
     path = converted
     if os.path.isdir(converted):

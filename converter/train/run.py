@@ -167,7 +167,7 @@ def conventions(session: TrainSession, tspec, rows) -> list:
     """The conventions that differ between the two libraries, are not bugs of the port, and were
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
     variance updated with the biased batch variance on paddle's side, the optimizer's, and those a
-    paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hfpair)."""
+    paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hf.pair)."""
     from ..lazy import import_paddle
     said = []
     variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note

@@ -148,14 +148,14 @@ def test_the_api_raises_the_same_line(dirs):
                     reason="a paddle model library is installed here")
 def test_without_paddleformers_or_paddlenlp_the_user_is_told_to_install_one():
     from converter.errors import UserError
-    from converter.hfclasses import paddle_class_of
+    from converter.hf.classes import paddle_class_of
     with pytest.raises(UserError, match=r"neither of which is installed; install paddleformers \(pip install "
                                         r"paddleformers\) or paddlenlp"):
         paddle_class_of("LlamaForCausalLM")
 
 
 def test_token_inputs_are_seeded_with_a_padded_second_row():
-    from converter.hfpair import LENGTH, PADDED, token_inputs
+    from converter.hf.pair import LENGTH, PADDED, token_inputs
     first, again = token_inputs({"vocab_size": 50, "pad_token_id": 3}), token_inputs({"vocab_size": 50, "pad_token_id": 3})
     assert all(np.array_equal(first[k], again[k]) for k in first)
     ids, mask = first["input_ids"], first["attention_mask"]
@@ -169,7 +169,7 @@ def test_token_inputs_are_seeded_with_a_padded_second_row():
 @pytest.mark.parametrize("vocab", [None, 0, "128", True, 1.5])
 def test_a_vocabulary_size_to_draw_from_is_required(vocab):
     from converter.errors import UserError
-    from converter.hfpair import token_inputs
+    from converter.hf.pair import token_inputs
     config = {} if vocab is None else {"vocab_size": vocab}
     with pytest.raises(UserError, match="'vocab_size' is .*, not a positive integer"):
         token_inputs(config)
@@ -181,7 +181,7 @@ def test_the_causal_lm_losses_agree_and_leave_the_padded_positions_out():
     import paddle
     import torch
 
-    from converter.hfpair import IGNORED, _causal_labels, _paddle_causal_loss, _torch_causal_loss, token_inputs
+    from converter.hf.pair import IGNORED, _causal_labels, _paddle_causal_loss, _torch_causal_loss, token_inputs
     inputs = token_inputs({"vocab_size": 11})
     labels = _causal_labels(inputs)
     assert (labels[inputs["attention_mask"] == 0] == IGNORED).all() and (labels[0] == inputs["input_ids"][0]).all()
@@ -199,7 +199,7 @@ def test_the_classification_losses_agree():
     import paddle
     import torch
 
-    from converter.hfpair import BATCH, _class_labels, _paddle_class_loss, _torch_class_loss, training_loss
+    from converter.hf.pair import BATCH, _class_labels, _paddle_class_loss, _torch_class_loss, training_loss
     loss = training_loss("BertForSequenceClassification", {"id2label": {"0": "a", "1": "b", "2": "c"}})
     assert "3 classes" in loss.what
     labels = loss.target({})
@@ -211,7 +211,7 @@ def test_the_classification_losses_agree():
 
 
 def test_architectures_without_a_known_loss_get_the_default_one():
-    from converter.hfpair import training_loss
+    from converter.hf.pair import training_loss
     assert training_loss("BertModel", {}) is None
     assert "causal-LM" in training_loss("LlamaForCausalLM", {}).what
     assert "causal-LM" in training_loss("GPT2LMHeadModel", {}).what

@@ -35,9 +35,9 @@ def directory_with_weights(out_dir, copy, weights: dict):
 def least_memory_streamed(hf_dir, paddle_dir) -> int:
     """The least memory available (bytes) where the pair's run fits streamed; it does not fit in
     memory there."""
-    from converter import hfpair
+    from converter.hf import pair
     configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, paddle_dir)]
-    planned = lambda figure: hfpair.directory_memory(str(hf_dir), str(paddle_dir), *configs, figure)[0]
+    planned = lambda figure: pair.directory_memory(str(hf_dir), str(paddle_dir), *configs, figure)[0]
     low, high = 1, 1 << 40
     while high - low > 1:
         mid = (low + high) // 2

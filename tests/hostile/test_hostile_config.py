@@ -11,8 +11,8 @@ import torch
 
 from helpers.cli import run_convert
 from converter.errors import UserError
-from converter.hfconfig import FAMILIES, KINDS, check_kinds, reads, translate_config
-from converter.hfdir import read_config
+from converter.hf.config import FAMILIES, KINDS, check_kinds, reads, translate_config
+from converter.hf.directory import read_config
 from helpers.hostile_forge import no_leftovers
 from helpers.hf_configs import CASES
 

@@ -41,7 +41,7 @@ def test_a_shard_size_out_of_bounds_is_one_line(tmp, size):
 
 
 def test_a_shard_size_within_bounds_is_exact(tmp):
-    from converter.hfdir import parse_size
+    from converter.hf.directory import parse_size
     assert parse_size("1") == 1 and parse_size("1.5KB") == 1500 and parse_size("2GiB") == 2 << 30
     assert parse_size("4194304TiB") == 1 << 62
 

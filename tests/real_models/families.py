@@ -228,10 +228,10 @@ def t5_torch(untied: bool = False, **config):
 
 
 def t5_paddle(untied: bool = False, **config):
-    """The port's config is HF's translated field by field (converter.hfconfig), as convert-weights
+    """The port's config is HF's translated field by field (converter.hf.config), as convert-weights
     writes it for a model directory; forced, so that a field PaddleNLP ignores (a max distance
     other than 128, which the translation refuses) is copied and the port shows what it does."""
-    from converter.hfconfig import translate_config
+    from converter.hf.config import translate_config
     nlp = _nlp()
     _paddle_seeded()
     translated = translate_config(_t5_config(untied, **config).to_dict(), force=True).config
@@ -268,8 +268,8 @@ def opt_torch(**config):
 
 
 def opt_paddle(**config):
-    """The port's config is HF's translated by converter.hfconfig, as for T5."""
-    from converter.hfconfig import translate_config
+    """The port's config is HF's translated by converter.hf.config, as for T5."""
+    from converter.hf.config import translate_config
     nlp = _nlp()
     _paddle_seeded()
     translated = translate_config(_opt_config(**config).to_dict()).config

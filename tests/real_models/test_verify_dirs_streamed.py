@@ -91,11 +91,12 @@ def test_a_directory_pair_given_less_memory_than_it_needs_in_memory_streams_with
     a few MB, less than what a set-up's allocations move the resident set by."""
     import json
 
-    from converter import VerifyOptions, hfpair, verify_directories
+    from converter import VerifyOptions, verify_directories
+    from converter.hf import pair
     from converter.compare import memory
     hf_dir, out_dir = pairs["LlamaForCausalLM"]
     configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, out_dir)]
-    planned = lambda figure: hfpair.directory_memory(str(hf_dir), str(out_dir), *configs, figure)[0]
+    planned = lambda figure: pair.directory_memory(str(hf_dir), str(out_dir), *configs, figure)[0]
     low = least_memory_streamed(hf_dir, out_dir)
     room = low + (planned(low).in_memory_peak - low) // 2
     assert planned(room).in_memory_peak > room >= planned(room).streamed.peak

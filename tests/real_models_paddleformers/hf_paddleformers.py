@@ -23,7 +23,7 @@ def stand_ins():
     the top, which their plain-paddle classes do not use, and the MoE token dispatcher asks
     paddlefleet_ops whether DeepEP exists: the stand-ins verify-port HF_DIR PADDLE_DIR uses let
     them import."""
-    from converter.hfclasses import FLEET_OPS, PROVIDER, add_stand_in
+    from converter.hf.classes import FLEET_OPS, PROVIDER, add_stand_in
     for name in (PROVIDER, FLEET_OPS):
         add_stand_in(name)
 

@@ -142,7 +142,7 @@ def test_a_fresh_process_names_the_stand_ins_the_class_was_imported_with(family,
 def test_a_class_that_imports_paddlefleet_itself_is_refused_in_one_line():
     """PaddleFormers 1.2's MiniMax-M2 has no plain-paddle class: its modeling file imports paddlefleet."""
     from converter.errors import UserError
-    from converter.hfclasses import paddle_class_of
+    from converter.hf.classes import paddle_class_of
     if importlib.util.find_spec("paddlefleet") is not None:
         pytest.skip("paddlefleet is installed here")
     with pytest.raises(UserError) as raised:

@@ -8,7 +8,7 @@ translations and compares their outputs with HF's)."""
 import pytest
 
 from converter.errors import UserError
-from converter.hfconfig import FAMILIES, translate_config
+from converter.hf.config import FAMILIES, translate_config
 from helpers.hf_configs import CASES, COMMON
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from converter.errors import UserError
-from converter.hfconfig import translate_config
+from converter.hf.config import translate_config
 from converter.io.pdparams import load_pdparams
 from helpers.cli import run_convert
 from helpers.hf_models import RECORDED, hf_state

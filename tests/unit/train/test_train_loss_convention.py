@@ -1,6 +1,6 @@
 """A convention a paddle loss evens out is said once in the training report's notes: paddle 3.3's
 cross_entropy with ignore_index and reduction "mean" divides by every label, the ignored ones
-included (torch's by those counted), which the directories' causal-LM loss (converter/hfpair.py)
+included (torch's by those counted), which the directories' causal-LM loss (converter/hf/pair.py)
 corrects on paddle's side. The divergence itself is checked on the paddle installed."""
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from converter import PortSpec, VerifyOptions, verify_port
-from converter.hfpair import IGNORED, _paddle_causal_loss, _torch_causal_loss
+from converter.hf.pair import IGNORED, _paddle_causal_loss, _torch_causal_loss
 from converter.report import render_text
 
 V, D, B, T = 11, 8, 2, 6

@@ -28,11 +28,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import UserError, quoted
-from .hfclasses import DOCS, PaddleClass, paddle_class_of, torch_class_of
-from .hfconfig import family_of
-from .hfdir import CONFIG, INDEX, WEIGHTS, WRITTEN_FOR, is_model_directory, read_config
-from .spec import LOADED, PortSpec
+from ..errors import UserError, quoted
+from .classes import DOCS, PaddleClass, paddle_class_of, torch_class_of
+from .config import family_of
+from .directory import CONFIG, INDEX, WEIGHTS, WRITTEN_FOR, is_model_directory, read_config
+from ..spec import LOADED, PortSpec
 
 BATCH, LENGTH, PADDED = 2, 16, 5  # token inputs: 2 rows of 16, the second row's last 5 padded
 SEED = 0
@@ -115,9 +115,9 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
 def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict, available: int):
     """(the estimate of the run's peaks from both directories' headers (memory.Planned), HF_DIR's
     checkpoint, whether it is read one tensor at a time)."""
-    from .compare.stream import read_tensor_by_tensor
-    from .io import open_source
-    from .compare import memory
+    from ..compare.stream import read_tensor_by_tensor
+    from ..io import open_source
+    from ..compare import memory
     with open_source(hf_dir) as source:
         torch_infos, path, files = dict(source.infos), source.path, source.files
     paddle_file = os.path.join(paddle_dir, INDEX if os.path.isfile(os.path.join(paddle_dir, INDEX)) else WEIGHTS)
@@ -132,7 +132,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
                         train: bool, max_memory: int | None = None) -> tuple[str | None, str]:
     """(HF_DIR's checkpoint, why) where both models stream (the run would not fit in memory, or
     within `max_memory`), else (None, ''); a UserError where it fits neither way."""
-    from .compare import memory
+    from ..compare import memory
     available, where = memory.available_memory(max_memory)
     planned, path, streamable = directory_memory(hf_dir, paddle_dir, hf_config, paddle_config, available)
     need = planned.must_stream(available, where, "verify-port HF_DIR PADDLE_DIR", train, None if streamable else (
@@ -146,7 +146,7 @@ def streamed_checkpoint(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_co
 
 def _config_dtype(config: dict) -> str | None:
     """The dtype config.json names (HF 5's 'dtype', or 'torch_dtype'), or None."""
-    from . import dtypes
+    from .. import dtypes
     named = config.get("dtype", config.get("torch_dtype"))
     try:
         return dtypes.canonical(named) if isinstance(named, str) else None
@@ -165,8 +165,8 @@ def _meta_torch(torch_class: type, hf_dir: str, checkpoint: str):
     """transformers' class built from HF_DIR's config.json with its parameters on the meta device
     (its buffers computed on the CPU), as from_pretrained builds it, HF_DIR's checkpoint holding
     every parameter by the model's names."""
-    from .compare.stream import parameters_on_meta
-    from .io import open_source
+    from ..compare.stream import parameters_on_meta
+    from ..io import open_source
     config = torch_class.config_class.from_pretrained(hf_dir)
     with parameters_on_meta():
         model = torch_class._from_config(config)
@@ -191,7 +191,7 @@ def _meta_torch(torch_class: type, hf_dir: str, checkpoint: str):
 def _lazy_paddle(paddle_class: PaddleClass, paddle_dir: str):
     """The paddle class built from PADDLE_DIR's config.json under LazyGuard (its parameters take no
     memory; streamed from PADDLE_DIR's weights), in the dtype from_pretrained gives it."""
-    from .lazy import import_paddle
+    from ..lazy import import_paddle
     paddle = import_paddle()
     config = paddle_class.cls.config_class.from_pretrained(paddle_dir)
     with paddle.LazyGuard():
@@ -238,7 +238,7 @@ def _paddle_weight_keys(paddle_dir: str) -> set[str]:
     import json
     index, single = os.path.join(paddle_dir, INDEX), os.path.join(paddle_dir, WEIGHTS)
     if os.path.isfile(index):
-        from .io.inputs import CONFIG_CAP, read_small_file
+        from ..io.inputs import CONFIG_CAP, read_small_file
         try:
             body = json.loads(read_small_file(index, "index file", CONFIG_CAP).decode("utf-8"))
             return set(body["weight_map"])
@@ -246,7 +246,7 @@ def _paddle_weight_keys(paddle_dir: str) -> set[str]:
             raise UserError(f"{quoted(index)} is not a weights index (a JSON object with a 'weight_map'); "
                             "convert the directory again") from None
     if os.path.isfile(single):
-        from .io import open_source
+        from ..io import open_source
         with open_source(single) as source:
             return set(source.infos)
     raise UserError(f"PADDLE_DIR {quoted(paddle_dir)} holds no paddle weights ({WEIGHTS} or its shards with "
@@ -257,7 +257,7 @@ def _ruleset(hf_config: dict, hf_dir: str, target: str, mapping: str | None):
     """The rules given, else the shipped set convert-weights uses for config.json's model_type and
     the target library, with the config's fields that a merge by groups names; None (inferred from
     the two models) where the library's table has no such family."""
-    from .rules.ruleset import resolve_mapping
+    from ..rules.ruleset import resolve_mapping
     if mapping and mapping != LOADED:  # "loaded" is what this mode is: the rules are still the directory's
         return resolve_mapping(mapping).with_params(hf_config)
     try:
@@ -283,7 +283,7 @@ def _plain_paddle_config(model) -> None:
     """The paddle model's config as both sides run: no cache, the output as a ModelOutput (HF's
     default: a forward that builds its tuple otherwise may hold more than the logits, DeepSeek-V3's
     its empty multi-token-prediction outputs), and no fused RMSNorm on a CPU."""
-    from .lazy import import_paddle
+    from ..lazy import import_paddle
     paddle = import_paddle()
     config = getattr(model, "config", None)
     if config is not None:

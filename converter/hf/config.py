@@ -20,8 +20,8 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import UserError, one_line
-from .rules.detect import default_target
+from ..errors import UserError, one_line
+from ..rules.detect import default_target
 
 # Fields PaddleNLP's PretrainedConfig takes under HF's name (generation and label settings, ids).
 BASE_SAME = frozenset({

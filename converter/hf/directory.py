@@ -17,16 +17,16 @@ import os
 import re
 from fractions import Fraction
 
-from . import dtypes
-from .errors import MAX_SIZE, UserError, quoted, shown_value
-from .hfconfig import TARGET_NAMES, Translated, shown, translate_config
-from .io import open_source
-from .io.atomic import OutputGroup, check_outputs
-from .io.base import Source
-from .io.inputs import CONFIG_CAP, read_small_file
-from .rules.detect import check_target
-from .rules.plan import MappingPlan, build_plan
-from .rules.ruleset import resolve_mapping
+from .. import dtypes
+from ..errors import MAX_SIZE, UserError, quoted, shown_value
+from .config import TARGET_NAMES, Translated, shown, translate_config
+from ..io import open_source
+from ..io.atomic import OutputGroup, check_outputs
+from ..io.base import Source
+from ..io.inputs import CONFIG_CAP, read_small_file
+from ..rules.detect import check_target
+from ..rules.plan import MappingPlan, build_plan
+from ..rules.ruleset import resolve_mapping
 
 WEIGHTS = "model_state.pdparams"
 # the key of OUT_DIR's config.json that names the library it was written for (paddleformers or
@@ -49,7 +49,7 @@ def is_model_directory(path: str) -> bool:
 
 def converts_a_directory(src: str, dst: str) -> bool:
     """An HF model directory (config.json beside the weights) into a directory, not a weights file."""
-    from .io.open import OUTPUT_FORMATS
+    from ..io.open import OUTPUT_FORMATS
     return is_model_directory(src) and not dst.lower().endswith(tuple(OUTPUT_FORMATS))
 
 
@@ -188,7 +188,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
                       json_path: str | None = None, target: str | None = None) -> dict:
     """Convert an HF model directory; returns a summary (files written, tensors, bytes, mapping),
     also written as JSON to `json_path`, together with OUT_DIR (both or neither)."""
-    from .convert import write_plan
+    from ..convert import write_plan
     inputs = [src, os.path.join(src, CONFIG), mapping]  # a hard link elsewhere to config.json is config.json
     check_outputs({"--json": json_path}, inputs, force, directories={"OUT_DIR": dst})
     dst = os.path.abspath(dst)
@@ -233,7 +233,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
                     "mapping": ruleset.name, "tensors": len(plan.output_infos()), "bytes": plan.total_bytes,
                     "dropped": plan.dropped}
             if report is not None:
-                from .cli_common import json_text
+                from ..cli_common import json_text
                 report.file.write(json_text(done).encode("utf-8"))
     return done
 

@@ -20,8 +20,8 @@ import sys
 import types
 from dataclasses import dataclass
 
-from .errors import UserError, quoted
-from .hfdir import WRITTEN_FOR
+from ..errors import UserError, quoted
+from .directory import WRITTEN_FOR
 
 LIBRARIES = (("paddleformers", "PaddleFormers"), ("paddlenlp", "PaddleNLP"))  # tried in this order
 DOCS = "docs/verify-port.md#model-directories"
@@ -50,7 +50,7 @@ class PaddleClass:
 def torch_class_of(architecture: str) -> type:
     """transformers' class of that name (torch imported first: PaddleFormers imported before torch
     hides torch from transformers)."""
-    from .lazy import import_torch
+    from ..lazy import import_torch
     import_torch()
     _hide_torchcodec_without_metadata()
     if importlib.util.find_spec("transformers") is None:
@@ -81,7 +81,7 @@ def _hide_torchcodec_without_metadata() -> None:
 def paddle_class_of(architecture: str, written_for: str | None = None, paddle_dir: str = "") -> PaddleClass:
     """The paddle class of `architecture`: from the library PADDLE_DIR was written for where its
     config.json says (`written_for`), else from the first installed library that has it."""
-    from .lazy import import_paddle
+    from ..lazy import import_paddle
     import_paddle()
     installed = [(lib, name) for lib, name in LIBRARIES if importlib.util.find_spec(lib) is not None]
     if written_for in dict(LIBRARIES):
