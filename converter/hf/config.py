@@ -46,7 +46,10 @@ TANH_GELU = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}  # families whose 
 
 
 @dataclass(frozen=True)
-class Family:
+class ConfigFamily:
+    """What one HF model type is in the target library: its model_type, rule set and classes, and how
+    its config.json fields translate (the layer families of converter.families are another thing)."""
+
     model_type: str  # PaddleNLP's
     mapping: str  # the shipped rule set
     classes: dict[str, str]  # HF architecture -> PaddleNLP class
@@ -81,21 +84,21 @@ def _heads(prefix: str, *heads: str) -> dict[str, str]:
     return {f"{prefix}{h}": f"{prefix}{h}" for h in heads}
 
 
-FAMILIES: dict[str, Family] = {
-    "bert": Family("bert", "bert", _heads("Bert", "Model", "ForSequenceClassification", "ForTokenClassification",
+FAMILIES: dict[str, ConfigFamily] = {
+    "bert": ConfigFamily("bert", "bert", _heads("Bert", "Model", "ForSequenceClassification", "ForTokenClassification",
                                           "ForQuestionAnswering", "ForMaskedLM", "ForPreTraining", "ForMultipleChoice"),
                    BERT_LIKE_SAME, values={"hidden_act": BERT_ACT}, implied={"position_embedding_type": ("absolute",)}),
-    "roberta": Family("roberta", "roberta", _heads("Roberta", "Model", "ForSequenceClassification",
+    "roberta": ConfigFamily("roberta", "roberta", _heads("Roberta", "Model", "ForSequenceClassification",
                                                    "ForTokenClassification", "ForQuestionAnswering", "ForMaskedLM",
                                                    "ForMultipleChoice", "ForCausalLM"),
                       BERT_LIKE_SAME, values={"hidden_act": BERT_ACT}, implied={"position_embedding_type": ("absolute",)}),
-    "electra": Family("electra", "electra",
+    "electra": ConfigFamily("electra", "electra",
                       _heads("Electra", "Model", "ForSequenceClassification", "ForTokenClassification",
                              "ForQuestionAnswering", "ForMultipleChoice")
                       | {"ElectraForPreTraining": "ElectraDiscriminator", "ElectraForMaskedLM": "ElectraGenerator"},
                       BERT_LIKE_SAME | {"embedding_size"}, values={"hidden_act": BERT_ACT},
                       implied={"position_embedding_type": ("absolute",), **ELECTRA_SUMMARY}),
-    "deberta-v2": Family("deberta-v2", "deberta-v2",
+    "deberta-v2": ConfigFamily("deberta-v2", "deberta-v2",
                          _heads("DebertaV2", "Model", "ForSequenceClassification", "ForTokenClassification",
                                 "ForQuestionAnswering", "ForMultipleChoice"),
                          BERT_LIKE_SAME | {"max_relative_positions", "pooler_dropout", "pooler_hidden_act",
@@ -104,7 +107,7 @@ FAMILIES: dict[str, Family] = {
                                            "conv_kernel_size", "conv_groups", "embedding_size", "attention_head_size"},
                          implied={"hidden_act": ("gelu",), "conv_act": ("gelu",)},
                          checked=frozenset({"share_att_key"})),
-    "gpt2": Family("gpt", "gpt2", {"GPT2Model": "GPTModel", "GPT2LMHeadModel": "GPTForCausalLM"},
+    "gpt2": ConfigFamily("gpt", "gpt2", {"GPT2Model": "GPTModel", "GPT2LMHeadModel": "GPTForCausalLM"},
                    frozenset({"initializer_range", "vocab_size"}),
                    renames={"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
                             "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
@@ -115,21 +118,21 @@ FAMILIES: dict[str, Family] = {
                             "reorder_and_upcast_attn": (False,), "scale_attn_by_inverse_layer_idx": (False,),
                             **GPT2_SUMMARY},
                    ignored=frozenset({"n_ctx"}), checked=frozenset({"embd_pdrop"})),
-    "llama": Family("llama", "llama", _heads("Llama", "Model", "ForCausalLM"),
+    "llama": ConfigFamily("llama", "llama", _heads("Llama", "Model", "ForCausalLM"),
                     frozenset({"hidden_size", "initializer_range", "intermediate_size", "max_position_embeddings",
                                "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "rms_norm_eps",
                                "rope_theta", "vocab_size"}),
                     implied={"hidden_act": ("silu",), "attention_bias": (False,), "mlp_bias": (False,),
                              "rope_scaling": (None,), "attention_dropout": (0.0,)},
                     ignored=frozenset({"pretraining_tp"})),
-    "mixtral": Family("mixtral", "mixtral", _heads("Mixtral", "Model", "ForCausalLM"),
+    "mixtral": ConfigFamily("mixtral", "mixtral", _heads("Mixtral", "Model", "ForCausalLM"),
                       frozenset({"hidden_act", "hidden_size", "initializer_range", "intermediate_size",
                                  "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
                                  "num_key_value_heads", "rms_norm_eps", "rope_theta", "vocab_size",
                                  "num_experts_per_tok", "num_local_experts", "output_router_logits",
                                  "router_aux_loss_coef", "sliding_window", "attention_dropout"}),
                       implied={"router_jitter_noise": (0.0,)}),
-    "t5": Family("t5", "t5", _heads("T5", "Model", "ForConditionalGeneration", "EncoderModel"),
+    "t5": ConfigFamily("t5", "t5", _heads("T5", "Model", "ForConditionalGeneration", "EncoderModel"),
                  frozenset({"d_ff", "d_kv", "d_model", "dropout_rate", "initializer_factor", "layer_norm_epsilon",
                             "num_decoder_layers", "num_heads", "num_layers", "relative_attention_num_buckets",
                             "vocab_size"}),
@@ -138,7 +141,7 @@ FAMILIES: dict[str, Family] = {
                  implied={"relative_attention_max_distance": (128,)},
                  ignored=frozenset({"dense_act_fn", "is_gated_act", "n_positions"}),  # HF derives the first two
                  tied_head="lm_head.weight"),
-    "opt": Family("opt", "opt", _heads("OPT", "Model", "ForCausalLM"),
+    "opt": ConfigFamily("opt", "opt", _heads("OPT", "Model", "ForCausalLM"),
                   frozenset({"hidden_size", "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
                              "vocab_size", "word_embed_proj_dim", "enable_bias"}),
                   renames={"ffn_dim": "intermediate_size", "activation_function": "hidden_act",
@@ -147,7 +150,7 @@ FAMILIES: dict[str, Family] = {
                   values={"activation_function": {"relu": "relu", **TANH_GELU}},
                   implied={"layerdrop": (0.0,), "layer_norm_elementwise_affine": (True,),
                            "_remove_final_layer_norm": (False,)}),
-    "bloom": Family("bloom", "bloom", _heads("Bloom", "Model", "ForCausalLM", "ForSequenceClassification",
+    "bloom": ConfigFamily("bloom", "bloom", _heads("Bloom", "Model", "ForCausalLM", "ForSequenceClassification",
                                              "ForTokenClassification"),
                     frozenset({"apply_residual_connection_post_layernorm", "attention_dropout", "hidden_dropout",
                                "hidden_size", "initializer_range", "layer_norm_epsilon", "n_head", "n_layer",
@@ -160,17 +163,17 @@ FAMILIES: dict[str, Family] = {
 
 
 def _paddleformers(model_type: str, prefix: str, ties: bool = False, target_ties: bool | None = None,
-                   ties_itself: bool = True) -> Family:
+                   ties_itself: bool = True) -> ConfigFamily:
     """A PaddleFormers 1.2 family: HF's class names are PaddleFormers' (the ones that run without
     paddlefleet are listed in docs/model-directories.md). Where its class ties a tied head itself
     (its LMHead holds the embedding's parameter), a tied config's `lm_head.weight` is left out;
     where it does not (`ties_itself` False), the head is written as a copy of the embeddings."""
-    return Family(model_type, f"paddleformers-{model_type}", _heads(prefix, "Model", "ForCausalLM"),
+    return ConfigFamily(model_type, f"paddleformers-{model_type}", _heads(prefix, "Model", "ForCausalLM"),
                   tied_head="lm_head.weight", ties=ties, target_ties=target_ties, target="paddleformers",
                   head_copy_of=None if ties_itself else "model.embed_tokens.weight")
 
 
-PADDLEFORMERS_FAMILIES: dict[str, Family] = {
+PADDLEFORMERS_FAMILIES: dict[str, ConfigFamily] = {
     "llama": _paddleformers("llama", "Llama", target_ties=True),  # PaddleFormers' LlamaConfig has no default of its own
     "qwen2": _paddleformers("qwen2", "Qwen2"),
     "qwen3": _paddleformers("qwen3", "Qwen3"),
@@ -287,7 +290,7 @@ def _type_name(value) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def reads(family: Family, name: str) -> bool:
+def reads(family: ConfigFamily, name: str) -> bool:
     """Whether the translation reads this field's value for this family (copies, renames,
     translates or judges it)."""
     if family.target == "paddleformers":
@@ -296,7 +299,7 @@ def reads(family: Family, name: str) -> bool:
             or name in BASE_SAME or name in BASE_RENAMES or name == "architectures")
 
 
-def check_kinds(hf: dict, family: Family, where: str) -> None:
+def check_kinds(hf: dict, family: ConfigFamily, where: str) -> None:
     """Every field the translation reads holds what HF writes there, before anything is
     translated: else a UserError naming each field, its value and what was expected (--force
     does not pass these: a copied '64' where PaddleNLP computes with an integer is wrong output)."""
@@ -312,11 +315,11 @@ def check_kinds(hf: dict, family: Family, where: str) -> None:
 @dataclass
 class Translated:
     config: dict
-    family: Family
+    family: ConfigFamily
     notes: list[str] = field(default_factory=list)
 
 
-def family_of(hf: dict, where: str, target: str | None = None) -> Family:
+def family_of(hf: dict, where: str, target: str | None = None) -> ConfigFamily:
     """The family of config.json's model_type for `target`'s library; with no target, the installed
     library's where only one of PaddleFormers and PaddleNLP is installed and has the family, else
     PaddleFormers' where it has the family, else PaddleNLP's."""
@@ -334,7 +337,7 @@ def family_of(hf: dict, where: str, target: str | None = None) -> Family:
     return families[model_type]
 
 
-def _value(family: Family, name: str, value, problems: list[str]):
+def _value(family: ConfigFamily, name: str, value, problems: list[str]):
     table = family.values.get(name)
     if table is None:
         return value
@@ -344,7 +347,7 @@ def _value(family: Family, name: str, value, problems: list[str]):
     return value
 
 
-def _architectures(family: Family, names, problems: list[str]) -> list[str]:
+def _architectures(family: ConfigFamily, names, problems: list[str]) -> list[str]:
     out = []
     for name in names or []:
         if name in family.classes:
@@ -354,7 +357,7 @@ def _architectures(family: Family, names, problems: list[str]) -> list[str]:
     return out
 
 
-def _field(family: Family, name: str, value, out: dict, notes: list[str], problems: list[str]) -> None:
+def _field(family: ConfigFamily, name: str, value, out: dict, notes: list[str], problems: list[str]) -> None:
     """Put one HF field into `out` under PaddleNLP's name, or say why it cannot go."""
     implied = {**BASE_IMPLIED, **family.implied}
     if name in family.checked:
@@ -403,7 +406,7 @@ def translate_config(hf: dict, force: bool = False, where: str = "config.json", 
     return Translated(out, family, notes)
 
 
-def _paddleformers_config(hf: dict, family: Family, force: bool, where: str) -> Translated:
+def _paddleformers_config(hf: dict, family: ConfigFamily, force: bool, where: str) -> Translated:
     """PaddleFormers 1.2 reads HF 5's config.json under HF's names: every field but HF's bookkeeping
     is copied; rotary parameters that differ per layer type are an error unless `force`."""
     out = {name: value for name, value in hf.items() if name not in BOOKKEEPING}
@@ -437,7 +440,7 @@ def _paddleformers_config(hf: dict, family: Family, force: bool, where: str) -> 
     return Translated(out, family, notes + [f"--force: {p}" for p in problems])
 
 
-def _family_rules(family: Family, hf: dict, out: dict, problems: list[str]) -> None:
+def _family_rules(family: ConfigFamily, hf: dict, out: dict, problems: list[str]) -> None:
     """What a field-by-field reading cannot say: defaults that differ, and fields that must agree."""
     if family.model_type == "deberta-v2":
         if hf.get("conv_kernel_size", 0) > 0 and "conv_act" not in hf:
