@@ -76,36 +76,47 @@ def _item(r: LayerResult, formats: dict, fp32: dict, outputs: bool) -> Item:
     share = sum(f for t, s, f in r.terms if s in lower and (t == INPUT_ROUNDING or
                                                              (t == STORED_FORMAT and formats[s] in ("bf16", "fp16"))))
     fp32_budget = r.budget * math.sqrt(max(1.0 - share, 0.0)) if lower and r.budget is not None and r.terms else None
+    measured = fp32.get("" if outputs else r.torch)
     return Item(OUTPUTS if outputs else _name(r), _difference(r, outputs), r.mean_abs if outputs else r.local_mean_abs,
-                r.budget, dict(r.own_error), tuple(r.terms), fp32.get("" if outputs else r.torch), fp32_budget)
+                r.budget, dict(r.own_error), tuple(r.terms), None if isinstance(measured, str) else measured,
+                fp32_budget, measured if isinstance(measured, str) else "")
 
 
-def _fp32_differences(session, chosen: list[LayerResult], outputs: LayerResult | None) -> dict[str, float]:
+def _fp32_differences(session, chosen: list[LayerResult], outputs: LayerResult | None) -> dict:
     """With every side in fp32 (--emulate's rounding and TF32 off): per chosen layer (torch path),
     the largest difference of the paddle layer re-run on torch's recorded inputs from torch's
-    output, and under "" the final outputs' largest difference, free-running."""
+    output, and under "" the final outputs' largest difference, free-running; where one could not
+    be measured, why (a string)."""
     from ..compare.capture import capture_paddle, capture_torch, is_first_call
     from ..compare.matching import masked_alike, pair_outputs
     from ..compare.precision import fp32_arithmetic
     from ..compare.replay import forced_paddle_inputs, run_paddle, to_numpy_list
     from .one_pair import laid_out
-    layers = [r for r in chosen if is_first_call(r.torch) and is_first_call(r.paddle)]
-    out = {}
+    out = {r.torch: "not measured (a later call of its module)" for r in chosen
+           if not (is_first_call(r.torch) and is_first_call(r.paddle))}
+    layers = [r for r in chosen if r.torch not in out]
+    if not layers and outputs is None:
+        return out
     with session.training(), fp32_arithmetic():  # the session as the training checks run it: --emulate's rounding off
         t_rec = capture_torch(session, {r.torch for r in layers} | {""})
         p_rec = capture_paddle(session, {r.paddle for r in layers} | {""})
         for r in layers:
             t_call, p_call = t_rec.calls.get(r.torch), p_rec.calls.get(r.paddle)
             if t_call is None or p_call is None:
+                out[r.torch] = "not measured (the fp32 forward did not call it)"
                 continue
-            t_out = to_numpy_list(t_call.outputs, "torch")
-            p_out = run_paddle(session.paddle_layer(r.paddle), *forced_paddle_inputs(t_call, p_call))
-            out[r.torch] = _largest_difference(t_out, p_out, pair_outputs, masked_alike, laid_out, by_value=True)
+            try:
+                p_out = run_paddle(session.paddle_layer(r.paddle), *forced_paddle_inputs(t_call, p_call))
+            except Exception as exc:  # the layer refuses torch's inputs (it was judged by what it adds): said so
+                out[r.torch] = f"not measured (paddle's layer does not run on torch's inputs: {type(exc).__name__})"
+                continue
+            out[r.torch] = _largest_difference(to_numpy_list(t_call.outputs, "torch"), p_out, pair_outputs,
+                                               masked_alike, laid_out, by_value=True)
         t_root, p_root = t_rec.calls.get(""), p_rec.calls.get("")
         if outputs is not None and t_root is not None and p_root is not None:
             out[""] = _largest_difference(to_numpy_list(t_root.outputs, "torch"), to_numpy_list(p_root.outputs, "paddle"),
                                           pair_outputs, masked_alike, laid_out, by_value=False)
-    return {k: v for k, v in out.items() if v is not None}
+    return {k: "not measured (its outputs do not pair)" if v is None else v for k, v in out.items()}
 
 
 def _largest_difference(t_out: list, p_out: list, pair_outputs, masked_alike, laid_out, by_value: bool) -> float | None:

@@ -31,16 +31,18 @@ class Item:
     terms: tuple = ()
     fp32: float | None = None
     fp32_budget: float | None = None
+    fp32_note: str = ""  # why the fp32 figure is not there, where it was to be measured
 
     def to_json(self) -> dict:
         return {"name": self.name, "difference": self.difference, "mean": self.mean, "budget": self.budget,
                 "own_error": dict(self.own), "budget_terms": [list(t) for t in self.terms], "fp32": self.fp32,
-                "fp32_budget": self.fp32_budget}
+                "fp32_budget": self.fp32_budget, "fp32_note": self.fp32_note}
 
     @classmethod
     def from_json(cls, body: dict) -> Item:
         return cls(body["name"], body["difference"], body["mean"], body["budget"], dict(body["own_error"]),
-                   tuple(tuple(t) for t in body["budget_terms"]), body["fp32"], body["fp32_budget"])
+                   tuple(tuple(t) for t in body["budget_terms"]), body["fp32"], body["fp32_budget"],
+                   body.get("fp32_note", ""))
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,8 @@ def _item_words(i: Item, formats: dict) -> str:
                 f"{_num(i.fp32)} (measured)"
         if i.fp32_budget is not None:
             said += f", its budget about {_num(i.fp32_budget)}"
+    elif i.fp32_note:
+        said += f"; with every side in fp32, {i.fp32_note}"
     return said + "."
 
 

@@ -127,3 +127,12 @@ def test_fp32_arithmetic_puts_the_tf32_switches_back():
     finally:
         torch.set_float32_matmul_precision(before)
     assert "FLAGS_use_accuracy_compatible_kernel" in paddle_precision("cpu").flags
+
+
+def test_an_fp32_figure_that_could_not_be_measured_is_said_so():
+    from converter.verify.explanation import Explanation, Item
+    item = Item("pool (MaxPool2d)", 1e-4, 1e-5, 2e-4, {"torch": 1e-7, "paddle": 1e-4}, (("input rounding", "paddle", 1.0),),
+                fp32_note="not measured (paddle's layer does not run on torch's inputs: TypeError)")
+    said = Explanation({"torch": "fp32", "paddle": "tf32"}, {}, (item,)).paragraph()
+    assert "with every side in fp32, not measured (paddle's layer does not run on torch's inputs: TypeError)" in said
+    assert "At pool (MaxPool2d) the two sides differ by up to 1.0e-04 (mean 1.0e-05) on the same inputs" in said
