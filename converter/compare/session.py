@@ -174,7 +174,7 @@ class PortSession:
         paddle = import_paddle()
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
         from ..spec import LOADED
-        from .stream import on_meta_device, plan_build
+        from .build import on_meta_device, plan_build
         # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
         self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded),
                                 options.max_memory, options.train)

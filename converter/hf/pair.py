@@ -115,7 +115,7 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
 def directory_memory(hf_dir: str, paddle_dir: str, hf_config: dict, paddle_config: dict, available: int):
     """(the estimate of the run's peaks from both directories' headers (memory.Planned), HF_DIR's
     checkpoint, whether it is read one tensor at a time)."""
-    from ..compare.stream import read_tensor_by_tensor
+    from ..compare.build import read_tensor_by_tensor
     from ..io import open_source
     from ..compare import memory
     with open_source(hf_dir) as source:
@@ -165,7 +165,7 @@ def _meta_torch(torch_class: type, hf_dir: str, checkpoint: str):
     """transformers' class built from HF_DIR's config.json with its parameters on the meta device
     (its buffers computed on the CPU), as from_pretrained builds it, HF_DIR's checkpoint holding
     every parameter by the model's names."""
-    from ..compare.stream import parameters_on_meta
+    from ..compare.build import parameters_on_meta
     from ..io import open_source
     config = torch_class.config_class.from_pretrained(hf_dir)
     with parameters_on_meta():

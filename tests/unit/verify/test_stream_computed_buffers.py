@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from converter.compare.stream import parameters_on_meta
+from converter.compare.build import parameters_on_meta
 from converter.compare.session import Options
 from converter.errors import UserError
 from converter.spec import spec_from_functions
@@ -222,7 +222,7 @@ def test_parameters_on_meta_keeps_a_model_built_with_the_cpu_as_it_is():
     with torch.device("cpu"):
         torch.manual_seed(5)
         plain = TorchRope()
-    from converter.compare.stream import computed_buffers
+    from converter.compare.build import computed_buffers
     torch.manual_seed(5)
     with computed_buffers():
         kept = TorchRope()
