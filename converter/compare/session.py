@@ -6,8 +6,6 @@ import contextlib
 import threading
 import dataclasses
 import os
-import sys
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +16,7 @@ from . import precision as prec
 from . import restore
 from .weights import check_loaded
 from .capture import module_path
+from .model_errors import forward_errors, spec_call_errors
 
 
 @dataclass
@@ -57,70 +56,6 @@ def _float64_by_default():
             runs["running"] -= 1
             if runs["running"] == 0:
                 torch.set_default_dtype(runs["before"])
-
-
-@contextlib.contextmanager
-def model_errors(said, ours: bool = True):
-    """What a model (or a loss, in its backward) raises while it runs is bad input: a UserError with
-    the line `said(exc)` makes of it. With `ours`, an error raised in this package's own code (a hook)
-    is left as it is, an internal error, in the forward check and the training checks alike."""
-    from .capture import CaptureTooLarge
-    try:
-        yield
-    except (UserError, CaptureTooLarge, KeyboardInterrupt, MemoryError):
-        raise
-    except BaseException as exc:  # asyncio.CancelledError, a class of the spec's own deriving from BaseException
-        if ours and isinstance(exc, Exception) and _raised_by_us(exc):  # our own hooks failed, not the model:
-            raise  # an internal error, not bad input
-        raise UserError(said(exc)) from None
-
-
-def _forward_errors(which: str, spec_path: str, hint: str = "fix the model or the inputs", ours: bool = True):
-    """A model whose forward raises on the spec's inputs is bad input: one line, where it failed."""
-    from ..spec import failure, spec_line
-
-    def said(exc: BaseException) -> str:
-        if isinstance(exc, SystemExit):
-            return (f"{which} from '{spec_path}' called sys.exit({exc.code!r}) in its forward"
-                    f"{spec_line(exc, spec_path)}; a forward must return its outputs")
-        return f"{which} from '{spec_path}' fails on inputs(): {failure(exc, spec_path)}; {hint}"
-    return model_errors(said, ours)
-
-
-@contextlib.contextmanager
-def spec_call_errors(spec_path: str, name: str):
-    """A spec function that raises what is no Exception (asyncio.CancelledError, a class of its own
-    deriving from BaseException) fails like one that raises an Exception: one line (the spec's own
-    Exceptions and exits are said so where it is called, see spec.call_spec_function).
-    KeyboardInterrupt stays an interrupt."""
-    try:
-        yield
-    except (Exception, KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:
-        from ..spec import failure
-        raise UserError(f"spec '{spec_path}': {name}() failed with {failure(exc, spec_path)}; a spec must return "
-                        "its value") from None
-
-
-# packages whose frames stand between this package's code and the error it made (numpy raising for
-# a hook of ours); torch and paddle are not among them: what they raise in a model's forward or in the
-# backward of a user's loss is the model's
-_BETWEEN = frozenset({"numpy"})
-
-
-def _raised_by_us(exc: BaseException) -> bool:
-    """The exception was raised by this package's own code (not in a model: the bundled example
-    ports in converter/examples are models): the innermost frame that is neither the standard
-    library's nor numpy's is this package's."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
-        top = str(frame.f_globals.get("__name__", "")).partition(".")[0]
-        if top in _BETWEEN or top in sys.stdlib_module_names:
-            continue
-        where = os.path.abspath(frame.f_code.co_filename)
-        return where.startswith(here + os.sep) and not where.startswith(os.path.join(here, "examples") + os.sep)
-    return False
 
 
 def _keys_off(missing, unexpected) -> str:
@@ -328,7 +263,7 @@ class PortSession:
     # running -------------------------------------------------------------------------
     def run_torch(self):
         from ..frameworks import torch_side
-        with _forward_errors("torch_model()", self.spec.path):
+        with forward_errors("torch_model()", self.spec.path):
             out = torch_side.forward(self.torch_model, self.inputs, self.device)
         self.returned.setdefault("torch", returned(out, torch_side))
         return out
@@ -342,7 +277,7 @@ class PortSession:
             else ("paddle_model()", "fix the model or the inputs")
         self.forcing = forced
         try:
-            with _forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
+            with forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
                 out = paddle_side.forward(self.paddle_model, self.inputs, self.device)
         finally:
             self.forcing = False
@@ -431,7 +366,7 @@ class PortSession:
         widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
         x = self.inputs
         x = {k: widen(v) for k, v in x.items()} if isinstance(x, dict) else tuple(widen(v) for v in x)
-        with _forward_errors("torch_model() in float64", self.spec.path,
+        with forward_errors("torch_model() in float64", self.spec.path,
                              "verify-port calibrates every budget against a float64 run of the torch model: make its "
                              "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
                 float64_reference(fmt, draw), _float64_by_default():

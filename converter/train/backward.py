@@ -24,7 +24,7 @@ import numpy as np
 
 from ..compare.capture import Call, Recorder, record
 from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
-from ..compare.session import _forward_errors
+from ..compare.model_errors import forward_errors
 from ..frameworks import paddle_side, torch_side
 from ..paths import relative
 from ..tree import map_leaves
@@ -59,7 +59,7 @@ def pair_layers(session: TrainSession) -> LayerPairs:
                                (paddle_side, session.run_only_copy("paddle"), "paddle_model()")):
         recorder = record(side, model, Recorder())
         try:
-            with _forward_errors(f"{which} in training mode", session.spec.path):
+            with forward_errors(f"{which} in training mode", session.spec.path):
                 side.forward(model, session.port.inputs, session.device)
         finally:
             recorder.remove()

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import UserError
-from ..compare.session import model_errors
+from ..compare.model_errors import model_errors
 from ..frameworks import paddle_side
 from ..tree import flatten, is_float_tensor, is_paddle_tensor, map_leaves
 from ..compare.precision import emulate_paddle_training, emulate_torch_training, remove

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..spec import TRAINING, call_spec_function
-from ..compare.session import check_arrays, spec_call_errors
+from ..compare.model_errors import spec_call_errors
+from ..compare.session import check_arrays
 
 DEFAULT_LR = 0.01
 PROJECTION_SEED = 1234

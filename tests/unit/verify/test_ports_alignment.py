@@ -302,7 +302,7 @@ def test_a_pool_that_changes_the_shape_is_the_layer_named(strategy, ceil_mode):
 
 def test_a_failure_inside_numpy_called_by_the_tool_is_the_tools():
     from converter.compare.matching import lay_out
-    from converter.compare.session import _raised_by_us
+    from converter.compare.model_errors import _raised_by_us
     with pytest.raises(ValueError) as ours:
         lay_out(np.ones(3), (2,))  # numpy raises, for this package's own call
     assert _raised_by_us(ours.value)
