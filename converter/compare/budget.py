@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .budget_terms import (ACCUMULATION, ADDED, CONDITION, CONVENTION, FLOOR, INPUT_ROUNDING, OBSERVED, STAND_IN,
+from .budget_terms import (ACCUMULATION, CONDITION, CONVENTION, FLOOR, INPUT_ROUNDING, OBSERVED, STAND_IN,
                            STORED_FORMAT, Breakdown, Part, Share, one_group, shares_at, summed)
 from .precision import STORED_UNIT, U32, UNIT_ROUNDOFF
 
@@ -88,8 +88,7 @@ class Budget:
     """The expected error per output element of one row, as a sum of named terms (`parts`, see
     budget_terms.py) for the formats each side used; `var` is their sum per element (both sides
     combined), `observed` torch's own fp32 error against float64 as the budget was given it. Its
-    attributes are set once. `budget.var += extra` (numpy adds in place) is taken, and said as
-    ADDED where the terms are read; budget_for(TRAINING, ...) names such terms instead."""
+    attributes are set once, and `var` is read-only: a further term is one of budget_for's."""
 
     __slots__ = ("parts", "formats", "observed", "var")
 
@@ -98,10 +97,9 @@ class Budget:
         for name, value in (("parts", parts), ("formats", dict(formats)), ("observed", observed),
                             ("var", summed(parts, int(np.prod(shape, dtype=np.int64)), dtype).reshape(shape))):
             object.__setattr__(self, name, value)
+        self.var.setflags(write=False)
 
     def __setattr__(self, name, value):
-        if name == "var" and value is self.var:  # `budget.var += x`: numpy added in place
-            return
         raise AttributeError(f"a Budget's {name} is set once, when it is made")
 
     def __delattr__(self, name):
@@ -150,14 +148,8 @@ class Budget:
         return float(math.sqrt(float(np.mean(self.var, dtype=np.float64)))) * self.factor
 
     def terms_at(self, index: int) -> Breakdown:
-        """Each named term's share of the variance at element `index` (flat), largest first; what
-        was added to `var` after it was made, as ADDED."""
-        shares = shares_at(self.parts, index)
-        total = float(self.var.flat[index])
-        left = total - sum(shares.values())
-        if left > 1e-6 * total:
-            shares[(ADDED, "")] = left
-        return Breakdown.of(shares, total)
+        """Each named term's share of the variance at element `index` (flat), largest first."""
+        return Breakdown.of(shares_at(self.parts, index), float(self.var.flat[index]))
 
 
 def budget_for(row: str, formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None = None,

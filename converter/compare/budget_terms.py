@@ -25,8 +25,7 @@ STAND_IN = "observed error, torch's standing in"  # paddle's error taken to be t
 CONDITION = "condition"  # one unit of float32 rounding at the op's input, carried through the op
 CONVENTION = "convention"  # a difference both sides have by design (training: BatchNorm's variance, ...)
 FLOOR = "floor"  # float32's smallest normal value: a budget is never 0
-ADDED = "added after"  # what a caller added to `var` in place (no name known)
-TERMS = (ACCUMULATION, INPUT_ROUNDING, STORED_FORMAT, OBSERVED, STAND_IN, CONDITION, CONVENTION, FLOOR, ADDED)
+TERMS = (ACCUMULATION, INPUT_ROUNDING, STORED_FORMAT, OBSERVED, STAND_IN, CONDITION, CONVENTION, FLOOR)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..compare.budget import budget_from_error
+from ..compare.budget import TRAINING, budget_for
 from .result import SCALED, ZERO, Row
 
 FP32 = {"torch": "fp32", "paddle": "fp32"}
@@ -55,11 +55,8 @@ def judge(phase: str, step, torch_name: str, paddle_name: str, want, got, e_ref,
     want, got, e_ref = on(want), on(got), on(e_ref)
     extra = on(extra) if extra.ndim else extra
     rounding = None if fmt_err is None else {formats["paddle"]: fmt_err}
-    budget = budget_from_error(formats, want, e_ref, None, rounding, condition, e_other)
-    if condition is not None and condition.size:  # one draw per element: its mean square joins every element's,
-        budget.var += np.float32(len(formats) * np.mean(np.square(condition, dtype=np.float64)))  # as e_ref's does
-    if extra.ndim or extra:
-        budget.var += np.square(extra, dtype=np.float32)
+    budget = budget_for(TRAINING, formats, want, e_ref, None, rounding, condition, e_other,
+                        conventions=extra if extra.ndim or extra else None)
     with np.errstate(invalid="ignore", over="ignore"):
         # float32 values differ by their difference rounded once to float32, wider ones in float64 first
         narrow = got.dtype.kind == "f" and got.dtype.itemsize <= 4

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from converter.compare import budget as B
-from converter.compare.budget_terms import (ACCUMULATION, ADDED, CONDITION, CONVENTION, INPUT_ROUNDING, OBSERVED,
+from converter.compare.budget_terms import (ACCUMULATION, CONDITION, CONVENTION, INPUT_ROUNDING, OBSERVED,
                                             STAND_IN, breakdown_words)
 
 FP32 = {"torch": "fp32", "paddle": "fp32"}
@@ -87,20 +87,19 @@ def test_paddles_error_stands_in_as_torchs_unless_measured():
     assert (OBSERVED, "paddle") in sides(B.budget_from_error(FP32, y, e_ref, None, e_other=e_ref * 3))
 
 
-def test_a_training_row_names_the_terms_the_training_judge_adds_in_place_with_the_same_figures():
+def test_a_training_row_names_the_terms_a_training_comparison_adds():
     rng = np.random.default_rng(6)
     y = rng.standard_normal((40, 30)).astype(np.float32)
     e_ref = (y * rng.standard_normal(y.shape) * 1e-7).astype(np.float32)
     condition = np.abs(y * 3e-8).astype(np.float32)
     extra = np.abs(y * 2e-6).astype(np.float32)
-    in_place = B.budget_from_error(FP32, y, e_ref, None, None, condition)  # as converter/train/judge.py adds them
-    in_place.var += np.float32(2 * np.mean(np.square(condition, dtype=np.float64)))
-    in_place.var += np.square(extra, dtype=np.float32)
+    layer = B.budget_from_error(FP32, y, e_ref, None, None, condition)
     named = B.budget_for(B.TRAINING, FP32, y, e_ref, None, None, condition, conventions=extra)
-    assert np.array_equal(in_place.var, named.var)
+    # a layer's terms, plus the condition's mean square for every element and the conventions' own
+    expected = layer.var + np.float32(2 * np.mean(np.square(condition, dtype=np.float64))) + np.square(extra)
+    assert np.array_equal(named.var, expected)
     worst = int(np.argmax(extra))
     assert named.terms_at(worst).dominant == (CONVENTION, "")
-    assert in_place.terms_at(worst).dominant == (ADDED, "")  # the same variance, added without a name
 
 
 def test_a_budget_is_set_once():
@@ -111,6 +110,8 @@ def test_a_budget_is_set_once():
             setattr(budget, name, None)
     with pytest.raises(AttributeError):
         budget.other = 1
+    with pytest.raises(ValueError):  # its variance is read-only: a further term is one of budget_for's
+        budget.var += 1
     with pytest.raises(ValueError):
         B.budget_for("gradient", FP32, y32, y32 - y64)
     with pytest.raises(ValueError):
