@@ -144,12 +144,6 @@ def replace_layer(path: str, make: Callable):
     return fix
 
 
-def both(*fixes):
-    def fix(model):
-        for f in fixes:
-            f(model)
-    return fix
-
 
 # timm's VisionTransformer (installed) against PaddleClas' port of it (vendored), at a tiny size with the
 # settings of timm's defaults: qkv bias, LayerNorm eps 1e-6 (PaddleClas' own default epsilon is 1e-5).

@@ -27,7 +27,8 @@ pytest.importorskip("torchvision")  # U^2-Net's file imports torchvision.models
 pytest.importorskip("paddle")
 
 from ports_harness import assert_converts_to_torchs_outputs, verify  # noqa: E402
-from ports_handwritten import HandwrittenPair, both, replace_layer, set_attr, sigmoid_outputs  # noqa: E402
+from ports_handwritten import HandwrittenPair, replace_layer, set_attr, sigmoid_outputs  # noqa: E402
+from ports_vision import both  # noqa: E402
 
 STRATEGIES = ("full", "binary")
 
