@@ -46,9 +46,11 @@ class Dataflow:
         if path == "" and not self._inputs:  # the model's own call: its inputs
             self._inputs = {id(t): weakref.ref(t) for t in tensors}
             return
-        if path in self.units and not self._running:
+        if path in self.units:
             call = (path, self._calls.get(path, 0))
-            self._calls[path] = call[1] + 1
+            self._calls[path] = call[1] + 1  # every call counted, as capture.call_key numbers them
+            if self._running:  # inside another unit's call (T5's shared embedding, first called by the encoder)
+                return
             self._call_reads[call] = self._origins(tensors)
             self.reads[call_key(path, call[1] + 1)] = self._call_reads[call]
             self._running.append(call)
@@ -94,9 +96,11 @@ class Dataflow:
         """Indexes (into the units as given) of the units that a clean probe at unit `index`
         clears besides itself; None: every earlier one."""
         reads = self.reads.get(self.order[index], EVERY)
-        if reads is EVERY or not reads <= set(self.order):  # a call of a unit module that is no unit: any origin
+        if reads is EVERY:
             return None
-        return {self.order.index(u) for u in reads}
+        # a call of a unit's module that is no unit itself (T5's shared embedding called again by the
+        # decoder) clears nothing of its own: what it read is among the reads already
+        return {self.order.index(u) for u in reads if u in self.order}
 
 
 def _is_tensor(value) -> bool:
