@@ -415,41 +415,67 @@ def _round_paddle_value(value, fmt: str):
 
 
 def emulate_paddle(fmt: str):
-    """Every float32 matmul, batched matmul and convolution paddle runs, in any layer or function,
-    rounds its inputs to `fmt` until the returned function is called (paddle's operators are
-    module functions, so this holds process-wide: only the paddle model runs in paddle here).
-    Calls nest: the operators are replaced by the first and put back by the last restore; a
-    nested call in another format is an error of the caller."""
+    """Every float32 matmul, batched matmul and convolution paddle runs on the calling thread, in any
+    layer or function, rounds its inputs to `fmt` until the returned function is called. paddle's
+    operators are module functions: they are replaced while any thread emulates, and each replaced
+    operator rounds for the threads that asked alone (another verification on another thread keeps
+    its own arithmetic). Calls nest on a thread; a nested call in another format is an error of
+    the caller."""
+    import threading
+
     import paddle
-    ops = paddle._C_ops
-    if _PADDLE_EMULATION:
-        if _PADDLE_EMULATION["fmt"] != fmt:
-            raise RuntimeError(f"paddle already emulates {_PADDLE_EMULATION['fmt']}, not {fmt}")
-        _PADDLE_EMULATION["depth"] += 1
-        return _leave_paddle_emulation
-
-    def rounding(op, where):
-        def call(*args, **kwargs):
-            args = tuple(_round_paddle_value(a, fmt) if i in where else a for i, a in enumerate(args))
-            return op(*args, **kwargs)
-        return call
-
-    saved = [(ops, name, getattr(ops, name)) for name in _PADDLE_ROUNDED if hasattr(ops, name)]
-    saved += [(paddle.Tensor, name, getattr(paddle.Tensor, name)) for name in _PADDLE_TENSOR_ROUNDED]
-    for owner, name, op in saved:
-        setattr(owner, name, rounding(op, _PADDLE_ROUNDED.get(name, (0, 1))))
-    _PADDLE_EMULATION.update(fmt=fmt, depth=1, saved=saved)
-    return _leave_paddle_emulation
+    me = threading.get_ident()
+    with _PADDLE_EMULATION.lock:
+        held = _PADDLE_EMULATION.threads.get(me)
+        if held is not None and held[0] != fmt:
+            raise RuntimeError(f"paddle already emulates {held[0]}, not {fmt}")
+        _PADDLE_EMULATION.threads[me] = (fmt, 1 + (held[1] if held else 0))
+        if not _PADDLE_EMULATION.saved:
+            ops = paddle._C_ops
+            saved = [(ops, name, getattr(ops, name)) for name in _PADDLE_ROUNDED if hasattr(ops, name)]
+            saved += [(paddle.Tensor, name, getattr(paddle.Tensor, name)) for name in _PADDLE_TENSOR_ROUNDED]
+            for owner, name, op in saved:
+                setattr(owner, name, _rounding(op, _PADDLE_ROUNDED.get(name, (0, 1))))
+            _PADDLE_EMULATION.saved = saved
+    return lambda: _leave_paddle_emulation(me)
 
 
-_PADDLE_EMULATION: dict = {}  # while paddle's operators are replaced: format, depth, the originals
+def _rounding(op, where):
+    """`op`, rounding its float32 tensor arguments at positions `where` on the threads that emulate."""
+    import threading
+
+    def call(*args, **kwargs):
+        held = _PADDLE_EMULATION.threads.get(threading.get_ident())
+        if held is not None:
+            args = tuple(_round_paddle_value(a, held[0]) if i in where else a for i, a in enumerate(args))
+        return op(*args, **kwargs)
+    return call
 
 
-def _leave_paddle_emulation() -> None:
-    if not _PADDLE_EMULATION:
-        return
-    _PADDLE_EMULATION["depth"] -= 1
-    if _PADDLE_EMULATION["depth"] == 0:
-        for owner, name, op in _PADDLE_EMULATION["saved"]:
-            setattr(owner, name, op)
-        _PADDLE_EMULATION.clear()
+class _Emulation:
+    """While paddle's operators are replaced: the originals, and the threads that emulate (thread ->
+    (format, depth))."""
+
+    def __init__(self):
+        import threading
+        self.lock = threading.Lock()
+        self.threads: dict[int, tuple[str, int]] = {}
+        self.saved: list = []
+
+
+_PADDLE_EMULATION = _Emulation()
+
+
+def _leave_paddle_emulation(thread: int) -> None:
+    with _PADDLE_EMULATION.lock:
+        held = _PADDLE_EMULATION.threads.get(thread)
+        if held is None:
+            return
+        if held[1] > 1:
+            _PADDLE_EMULATION.threads[thread] = (held[0], held[1] - 1)
+            return
+        del _PADDLE_EMULATION.threads[thread]
+        if not _PADDLE_EMULATION.threads:
+            for owner, name, op in _PADDLE_EMULATION.saved:
+                setattr(owner, name, op)
+            _PADDLE_EMULATION.saved = []

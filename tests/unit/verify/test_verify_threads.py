@@ -1,5 +1,6 @@
 """verify-port run from threads other than the main one: one after another (each on a fresh thread,
-paddle first imported on one of them), and two at once, each giving the rows it gives alone."""
+paddle first imported on one of them), and two at once, each giving the rows it gives alone (one of
+them emulating TF32 on paddle's side, the other in fp32)."""
 
 import os
 import subprocess
@@ -11,12 +12,13 @@ from converter import VerifyOptions, verify_port
 from converter.spec import load_spec
 
 SPECS = os.path.join(os.path.dirname(__file__), "..", "..", "specs")
-RUNS = [("transformer_encoder.py", "full"), ("cnn_pool.py", "binary")]
+# one run emulates TF32 on paddle's side: paddle's operators, replaced while it runs, round for its thread alone
+RUNS = [("transformer_encoder.py", "full", {}), ("cnn_pool.py", "binary", {"paddle": "tf32"})]
 
 
-def _rows(name: str, strategy: str):
+def _rows(name: str, strategy: str, emulate: dict):
     report = verify_port(load_spec(os.path.join(SPECS, name)), VerifyOptions(device="cpu", strategy=strategy,
-                                                                                bisect=True))
+                                                                                bisect=True, emulate=emulate))
     return str(report.verdict), [(r.torch, r.paddle, r.ratio, r.local_max_abs, r.budget) for r in report.forward.layers]
 
 
