@@ -29,7 +29,8 @@ def outline_only(calls: dict) -> dict:
 def top_level_units(pairs, t_calls) -> list:
     """Top-level units in execution order: the children of the module list that holds the most
     paired modules (a model's blocks, not the experts inside one block), and the modules that sit
-    beside it or beside its ancestors."""
+    beside it or beside its ancestors, or inside a container beside them that is never called itself
+    (ConvNeXt's downsample_layers[i], run between its stages[i])."""
     paths = [p.torch for p in pairs]
     children: dict[str, list[str]] = {}
     for p in paths:
@@ -42,10 +43,13 @@ def top_level_units(pairs, t_calls) -> list:
     if container:
         parts = container.split(".")
         ancestors += [".".join(parts[: i + 1]) for i in range(len(parts))]
-    units = []
-    for pair in pairs:
-        p = pair.torch
-        if p and p not in ancestors and parent(p) in ancestors:
-            units.append(pair)
+    def beside(p: str) -> bool:  # its parent is an ancestor, or a container never called itself (a
+        q = parent(p)  # ModuleList the forward indexes) whose parent is, ...
+        while q not in ancestors:
+            if q in t_calls:
+                return False
+            q = parent(q)
+        return True
+    units = [pair for pair in pairs if pair.torch and pair.torch not in ancestors and beside(pair.torch)]
     units.append(next(pair for pair in pairs if pair.torch == ""))
     return sorted(units, key=lambda pair: t_calls[pair.torch].end)

@@ -62,3 +62,43 @@ def test_the_clean_port_passes_under_binary():
     report = verify(spec_from_functions(torch_model, PaddleNet, inputs, label="clean"),
                     Options(device="cpu", strategy="binary"), bisect=True)
     assert report.verdict == "pass", report.to_json()["first_bad_layer"]
+
+
+class TorchStaged(torch.nn.Module):
+    """Blocks alternating with layers of a second list the forward indexes (ConvNeXt's
+    downsample_layers[i] before stages[i]): the second list is never called itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.ModuleList([torch.nn.LayerNorm(D) for _ in range(LAYERS)])
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.Tanh(),
+                                                               torch.nn.Linear(D, D)) for _ in range(LAYERS)])
+
+    def forward(self, x):
+        for i in range(LAYERS):
+            x = self.blocks[i](self.down[i](x))
+        return x
+
+
+class PaddleStaged(paddle.nn.Layer):
+    def __init__(self, epsilon_at=None):
+        super().__init__()
+        self.down = paddle.nn.LayerList([paddle.nn.LayerNorm(D, epsilon=1e-3 if i == epsilon_at else 1e-5)
+                                         for i in range(LAYERS)])
+        self.blocks = paddle.nn.LayerList([paddle.nn.Sequential(paddle.nn.Linear(D, D), paddle.nn.Tanh(),
+                                                                paddle.nn.Linear(D, D)) for _ in range(LAYERS)])
+
+    def forward(self, x):
+        for i in range(LAYERS):
+            x = self.blocks[i](self.down[i](x))
+        return x
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_a_layer_of_a_list_never_called_itself_is_a_unit_and_named(strategy):
+    def staged():
+        torch.manual_seed(0)
+        return TorchStaged().eval()
+    report = verify(spec_from_functions(staged, lambda: PaddleStaged(epsilon_at=2), inputs, label="staged"),
+                    Options(device="cpu", strategy=strategy), bisect=True)
+    assert report.verdict == "fail" and report.first_bad.torch == "down.2", report.to_json()["first_bad_layer"]
