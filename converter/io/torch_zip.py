@@ -376,6 +376,7 @@ class TorchZipSource(Source):
                 try:
                     self._reference = TorchZipReference(self._file.fd, self.path, self._unwrap)
                 except Exception as exc:  # the two decodings disagree on the file's structure
+                    self._file.check_unchanged()  # a file changed under the reading is said as that
                     raise CheckFailed(f"{quoted(self.path)} decodes differently by a second reading "
                                       f"({type(exc).__name__}: {exc}); nothing was written") from None
         return self._reference.read(name)
