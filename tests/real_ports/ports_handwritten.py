@@ -121,10 +121,14 @@ class HandwrittenPair:
 
 def sigmoid_outputs(model) -> None:
     """PaddleSeg's U2Netp returns the seven side outputs as logits (its loss and predictor apply the
-    sigmoid), where the original returns them through F.sigmoid: wrap forward to return the same."""
+    sigmoid), where the original returns them through F.sigmoid: its class extended to return the same."""
     import paddle.nn.functional as F
-    forward = model.forward
-    model.forward = lambda x: tuple(F.sigmoid(d) for d in forward(x))
+    base = type(model)
+
+    class WithSigmoids(base):  # a class, not a forward set on the instance: a copy of the model is its own
+        def forward(self, x):
+            return tuple(F.sigmoid(d) for d in base.forward(self, x))
+    model.__class__ = WithSigmoids
 
 
 def set_attr(path: str, attr: str, value):
