@@ -155,3 +155,38 @@ def containers_copied(value, is_leaf: Leaf = is_float_tensor):
     same objects: a snapshot of a structure that its owner may change later (DenseNet hands each
     layer the list of features that it appends to afterwards)."""
     return map_leaves(value, lambda leaf: leaf, is_leaf, copy=True)
+
+
+def model_copy(model, memo: dict | None = None):
+    """copy.deepcopy(model, memo), with the functions set on its objects copied too. deepcopy shares
+    functions, and one set on an instance (`model.forward = lambda x: forward(x) * 2`, a spec's way to
+    change what a model returns) closes over the original's methods: the copy would run the original's
+    layers (a float64 copy, the float32 ones). Such a function is rebuilt with its closure's contents
+    copied through the same memo, a bound method of an original object bound to that object's copy."""
+    import types
+    memo = {} if memo is None else memo
+    copied = copy.deepcopy(model, memo)
+    originals = {id(o): o for o in _objects(model)}
+    for obj in _objects(copied):
+        for name, value in list(vars(obj).items()) if hasattr(obj, "__dict__") else ():
+            if isinstance(value, types.FunctionType) and value.__closure__:
+                cells = tuple(types.CellType(_copied_cell(c.cell_contents, memo, originals)) for c in value.__closure__)
+                fresh = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
+                object.__setattr__(obj, name, fresh)
+    return copied
+
+
+def _objects(model) -> list:
+    """The model and its layers (torch's modules(), paddle's sublayers(include_self=True))."""
+    if hasattr(model, "modules"):
+        return list(model.modules())
+    return model.sublayers(include_self=True) if hasattr(model, "sublayers") else [model]
+
+
+def _copied_cell(value, memo: dict, originals: dict):
+    import types
+    if isinstance(value, types.MethodType) and id(value.__self__) in memo:
+        return types.MethodType(value.__func__, memo[id(value.__self__)])  # the copy's own method, not its instance's
+    if isinstance(value, types.FunctionType) or id(value) not in memo and id(value) in originals:
+        return value
+    return copy.deepcopy(value, memo)

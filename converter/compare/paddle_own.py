@@ -21,7 +21,7 @@ from .fused import sliced
 from .shapes import undone
 from .precision import U32
 from .replay import forced_paddle_inputs
-from ..tree import flatten, is_paddle_tensor, map_leaves
+from ..tree import flatten, is_paddle_tensor, map_leaves, model_copy
 
 
 def _layer_at(model, path: str):
@@ -109,8 +109,6 @@ def _run_float64(session, pair, t_call, p_call, inside=(), lower=LOWER_FLOATS):
     (casts inside to the formats `lower` kept in float64), and, per layer path relative to it in
     `inside`, the floating inputs of its first call there; None where the copy does not run in
     float64."""
-    import copy
-
     import paddle
 
     wide = lambda value: map_leaves(value, lambda t: t.astype("float64") if t.dtype == paddle.float32 else t,
@@ -119,7 +117,7 @@ def _run_float64(session, pair, t_call, p_call, inside=(), lower=LOWER_FLOATS):
     layer = session.paddle_layer(pair.paddle)
     try:
         args, kwargs = forced_paddle_inputs(t_call, p_call)
-        layer64 = copy.deepcopy(layer)
+        layer64 = model_copy(layer)
         layer64.to(dtype="float64")
         for path in inside:
             def pre(lay, a, kw, _path=path):

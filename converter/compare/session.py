@@ -344,9 +344,9 @@ class PortSession:
         """A float64 copy of the paddle model with its weights: a deep copy cast to float64, or, where
         its weights are streamed from the plan, paddle_model() built again in float64 and streamed the
         same way; None where they are read from a file (a copy from the plan would not hold them)."""
-        import copy
+        from ..tree import model_copy
         if "paddle" not in self.streams:
-            model = copy.deepcopy(self.paddle_model)
+            model = model_copy(self.paddle_model)
             model.to(dtype="float64")
             return model
         if not self.paddle_from_plan:

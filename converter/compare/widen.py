@@ -25,12 +25,12 @@ in float64 where the model's weights are streamed, when it runs.
 
 from __future__ import annotations
 
-import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..lazy import import_torch
+from ..tree import model_copy
 
 KEEP = 2  # blocks kept: a forced reference calls many modules of one block in a row
 STREAMED_KEEP = 1  # blocks kept where they are read from a checkpoint: one block of a model larger than memory
@@ -280,7 +280,7 @@ class Float64Reference:
                     else:  # integer and boolean tensors are copied as they are (a count, a causal mask)
                         data = t.detach() if read is None else read(names[id(t)])
                         memo[id(t)] = _like(t, data.to("cpu", copy=True))
-        self.model = copy.deepcopy(model, memo)
+        self.model = model_copy(model, memo)
         for module64 in self.model.modules():  # hooks that stream the model's own weights are not the reference's
             for hooks in (module64._forward_pre_hooks, module64._forward_hooks):
                 for key in [k for k, h in hooks.items() if hasattr(h, "block_tensors")]:
