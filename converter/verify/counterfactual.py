@@ -147,7 +147,7 @@ class _Runs:
         return self.left >= 0 and time.monotonic() < self.until
 
 
-def _search(root, root_path: str, framework_keys: frozenset, suggested, run, judge) -> list[Change]:
+def _search(side: str, root, root_path: str, framework_keys: frozenset, suggested, run, judge) -> list[Change]:
     """Each setting of each layer under `root` changed to each candidate, the root re-run (`run()`
     gives its outputs) and judged (`judge(outputs)` gives the ratio or None), the candidates coming
     from `suggested(path)`: the settings of the layer's counterpart on the other side; the changes whose
@@ -180,7 +180,7 @@ def _search(root, root_path: str, framework_keys: frozenset, suggested, run, jud
                     return sorted(hits, key=lambda c: c.ratio)
                 ratio = _run_changed(layer, changed, run, judge)
                 if ratio is not None and ratio <= 1.0 and ratio < unchanged:
-                    hits.append(Change("", path, type(layer).__name__, changed, ratio))
+                    hits.append(Change(side, path, type(layer).__name__, changed, ratio))
         if hits:
             return sorted(hits, key=lambda c: c.ratio)
     return []
@@ -308,9 +308,8 @@ def setting_causes(ctx) -> list[Diagnosis]:
     before = ctx.result.ratio if ctx.result.ratio is not None else float("inf")
     torch_keys, paddle_keys = _framework_keys("torch"), _framework_keys("paddle")
     p_layer = ctx.paddle_layer
-    hits = [_on(c, "paddle") for c in _search(p_layer, ctx.result.paddle, paddle_keys,
-                                              _counterparts(ctx, "paddle", torch_keys),
-                                              lambda: run_paddle(p_layer, *forced), target.paddle_ratio)]
+    hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys),
+                   lambda: run_paddle(p_layer, *forced), target.paddle_ratio)
     if hits:
         return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
     from .counterfactual_calls import call_causes
@@ -319,13 +318,6 @@ def setting_causes(ctx) -> list[Diagnosis]:
         return [c.diagnosis(ctx.name, before) for c in calls[:2]]
     if ev is not None and ev.y_local is not None:
         module64 = ctx.session.torch64_module(pair.torch)
-        hits = [_on(c, "torch") for c in _search(module64, ctx.result.torch, torch_keys,
-                                                 _counterparts(ctx, "torch", paddle_keys),
-                                                 lambda: run_torch64(module64, ctx.t_call), target.torch_ratio)]
+        hits = _search("torch", module64, ctx.result.torch, torch_keys, _counterparts(ctx, "torch", paddle_keys),
+                       lambda: run_torch64(module64, ctx.t_call), target.torch_ratio)
     return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
-
-
-def _on(change: Change, side: str) -> Change:
-    from dataclasses import replace
-    return replace(change, side=side)
-
