@@ -23,8 +23,9 @@ def import_torch():
 
 def import_paddle():
     """paddle, imported quietly, in dynamic-graph mode on the calling thread (see _dynamic)."""
-    if "paddle" in sys.modules:
-        return _dynamic(sys.modules["paddle"])
+    imported = sys.modules.get("paddle")
+    if imported is not None and hasattr(imported, "in_dynamic_mode"):  # not one another thread is importing
+        return _dynamic(imported)
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
         # paddle warns about ccache and prints set-up notes on import; keep our output clean.
