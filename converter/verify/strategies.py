@@ -36,6 +36,7 @@ from .dataflow import trace
 from .endtoend import free_references, judge_end_to_end, same_outputs
 from .full import FullCapture, StrategyResult, _capture, first_bad, let_go
 from .report import LayerResult
+from .one_pair import calls_said, joined
 from .search import first_bad_in_order, first_bad_unit, look_back
 from .sweep import SearchState, captured, sweep
 from .units import outline_only, top_level_units, unit_candidates
@@ -181,9 +182,10 @@ class BinarySearch:
             t_calls, p_calls, free = state.boundaries
             if state.own64_fits:
                 paddle64 = lambda paths: self._paddle64_boundaries(session)
-        return judge_end_to_end(session, unit, t_calls[unit.torch].outputs, sliced(unit, p_calls[unit.paddle].outputs),
-                                free[unit.torch], "end to end at this unit's output (a binary-search probe)",
-                                paddle64=paddle64)
+        t_call, p_call = t_calls[unit.torch], p_calls[unit.paddle]
+        return judge_end_to_end(session, unit, t_call.outputs, sliced(unit, p_call.outputs), free[unit.torch],
+                                joined("end to end at this unit's output (a binary-search probe)",
+                                       calls_said(t_call, p_call)), paddle64=paddle64)
 
     def _paddle64_boundaries(self, session) -> dict | None:
         """The float64 paddle copy's outputs at every unit, from one pass of it, made when a probe
@@ -222,8 +224,8 @@ class BinarySearch:
                 if own is not None and own.verdict is Verdict.PASS:  # judged on torch's inputs, and within budget
                     bad = self._between(pairs, found, probes[found])
                 else:  # the unit's own output could not be judged inside it (a fused layer, a NaN): its boundary
-                    bad = dataclasses.replace(probes[found], note="over budget at this unit's boundary, with no "
-                                              "layer inside it over budget")
+                    bad = dataclasses.replace(probes[found], note=joined(
+                        "over budget at this unit's boundary, with no layer inside it over budget", probes[found].note))
                 results = results + [bad]
                 break
             found = earlier
@@ -254,8 +256,8 @@ class BinarySearch:
             holder = parent(holder)
         pair = paired.get(holder)
         if pair is None:  # no paired module holds it: the unit's own boundary is the answer
-            return dataclasses.replace(probe, note=f"over budget at this unit's boundary (ratio {probe.ratio:.3g}), "
-                                       "with no layer inside it over budget")
+            return dataclasses.replace(probe, note=joined(f"over budget at this unit's boundary (ratio {probe.ratio:.3g}), "
+                                                          "with no layer inside it over budget", probe.note))
         return dataclasses.replace(
             probe, torch=pair.torch, paddle=pair.paddle, type=pair.torch_type, paddle_type=pair.paddle_type,
             note=f"{here or '<model>'} is over budget at its boundary (ratio {probe.ratio:.3g}) with nothing inside it "

@@ -98,9 +98,9 @@ def test_a_shared_paddle_pool_rounding_down_is_named_at_its_second_call(strategy
     report = _verify(_seeded(TorchThreePools), lambda: PaddleSharedPool(ceil_mode=False), strategy)
     bad = report.first_bad
     assert report.verdict == "fail" and (bad.torch, bad.paddle) == ("pool2", call_key("pool", 2)), bad
-    if strategy == "full":  # binary names it from its unit's boundary
-        assert "paddle pool, call 2 of 3" in bad.note, bad.note
-        assert "[1, 4, 4, 4]" in bad.note and "[1, 4, 3, 3]" in bad.note, bad.note  # 6 rounded up, and down
+    assert "paddle pool, call 2 of 3" in bad.note, bad.note  # binary: from its unit's boundary
+    assert "[1, 4, 4, 4]" in bad.note and "[1, 4, 3, 3]" in bad.note, bad.note  # 6 rounded up, and down
+    if strategy == "full":
         first = _row(report, "pool1")
         assert first.paddle == "pool" and first.within_budget and "paddle pool, call 1 of 3" in first.note
         assert any("ceil_mode" in d.cause for d in report.diagnosis), report.diagnosis
@@ -122,8 +122,8 @@ def test_a_paddle_pool_rounding_down_is_named_at_the_second_call_of_a_shared_tor
     report = _verify(_seeded(TorchSharedPool), lambda: PaddleThreePools(floor_at=2), strategy)
     bad = report.first_bad
     assert report.verdict == "fail" and (bad.torch, bad.paddle) == (call_key("pool", 2), "pool2"), bad
+    assert "torch pool, call 2 of 3" in bad.note, bad.note
     if strategy == "full":
-        assert "torch pool, call 2 of 3" in bad.note, bad.note
         assert _row(report, "pool").within_budget
 
 
