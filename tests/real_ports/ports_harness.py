@@ -107,3 +107,15 @@ def assert_converts_to_torchs_outputs(name: str, make_spec, tmp_dir) -> None:
     torch_out, paddle_out = outputs_of(make_spec, os.path.join(str(tmp_dir), "model.pdparams"))
     assert torch_out.shape == paddle_out.shape
     assert np.abs(torch_out - paddle_out).max() <= 1e-4 * np.abs(torch_out).max()
+
+
+def named_at(name: str, make_spec, culprit: str, strategy: str, diagnosis: str | None = None) -> Outcome:
+    """verify-port fails the port and names `culprit` (the torch module) first; under full, with a
+    cause holding `diagnosis` where one is given. The outcome, for what else a test asks of it."""
+    outcome = verify(make_spec, strategy)
+    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), \
+        f"{name} --strategy {strategy}: {outcome}"
+    if strategy == "full" and diagnosis is not None:
+        assert any(diagnosis in cause for cause in outcome.causes), outcome.causes
+    return outcome
+

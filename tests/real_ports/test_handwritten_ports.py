@@ -26,7 +26,7 @@ pytest.importorskip("timm")  # ConvNeXt's file imports DropPath, trunc_normal_ a
 pytest.importorskip("torchvision")  # U^2-Net's file imports torchvision.models
 pytest.importorskip("paddle")
 
-from ports_harness import assert_converts_to_torchs_outputs, verify  # noqa: E402
+from ports_harness import assert_converts_to_torchs_outputs, named_at, verify  # noqa: E402
 from ports_handwritten import HandwrittenPair, replace_layer, set_attr, sigmoid_outputs  # noqa: E402
 from ports_vision import both  # noqa: E402
 
@@ -109,7 +109,4 @@ def test_clean_handwritten_port_converts(pair, tmp_path):
 
 @pytest.mark.parametrize("pair,culprit,strategy", _runs(DIFFERENT))
 def test_difference_is_named_at_its_module(pair, culprit, strategy):
-    outcome = verify(pair.spec, strategy)
-    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
-    if strategy == "full" and pair.name in DIAGNOSES:
-        assert any(DIAGNOSES[pair.name] in cause for cause in outcome.causes), outcome.causes
+    named_at(pair.name, pair.spec, culprit, strategy, DIAGNOSES.get(pair.name))

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 pytest.importorskip("torchvision")
 pytest.importorskip("paddle")
 
-from ports_harness import assert_converts_to_torchs_outputs, verify  # noqa: E402
+from ports_harness import assert_converts_to_torchs_outputs, named_at, verify  # noqa: E402
 from ports_vision import (VisionPair, avg_pool_exclusive, batchnorm_epsilon, both, ceil_mode_pool,  # noqa: E402
                           dropout_as_torch, first_activation_relu)
 
@@ -99,10 +99,7 @@ def _runs(cases):
 
 @pytest.mark.parametrize("pair,culprit,strategy", _runs(DIFFERENT))
 def test_difference_is_named_at_its_module(pair, culprit, strategy):
-    outcome = verify(pair.spec, strategy)
-    assert (outcome.exit_code, outcome.verdict, outcome.named) == (1, "fail", culprit), f"{pair.name} --strategy {strategy}: {outcome}"
-    if strategy == "full" and pair.name in DIAGNOSES:
-        assert any(DIAGNOSES[pair.name] in cause for cause in outcome.causes), outcome.causes
+    outcome = named_at(pair.name, pair.spec, culprit, strategy, DIAGNOSES.get(pair.name))
     if pair.name in SHARED_CALLS:
         paddle_call, said = SHARED_CALLS[pair.name]
         assert outcome.named_paddle == paddle_call, outcome
