@@ -237,6 +237,7 @@ class _Target:
 
     def __init__(self, ctx, pair):
         self.ctx, self.pair = ctx, pair
+        self._budgets: dict = {}  # the shapes torch's outputs are laid out in -> their budget
 
     @cached_property
     def torch_outputs(self) -> list:
@@ -249,27 +250,28 @@ class _Target:
         torch's output laid out as these pair with it."""
         from ..compare.fused import sliced
         from ..compare.matching import pair_outputs
-        from .analyze import laid_out, layer_budget, torch_read
-        from ..compare.replay import run_torch64
+        from .analyze import laid_out
         ev = self.ctx.evidence
         outputs = sliced(self.pair, outputs)
         if ev is not None and ev.pairs is not None and ev.budget is not None and ev.pairs.fits(outputs):
-            y = laid_out(ev.pairs.of_paddle(outputs), ev.pairs.shapes)
-            return ev.budget.ratio(np.abs(np.nan_to_num(y - ev.y_torch, nan=np.inf)))[0] \
-                if y.shape == ev.y_torch.shape else None
+            return _ratio(ev.budget, laid_out(ev.pairs.of_paddle(outputs), ev.pairs.shapes), ev.y_torch)
         t = self.torch_outputs
         pairs = pair_outputs([a.shape for a in t], [a.shape for a in outputs], lambda: t, lambda: outputs)
         if not pairs or not pairs.fits(outputs):
             return None
         y_t = laid_out(pairs.of_torch(t), pairs.shapes)
-        y = laid_out(pairs.of_paddle(outputs), pairs.shapes)
-        if y.shape != y_t.shape:
-            return None
-        session = self.ctx.session
-        y64 = laid_out(pairs.of_torch(torch_read(self.pair, run_torch64(session.torch64_module(self.pair.torch),
-                                                                          self.ctx.t_call))), pairs.shapes)
-        budget = layer_budget(session, self.pair, self.ctx.t_call, y_t, y64, pairs, session.formats)
-        return budget.ratio(np.abs(np.nan_to_num(y - y_t, nan=np.inf)))[0]
+        return _ratio(self._budget(pairs, y_t), laid_out(pairs.of_paddle(outputs), pairs.shapes), y_t)
+
+    def _budget(self, pairs, y_t: np.ndarray):
+        """The budget of torch's output laid out as `pairs` lay it out, made once for those shapes."""
+        from ..compare.replay import run_torch64
+        from .analyze import laid_out, layer_budget, torch_read
+        if pairs.shapes not in self._budgets:
+            session, call = self.ctx.session, self.ctx.t_call
+            y64 = laid_out(pairs.of_torch(torch_read(self.pair, run_torch64(session.torch64_module(self.pair.torch),
+                                                                              call))), pairs.shapes)
+            self._budgets[pairs.shapes] = layer_budget(session, self.pair, call, y_t, y64, pairs, session.formats)
+        return self._budgets[pairs.shapes]
 
     def torch_ratio(self, outputs: list) -> float | None:
         """Torch's float64 outputs, changed, against paddle's output on torch's inputs."""
@@ -277,9 +279,15 @@ class _Target:
         ev = self.ctx.evidence
         if ev is None or ev.y_local is None or ev.pairs is None or ev.budget is None:
             return None
-        y = laid_out(ev.pairs.of_torch(torch_read(self.pair, outputs)), ev.pairs.shapes)
-        return ev.budget.ratio(np.abs(np.nan_to_num(y - ev.y_local, nan=np.inf)))[0] \
-            if y.shape == ev.y_local.shape else None
+        return _ratio(ev.budget, laid_out(ev.pairs.of_torch(torch_read(self.pair, outputs)), ev.pairs.shapes),
+                      ev.y_local)
+
+
+def _ratio(budget, y: np.ndarray, ref: np.ndarray) -> float | None:
+    """`y` against `ref` under `budget` (a NaN over any budget); None where their shapes differ."""
+    if y.shape != ref.shape:
+        return None
+    return budget.ratio(np.abs(np.nan_to_num(y - ref, nan=np.inf)))[0]
 
 
 def _culprit_pair(ctx):
