@@ -13,6 +13,7 @@ wrapped only while the culprit runs here, and act on this thread's calls alone.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -84,7 +85,7 @@ class _Wrapped:
         self.counts: dict[str, int] = {}
 
     def wrap(self, qualified: str, f):
-        sig = inspect.signature(f)
+        sig = _signature(f)
 
         def call(*args, **kwargs):
             if threading.get_ident() != self.thread:
@@ -135,28 +136,45 @@ def _popped(stack: list) -> None:
     stack.pop()
 
 
+@functools.cache
+def _signature(f) -> inspect.Signature:
+    """A function's signature, read once: every re-run wraps every function of the namespaces."""
+    return inspect.signature(f)
+
+
 def _literals(function: str, parameter: str) -> list[str]:
     """The words a parameter's annotation allows: quoted in it, or in a Literal alias it names
     (defined in the function's module, or in paddle._typing)."""
+    return list(_words(function, parameter))
+
+
+@functools.cache
+def _words(function: str, parameter: str) -> tuple[str, ...]:
     namespace, name = function.rsplit(".", 1)
     f = getattr(sys.modules[namespace], name)
-    annotation = str(inspect.signature(f).parameters[parameter].annotation)
-    words = re.findall(r"'([^']*)'|\"([^\"]*)\"", annotation)
-    found = [a or b for a, b in words]
-    sources = []
-    for module_name in (f.__module__, "paddle._typing", "paddle._typing.layout"):
-        module = sys.modules.get(module_name)
-        if module is not None:
-            try:
-                sources.append(inspect.getsource(module))
-            except (OSError, TypeError):
-                continue
+    annotation = str(_signature(f).parameters[parameter].annotation)
+    found = _quoted(annotation)
+    sources = [source for source in map(_source, (f.__module__, "paddle._typing", "paddle._typing.layout")) if source]
     for alias in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", annotation):
         for source in sources:
             m = re.search(rf"^\s*{re.escape(alias)}\s*(?::\s*TypeAlias\s*)?=\s*Literal\[(.*?)\]", source, re.M | re.S)
             if m:
-                found += [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", m.group(1))]
-    return list(dict.fromkeys(found))
+                found += _quoted(m.group(1))
+    return tuple(dict.fromkeys(found))
+
+
+def _quoted(text: str) -> list[str]:
+    return [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", text)]
+
+
+@functools.cache
+def _source(module_name: str) -> str:
+    """The source of a module imported already, read once; "" where there is none."""
+    module = sys.modules.get(module_name)
+    try:
+        return inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return ""
 
 
 def candidates(call: Recorded, parameter: str) -> list:
