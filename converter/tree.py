@@ -166,11 +166,10 @@ def model_copy(model, memo: dict | None = None):
     import types
     memo = {} if memo is None else memo
     copied = copy.deepcopy(model, memo)
-    originals = {id(o): o for o in _objects(model)}
     for obj in _objects(copied):
-        for name, value in list(vars(obj).items()) if hasattr(obj, "__dict__") else ():
+        for name, value in list(vars(obj).items()):
             if isinstance(value, types.FunctionType) and value.__closure__:
-                cells = tuple(types.CellType(_copied_cell(c.cell_contents, memo, originals)) for c in value.__closure__)
+                cells = tuple(types.CellType(_copied_cell(c.cell_contents, memo)) for c in value.__closure__)
                 fresh = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
                 object.__setattr__(obj, name, fresh)
     return copied
@@ -183,10 +182,13 @@ def _objects(model) -> list:
     return model.sublayers(include_self=True) if hasattr(model, "sublayers") else [model]
 
 
-def _copied_cell(value, memo: dict, originals: dict):
+def _copied_cell(value, memo: dict):
+    """A closure's content as the copy's: a bound method of an original object bound to that object's
+    copy (the class's method: the copy's instance attribute is the function being rebuilt); a
+    function as it is; anything else deep-copied through `memo`."""
     import types
     if isinstance(value, types.MethodType) and id(value.__self__) in memo:
-        return types.MethodType(value.__func__, memo[id(value.__self__)])  # the copy's own method, not its instance's
-    if isinstance(value, types.FunctionType) or id(value) not in memo and id(value) in originals:
+        return types.MethodType(value.__func__, memo[id(value.__self__)])
+    if isinstance(value, types.FunctionType):
         return value
     return copy.deepcopy(value, memo)
