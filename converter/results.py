@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+from dataclasses import dataclass
 
 
 class Verdict(enum.StrEnum):
@@ -43,3 +44,27 @@ def finite_or_null(value):
     if isinstance(value, (list, tuple)):
         return [finite_or_null(v) for v in value]
     return value
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A measurement a check could not take (what stood in for it is said in `what`), and why."""
+
+    what: str
+    why: str
+
+    @classmethod
+    def of(cls, what: str, exc: BaseException) -> Skipped:
+        return cls(what, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
+
+
+SHOWN_SKIPPED = 3  # skipped measurements named in the note; the rest counted
+
+
+def skipped_notes(skipped) -> list:
+    """The report's note counting the skipped measurements, naming the first few; none when none was."""
+    if not skipped:
+        return []
+    said = "; ".join(f"{s.what} ({s.why})" for s in skipped[:SHOWN_SKIPPED])
+    more = f"; and {len(skipped) - SHOWN_SKIPPED} more" if len(skipped) > SHOWN_SKIPPED else ""
+    return [f"{len(skipped)} measurement{'s' if len(skipped) > 1 else ''} skipped: {said}{more}"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..compare.budget import MARGIN
 from ..diagnosis import Diagnosis
 from ..paths import is_under
-from ..results import Verdict, finite_or_null
+from ..results import Skipped, Verdict, finite_or_null, skipped_notes  # noqa: F401 - the checks of this folder take them from here
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 # a row over budget by no more than the budget's own margin is a marginal failure: the earliest phase
@@ -144,28 +144,6 @@ def culprit(rows: list):
     return bad[0] if bad else None
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """A measurement a check could not take (what stood in for it is said in `what`), and why."""
-
-    what: str
-    why: str
-
-    @classmethod
-    def of(cls, what: str, exc: BaseException) -> Skipped:
-        return cls(what, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
-
-
-SHOWN_SKIPPED = 3  # skipped measurements named in the note; the rest counted
-
-
-def skipped_notes(skipped) -> list:
-    """The report's note counting the skipped measurements, naming the first few; none when none was."""
-    if not skipped:
-        return []
-    said = "; ".join(f"{s.what} ({s.why})" for s in skipped[:SHOWN_SKIPPED])
-    more = f"; and {len(skipped) - SHOWN_SKIPPED} more" if len(skipped) > SHOWN_SKIPPED else ""
-    return [f"{len(skipped)} measurement{'s' if len(skipped) > 1 else ''} skipped: {said}{more}"]
 
 
 @dataclass(frozen=True)
