@@ -24,6 +24,9 @@ DEFAULT_IGNORE = -100
 # paddle 3.3's cross_entropy with label_smoothing turns class indices into smoothed probabilities,
 # on which ignore_index applies to no position, and its mean then divides by every element of them
 ELEMENTS = "mean over every class of every position"
+# paddle 3.3's cross_entropy with a negative ignore_index and reduction "mean" divides by every label,
+# the ignored ones included (upstream.CROSS_ENTROPY_IGNORED)
+LABELS = "mean over every label"
 SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that still counts as one weight
 
 
@@ -90,10 +93,13 @@ def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | 
         t = t[:, :, s.shift:] if s.soft else t[:, s.shift:]
     weight = None if s.weight is None else torch.tensor(np.nan_to_num(s.weight, nan=1.0), dtype=torch.float64)
     try:
-        loss = F.cross_entropy(moved, t, weight=weight, reduction="sum" if s.reduction == ELEMENTS else s.reduction,
+        whole = s.reduction in (ELEMENTS, LABELS)
+        if s.reduction == LABELS and (s.soft or s.weight is not None):
+            return None  # every label counts alike: hard labels without class weights
+        loss = F.cross_entropy(moved, t, weight=weight, reduction="sum" if whole else s.reduction,
                                ignore_index=s.ignore_index, label_smoothing=s.label_smoothing)
-        if s.reduction == ELEMENTS:
-            loss = loss / moved.numel()
+        if whole:
+            loss = loss / (moved.numel() if s.reduction == ELEMENTS else t.numel())
         (grad,) = torch.autograd.grad(loss, [x])
     except (RuntimeError, IndexError, ValueError):
         return None
@@ -208,6 +214,8 @@ def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
 def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: Side):
     """(what changed, the setting) for each one-setting change of torch's, in the order they are tried."""
     yield "reduction", base.changed(reduction="sum" if base.reduction == "mean" else "mean")
+    if base.reduction == "mean" and not base.soft and base.weight is None and ignored(target, base):
+        yield "ignored labels counted", base.changed(reduction=LABELS)
     for label in [DEFAULT_IGNORE] + _labels(logits, target, base):
         if label != base.ignore_index:
             yield "ignore_index", base.changed(ignore_index=label)
@@ -228,6 +236,19 @@ def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: 
     for axis in range(1, logits.ndim):
         if axis != base.axis:
             yield "axis", base.changed(axis=axis)
+
+
+def ignored(target: np.ndarray, s: Setting) -> int:
+    """How many of the labels setting `s` scores are its ignore_index (class-index targets)."""
+    if s.soft or not np.issubdtype(target.dtype, np.integer):
+        return 0
+    scored = target[:, s.shift:] if s.shift and target.ndim >= 2 else target
+    return int(np.count_nonzero(scored == s.ignore_index))
+
+
+def scored(target: np.ndarray, s: Setting) -> int:
+    """How many labels setting `s` scores, the ignored ones included."""
+    return int(np.size(target[:, s.shift:] if s.shift and target.ndim >= 2 else target))
 
 
 def _same_weights(a: tuple | None, b: tuple | None) -> bool:
@@ -274,9 +295,14 @@ def _weights(weight: tuple | None) -> str:
     return shown + ("; ? a class absent from the batch)" if np.isnan(weight).any() else ")")
 
 
-def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: bool = True) -> tuple[str, str]:
-    """(cause, hint) for the one setting in which paddle's cross-entropy differs from torch's."""
-    cause, hint = _explain(what, base, changed, shape)
+def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: bool = True,
+            target: np.ndarray | None = None) -> tuple[str, str]:
+    """(cause, hint) for the one setting in which paddle's cross-entropy differs from torch's (`target`:
+    the labels, for the counts a cause says)."""
+    if what == "ignored labels counted":
+        cause, hint = _counted(base, target)
+    else:
+        cause, hint = _explain(what, base, changed, shape)
     if not gradient:
         cause += (" (the loss; paddle's gradient is not that loss's derivative: with soft labels paddle takes "
                   "softmax - target, which holds only where the target sums to 1 over the class axis)"
@@ -290,6 +316,21 @@ def _ignored(s: Setting) -> str:
     if s.ignore_index == DEFAULT_IGNORE:
         return f"only labels {DEFAULT_IGNORE}, if any (ignore_index={DEFAULT_IGNORE}, the default)"
     return f"label {s.ignore_index} (ignore_index={s.ignore_index})"
+
+
+def _counted(base: Setting, target: np.ndarray | None) -> tuple[str, str]:
+    from .upstream import CROSS_ENTROPY_IGNORED
+    n = scored(target, base) if target is not None else 0
+    m = n - ignored(target, base) if target is not None else 0
+    counts = f" ({n} labels, {n - m} of them {base.ignore_index})" if n else ""
+    theirs = f"the {m} labels counted" if n else "the labels counted"
+    return (f"ignored labels counted in the mean: paddle's loss is the sum over the labels counted divided by every "
+            f"label{counts}, torch's by {theirs}; torch's summed cross-entropy divided by every "
+            f"label is paddle's loss, its mean over the labels counted is not: confirmed by re-running "
+            f"({CROSS_ENTROPY_IGNORED.said()}'s cross_entropy with a negative ignore_index and reduction 'mean' "
+            "divides by every label)",
+            f"compute paddle's loss as the sum with reduction='none' divided by the labels counted: "
+            f"losses.sum() / (labels != {base.ignore_index}).sum()")
 
 
 def _explain(what: str, base: Setting, changed: Setting, shape: tuple) -> tuple[str, str]:

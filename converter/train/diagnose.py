@@ -107,7 +107,7 @@ def _cross_entropy_whatifs(p):
     if found is None:
         return []
     what, base, changed, gradient = found
-    cause, hint = explain(what, base, changed, logits.shape, gradient)
+    cause, hint = explain(what, base, changed, logits.shape, gradient, p.target)
     return [D("loss", cause, hint, kind="cross entropy")]
 
 
@@ -406,13 +406,20 @@ def _steps(session: TrainSession, tspec, rows: list, fb, runs: Runs):
         what_if = float(np.max(np.abs(replay_running(initial, stats, which, m_paddle) - got), initial=0))
         expected = float(np.max(np.abs(replay_running(initial, stats, which, 1.0 - m_torch) - got), initial=0))
         if what_if <= 0.1 * expected:  # paddle's own momentum explains its statistics; the right one does not
+            right = 1.0 - m_torch
+            replayed = (f"torch's batch statistics replayed under paddle's rule with its momentum {m_paddle:g} end "
+                        f"{what_if:.3g} from paddle's '{fb.paddle}', with {right:g} (1 - torch's) {expected:.3g}")
+            pace = "far too fast" if m_paddle < right else "far too slowly"
             if math.isclose(m_paddle, m_torch, rel_tol=1e-6):
                 return [D(path, f"BatchNorm momentum convention: paddle's momentum is {m_paddle:g}, torch's value "
-                          f"left as is; paddle weighs the old statistic by momentum (torch by 1 - momentum), so its "
-                          f"running statistics follow the batch far too slowly", f"give paddle's BatchNorm "
-                          f"momentum={1 - m_torch:g} (1 - torch's)", kind="momentum")]
-            return [D(path, f"BatchNorm momentum: paddle's {m_paddle:g} against {1 - m_torch:g} (1 - torch's "
-                      f"{m_torch:g})", f"give paddle's BatchNorm momentum={1 - m_torch:g}", kind="momentum")]
+                          f"left as is; paddle weighs the old statistic by momentum (torch by 1 - momentum), so at "
+                          f"each step paddle's running statistics keep {m_paddle:g} of their value and take "
+                          f"{1 - m_paddle:g} of the batch's (torch's keep {right:g}, take {m_torch:g}): they follow "
+                          f"the batch {pace}; {replayed}", f"give paddle's BatchNorm momentum={right:g} (1 - torch's)",
+                          kind="momentum")]
+            return [D(path, f"BatchNorm momentum: paddle's {m_paddle:g} against {right:g} (1 - torch's "
+                      f"{m_torch:g}): paddle's running statistics follow the batch {pace}; {replayed}",
+                      f"give paddle's BatchNorm momentum={right:g}", kind="momentum")]
     if fb.torch == "loss":
         return [D("loss", f"the loss curves leave the noise band at step {fb.step} (ratio {fb.ratio:.3g}) though "
                   "every teacher-forced check is within budget", "compare what the steps do outside the checked "
