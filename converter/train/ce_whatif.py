@@ -322,13 +322,12 @@ def _counted(base: Setting, target: np.ndarray | None) -> tuple[str, str]:
     from .upstream import CROSS_ENTROPY_IGNORED
     n = scored(target, base) if target is not None else 0
     m = n - ignored(target, base) if target is not None else 0
-    counts = f" ({n} labels, {n - m} of them {base.ignore_index})" if n else ""
-    theirs = f"the {m} labels counted" if n else "the labels counted"
-    return (f"ignored labels counted in the mean: paddle's loss is the sum over the labels counted divided by every "
-            f"label{counts}, torch's by {theirs}; torch's summed cross-entropy divided by every "
-            f"label is paddle's loss, its mean over the labels counted is not: confirmed by re-running "
-            f"({CROSS_ENTROPY_IGNORED.said()}'s cross_entropy with a negative ignore_index and reduction 'mean' "
-            "divides by every label)",
+    every, counted = (f"all {n} labels, the {n - m} labels {base.ignore_index} included", f"the {m} counted") if n \
+        else ("every label, the ignored ones included", "the labels counted")
+    return (f"ignored labels counted in the mean: paddle's loss divides the summed loss by {every}, torch's by "
+            f"{counted}; torch's summed cross-entropy divided by every label is paddle's loss, its mean over the "
+            f"labels counted is not: confirmed by re-running ({CROSS_ENTROPY_IGNORED.said()}'s cross_entropy does so "
+            "under a negative ignore_index and reduction 'mean')",
             f"compute paddle's loss as the sum with reduction='none' divided by the labels counted: "
             f"losses.sum() / (labels != {base.ignore_index}).sum()")
 

@@ -168,15 +168,14 @@ def conventions(session: TrainSession, tspec, rows) -> list:
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
     variance updated with the biased batch variance on paddle's side, the optimizer's, and those a
     paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hf.pair)."""
-    from ..lazy import import_paddle
+    from .upstream import BATCHNORM_VARIANCE
     said = []
     variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note
                  and "var" in f"{r.paddle} {r.torch}".lower()]
     if variances:
         shown = ", ".join(f"'{v}'" for v in variances[:3]) + (f" and {len(variances) - 3} more" if len(variances) > 3 else "")
-        said.append(f"convention: paddle {import_paddle().__version__} updates BatchNorm's running variance with the "
-                    "biased batch variance (torch: the unbiased one, n/(n-1) times it over the n values of a channel); "
-                    f"torch's batch statistics were replayed under paddle's rule for {shown}: not a bug of the port")
+        said.append(f"convention: {BATCHNORM_VARIANCE.line()}; torch's batch statistics were replayed under "
+                    f"paddle's rule for {shown}: not a bug of the port")
     if session.translation is not None:
         said += [f"convention: {note}" for note in session.translation.notes if note.startswith("paddle")]
     loss = getattr(tspec.spec.training_part("paddle_loss"), "convention", None)  # a loss that says what it evens out

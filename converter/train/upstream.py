@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Divergence:
-    """One computation paddle does otherwise than torch: `paddle` and `torch` say each side's rule."""
+    """One computation paddle does otherwise than torch: `paddle` says what paddle does (a predicate
+    of "paddle"), `torch` what torch does instead."""
 
-    name: str
     version: str  # the paddle version it was measured on
     paddle: str
     torch: str
@@ -25,18 +25,18 @@ class Divergence:
         return f"paddle {installed}" if installed == self.version else f"paddle {installed} (measured on {self.version})"
 
     def line(self) -> str:
-        """One line of the report's notes."""
-        return f"convention: {self.said()}'s {self.name} {self.paddle} (torch's {self.torch})"
+        """What it is, in one sentence."""
+        return f"{self.said()} {self.paddle} (torch: {self.torch})"
 
 
 BATCHNORM_VARIANCE = Divergence(
-    "BatchNorm", "3.3.1", "updates the running variance with the biased batch variance (divided by n)",
-    "with the unbiased one, divided by n - 1, over the n values of a channel")
+    "3.3.1", "updates BatchNorm's running variance with the biased batch variance",
+    "the unbiased one, n/(n-1) times it over the n values of a channel")
 CROSS_ENTROPY_IGNORED = Divergence(
-    "cross_entropy", "3.3.1", "with a negative ignore_index (the default -100) and reduction 'mean' divides the "
-    "summed loss by every label, the ignored ones included", "by the labels counted")
+    "3.3.1", "divides cross_entropy's summed loss by every label, the ignored ones included, under a negative "
+    "ignore_index (the default -100) and reduction 'mean'", "by the labels counted")
 ADAMAX_EPSILON = Divergence(
-    "Adamax", "3.3.1", "adds epsilon to the decayed infinity norm, u = max(beta2 u + eps, |g|)",
+    "3.3.1", "adds Adamax's epsilon to the decayed infinity norm, u = max(beta2 u + eps, |g|)",
     "to the gradient, u = max(beta2 u, |g| + eps)")
 
 
