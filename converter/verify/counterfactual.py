@@ -4,11 +4,12 @@ Every plain setting a layer keeps (a flag, a number, a word, a tuple of numbers:
 constructor stored and its forward reads) is a candidate cause. For the paddle layer and each
 layer inside it, each setting is changed in turn to a value the other side suggests (the values
 torch's module keeps, the opposite flag, the complement `1 - x` of a fraction) and the layer
-re-run on torch's recorded inputs; a change under which paddle's output lands within the layer's
-budget of torch's is a cause, confirmed by re-running. The same search on torch's float64 module
-against paddle's output says what paddle computes where no paddle setting does. Nothing here
-knows a layer family: the settings are read from the two layers, and a layer type no family
-covers gets a cause the same way.
+re-run on torch's recorded inputs (the whole numbers of a layer that holds weights only where
+building the layer afresh measures them as no part of its structure: counterfactual_rebuild.py);
+a change under which paddle's output lands within the layer's budget of torch's is a cause,
+confirmed by re-running. The same search on torch's float64 module against paddle's output says
+what paddle computes where no paddle setting does. Nothing here knows a layer family: the settings
+are read from the two layers, and a layer type no family covers gets a cause the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class Setting:
     was: object
     to: object
     parameter: str | None
+    assigned: tuple = ()  # ((attribute, its value, the value set), ...) where one change sets several
+
+    def set_to(self) -> tuple:
+        """(attribute, its value, the value set) for each attribute the change sets."""
+        return self.assigned or ((self.name, self.was, self.to),)
 
     def said(self, value) -> str:
         return f"{self.parameter or self.name}={value!r}"
@@ -100,7 +106,8 @@ def candidates(value, suggested: list, sizes: bool = True) -> list:
     side keeps (`suggested`), the opposite of a flag, the complement of a fraction. Whole numbers
     and tuples of them (axes, strides, windows, factors) only where `sizes`: in a layer that holds
     weights they are its structure (counts of layers, heads, features), which no re-run may change
-    (native kernels trust them: a changed count can crash the process)."""
+    (native kernels trust them: a changed count can crash the process); such a layer's whole numbers
+    that measure as no part of its structure are tried by `_measured`."""
     if isinstance(value, bool):
         return [not value]
     out = []
@@ -169,9 +176,11 @@ def _search(side: str, root, root_path: str, framework_keys: frozenset, suggeste
         sizes = not any(True for _ in _own_parameters(layer))
         here = [Setting(name, value, new, _constructor_parameter(layer, name))
                 for name, value in settings(layer, framework_keys).items()
-                for new in candidates(value, suggested(path), sizes)]
-        if here:
-            options.append((path, layer, here))
+                for new in candidates(value, suggested(path).values, sizes)]
+        options.append((path, layer, here))
+    for path, layer, here in options:
+        here.extend(_measured(layer, framework_keys, suggested(path)))
+    options = [(path, layer, here) for path, layer, here in options if here]
     for together in (1, 2):
         hits = []
         for path, layer, here in options:
@@ -193,16 +202,45 @@ def _combinations(here: list, together: int):
             yield changed
 
 
+def _measured(layer, framework_keys: frozenset, counterpart) -> list[Setting]:
+    """The whole-number settings of a layer that holds weights, changed to the counterpart's value
+    for the same constructor argument, where building the layer with it measures them as no part
+    of its structure (see counterfactual_rebuild.py)."""
+    if not any(True for _ in _own_parameters(layer)) or not counterpart.arguments:
+        return []
+    from .counterfactual_rebuild import Rebuilder
+    rebuilder, out = None, []
+    for name, value in settings(layer, framework_keys).items():
+        parameter = _constructor_parameter(layer, name)
+        theirs = counterpart.arguments.get(parameter, None) if parameter else None
+        if isinstance(value, bool) or not _whole(value) or not _whole(theirs) or _same(value, theirs):
+            continue
+        rebuilder = rebuilder or Rebuilder(layer, framework_keys)
+        for to in candidates(value, [theirs]) or [theirs]:
+            m = rebuilder.measured(name, value, parameter, to)
+            if m is not None:
+                out.append(Setting(name, value, to, parameter, m.assigned))
+    return out
+
+
+def _whole(value) -> bool:
+    """A whole number, or a sequence of them (a stride, a padding per side)."""
+    if isinstance(value, (tuple, list)):
+        return 0 < len(value) <= 6 and all(_whole(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _run_changed(layer, changed: tuple, run, judge) -> float | None:
-    for s in changed:
-        setattr(layer, s.name, s.to)
+    assigned = [a for s in changed for a in s.set_to()]
+    for name, _, to in assigned:
+        setattr(layer, name, to)
     try:
         return judge(run())
     except Exception:  # noqa: BLE001 - a setting the layer cannot run with is not the cause
         return None
     finally:
-        for s in changed:
-            setattr(layer, s.name, s.was)
+        for name, was, _ in reversed(assigned):
+            setattr(layer, name, was)
 
 
 def _framework_keys(framework: str) -> frozenset:
@@ -228,8 +266,19 @@ def _counterparts(ctx, side: str, keys: frozenset):
     else:
         paired = {ctx.result.torch: ctx.paddle_layer}
         paired.update({p.torch: ctx.session.paddle_layer(p.paddle) for p in ctx.pairs})
-    values = {path: list(settings(layer, keys).values()) for path, layer in paired.items()}
-    return lambda path: values.get(path, [])
+    values = {path: Counterpart(layer, keys) for path, layer in paired.items()}
+    return lambda path: values.get(path, Counterpart(None, keys))
+
+
+class Counterpart:
+    """The settings of a layer's counterpart on the other side: their values, and by the
+    constructor argument that sets them."""
+
+    def __init__(self, layer, keys: frozenset):
+        kept = settings(layer, keys) if layer is not None else {}
+        self.values = list(kept.values())
+        named = ((_constructor_parameter(layer, k), v) for k, v in kept.items()) if layer is not None else ()
+        self.arguments = {p: v for p, v in named if p}
 
 
 class _Target:
