@@ -235,6 +235,9 @@ def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
                     "momentum": float(popt._momentum), "centered": bool(popt._centered), "weight_decay": l2})
     elif kind == "Adagrad":
         out.update({"class": "Adagrad", "eps": float(popt._epsilon), "weight_decay": l2})
+    elif kind == "Adamax":
+        out.update({"class": "Adamax", "betas": (float(popt._beta1), float(popt._beta2)), "eps": float(popt._epsilon),
+                    "weight_decay": l2})
     return out
 
 

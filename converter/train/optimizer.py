@@ -208,12 +208,20 @@ def _adagrad(group):
     return Recipe("paddle.optimizer.Adagrad", kwargs)
 
 
+def _adamax(group):
+    kwargs = {"learning_rate": float(group["lr"]), "beta1": float(group["betas"][0]),
+              "beta2": float(group["betas"][1]), "epsilon": float(group["eps"])}
+    _decay(group, kwargs)  # torch's Adamax adds its weight decay to the gradient (L2), as paddle's float does
+    return Recipe("paddle.optimizer.Adamax", kwargs)
+
+
 OPTIMIZERS = {
     "SGD": _sgd,
     "Adam": lambda g: _adam(g, "paddle.optimizer.Adam"),
     "AdamW": lambda g: _adam(g, "paddle.optimizer.AdamW"),
     "RMSprop": _rmsprop,
     "Adagrad": _adagrad,
+    "Adamax": _adamax,
 }
 
 NOTES = {

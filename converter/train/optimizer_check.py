@@ -48,11 +48,21 @@ def _state_table(popt, torch_state: dict, lr: float) -> dict:
                 "mean_grad": get("grad_avg")}
     if kind == "Adagrad":
         return {"moment": get("sum")}
+    if kind == "Adamax":
+        step = int(torch_state["step"]) if "step" in torch_state else 0
+        return {"moment": get("exp_avg"), "inf_norm": get("exp_inf"),
+                "beta1_pow_acc": _pow32(_betas(popt)[0], step + 1)}
     return {}
 
 
 TORCH_STATE_OF = {"moment1": "exp_avg", "moment2": "exp_avg_sq", "velocity": "momentum_buffer",
                   "mean_square": "square_avg", "moment": "sum", "mean_grad": "grad_avg"}
+STATE_OF_KIND = {"Adamax": {"moment": "exp_avg", "inf_norm": "exp_inf"}}  # where a kind names its state otherwise
+
+
+def torch_state_of(popt) -> dict:
+    """Paddle accumulator name -> the key of torch's state it holds, for paddle's optimizer `popt`."""
+    return STATE_OF_KIND.get(type(popt).__name__, TORCH_STATE_OF)
 
 
 class OptimizerCheck:
@@ -74,6 +84,7 @@ class OptimizerCheck:
         self.failed = None  # what the first step over budget started from, for the what-ifs
         self.drift: dict = {}  # paddle name -> the conventions' accumulated effect on the weights
         self.loss_drift: list = []  # per step: that drift's first-order effect on the loss
+        self.rule_gap = 0.0  # the largest relative change of a step paddle's own update rule makes (Adamax's epsilon)
         self._prime()
 
     def _prime(self):
@@ -194,9 +205,11 @@ class OptimizerCheck:
         """Relative differences paddle's optimizer has by design (see DESIGN: Training conventions)."""
         rel = 0.0
         kind = type(self.opt).__name__
-        if kind in ("Adam", "AdamW"):
+        if kind in ("Adam", "AdamW", "Adamax"):  # their betas taken as float32 by paddle's kernels
             b1, b2 = _betas(self.opt)
-            rel += (U32 * b1 / (1 - b1)) ** 2 + (U32 * b2 / (1 - b2)) ** 2
+            # Adamax's norm takes beta2 u, no (1 - beta2) term: beta2's rounding moves it by U32 relative
+            b2_rel = U32 if kind == "Adamax" else U32 * b2 / (1 - b2)
+            rel += (U32 * b1 / (1 - b1)) ** 2 + b2_rel ** 2
         if self.tspec.clip_grad_norm is not None:
             norm = float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads.values())))
             if norm > self.tspec.clip_grad_norm:
@@ -216,7 +229,10 @@ class OptimizerCheck:
         """What the conventions moved `pair`'s weight by at this step, per element in paddle's layout:
         their relative effect times the step's change of the weight; added to its drift."""
         delta = pair.to_paddle({t: np.subtract(torch_params[t], params_before[t]) for t in pair.torch})
-        rel = np.sqrt(conv ** 2 + np.square(self._rmsprop_rel(pair, opt, torch_state)))
+        rule = self._rule_rel(pair, opt, torch_state)
+        if np.ndim(rule):
+            self.rule_gap = max(self.rule_gap, float(np.max(rule, initial=0.0)))
+        rel = np.sqrt(conv ** 2 + np.square(rule))
         moved = np.multiply(np.abs(delta, out=delta), rel, dtype=np.float32)  # as a row's budget takes it
         if pair.paddle in self.drift:
             self.drift[pair.paddle] += moved
@@ -224,9 +240,17 @@ class OptimizerCheck:
             self.drift[pair.paddle] = moved.astype(np.float64)
         return moved
 
-    def _rmsprop_rel(self, pair, opt, torch_state: dict):
-        """paddle's sqrt(v + eps) against torch's sqrt(v) + eps: the relative change of the step, per element."""
-        if type(self.opt).__name__ != "RMSProp" or any("square_avg" not in torch_state.get(t, {}) for t in pair.torch):
+    def _rule_rel(self, pair, opt, torch_state: dict):
+        """The relative change of the step paddle's own update rule makes, per element: RMSProp's
+        sqrt(v + eps) against torch's sqrt(v) + eps; Adamax's epsilon on the norm, not the gradient
+        (upstream.ADAMAX_EPSILON: its norm moves by at most eps). 0.0 for another optimizer."""
+        kind = type(self.opt).__name__
+        if kind == "Adamax" and all("exp_inf" in torch_state.get(t, {}) for t in pair.torch):
+            eps = float(opt.param_groups[0]["eps"])
+            u = pair.to_paddle({t: torch_state[t]["exp_inf"].detach().cpu().numpy().astype(np.float64)
+                                for t in pair.torch})
+            return np.minimum(eps / np.maximum(u - eps, eps), 1.0)
+        if kind != "RMSProp" or any("square_avg" not in torch_state.get(t, {}) for t in pair.torch):
             return 0.0
         eps = float(opt.param_groups[0]["eps"])
         v = pair.to_paddle({t: torch_state[t]["square_avg"].detach().cpu().numpy().astype(np.float64)
@@ -243,7 +267,7 @@ class OptimizerCheck:
             e_ref = np.subtract(want, pair.to_paddle(ref_params), dtype=np.float32)  # float64's rounded first
             moved = self._moved(pair, opt, torch_state, conv, torch_params, params_before)
             self._row(k, pair, "", want, self.params[pair.paddle].numpy(), e_ref, moved)
-            for acc, key in TORCH_STATE_OF.items():
+            for acc, key in torch_state_of(self.opt).items():
                 holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
                 if holder is None or any(key not in torch_state.get(t, {}) or key not in ref_state.get(t, {})
                                          for t in pair.torch):
@@ -259,6 +283,8 @@ class OptimizerCheck:
                     bound += np.abs(pair.to_paddle({t: np.zeros(params_before[t].shape, np.float32) if v is None else
                                                     scaled(v.detach().cpu().numpy()) for t, v in olds.items()}))
                 bound *= conv
+                if acc == "inf_norm":  # Adamax's: paddle's rule puts epsilon on it (upstream.ADAMAX_EPSILON)
+                    bound += float(opt.param_groups[0]["eps"])
                 self._row(k, pair, f" {acc}", want_s, holder.numpy(), np.subtract(want_s, ref_s, dtype=np.float32),
                           bound)
 

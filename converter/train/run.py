@@ -134,7 +134,7 @@ def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: 
             final = final_rows(session, t32, t64, tfmt, p, check.drift, own)
     rows += final
     bad = first_bad(rows)
-    notes = _notes(session, tspec) + conventions(session, tspec, rows) + skipped_notes(skipped)
+    notes = _notes(session, tspec) + conventions(session, tspec, rows, check) + skipped_notes(skipped)
     described = ("the spec's paddle_optimizer(model)" if tspec.has["paddle_optimizer"] else
                  "translated from torch's: " + session.translation.describe())
     code = None if session.translation is None else session.translation.code()
@@ -163,12 +163,14 @@ def _float64_beside(session: TrainSession, tspec, batches, paddle_side) -> tuple
     return t64, here
 
 
-def conventions(session: TrainSession, tspec, rows) -> list:
+def conventions(session: TrainSession, tspec, rows, check=None) -> list:
     """The conventions that differ between the two libraries, are not bugs of the port, and were
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
-    variance updated with the biased batch variance on paddle's side, the optimizer's, and those a
+    variance updated with the biased batch variance on paddle's side, the optimizer's (an update rule
+    of paddle's own where the teacher-forced steps measured it beyond fp32's rounding), and those a
     paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hf.pair)."""
-    from .upstream import BATCHNORM_VARIANCE
+    from ..compare.precision import U32
+    from .upstream import ADAMAX_EPSILON, BATCHNORM_VARIANCE
     said = []
     variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note
                  and "var" in f"{r.paddle} {r.torch}".lower()]
@@ -178,6 +180,11 @@ def conventions(session: TrainSession, tspec, rows) -> list:
                     f"paddle's rule for {shown}: not a bug of the port")
     if session.translation is not None:
         said += [f"convention: {note}" for note in session.translation.notes if note.startswith("paddle")]
+    gap = getattr(check, "rule_gap", 0.0)
+    if type(getattr(check, "opt", None)).__name__ == "Adamax" and gap > U32:
+        said.append(f"convention: {ADAMAX_EPSILON.line()}; on torch's steps here it changes a step by at most "
+                    f"{gap:.3g} relative (epsilon over the norm), taken into the optimizer's budget: not a bug of "
+                    "the port")
     loss = getattr(tspec.spec.training_part("paddle_loss"), "convention", None)  # a loss that says what it evens out
     if isinstance(loss, str):
         said.append(f"convention: {loss}")
