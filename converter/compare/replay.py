@@ -284,7 +284,12 @@ def run_torch64(module64, call: Call, fmt: str | None = None, draw: int = 0) -> 
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 
-def matmul_stats(module, call: Call, square_dtype=None) -> MatmulStats | None:
+def refused_in(session, path: str):
+    """matmul_stats' `refused` for torch's layer at `path`: kept in the session's skipped measurements."""
+    return lambda exc: session.skip(f"the input-rounding statistics of '{path}' (the generic budget stands in)", exc)
+
+
+def matmul_stats(module, call: Call, square_dtype=None, refused=None) -> MatmulStats | None:
     """S2 = sum_k (x_k w_k)^2 per output element (float32), and K, for the torch layers whose
     family says a format rounds their inputs (see families/: each family computes its own);
     None for any other layer, and for a call its family cannot take (the generic budget then).
@@ -292,7 +297,8 @@ def matmul_stats(module, call: Call, square_dtype=None) -> MatmulStats | None:
     A budget needs S2's magnitude, not its last digits: by default the squares are rounded to
     bf16 (8 bits, float32's range) and summed in float32 by the bf16 kernels, which puts S2
     within 2%, where the CPU has bf16 matrix units (several times faster there); float32
-    elsewhere (on a GPU, on the GPU). `square_dtype` overrides the choice."""
+    elsewhere (on a GPU, on the GPU). `square_dtype` overrides the choice. `refused(exc)`, when given, is
+    told of a call the family's formula refuses."""
     import torch
     family = lookup(module)
     if family is None or family.products is None or getattr(module, "weight", None) is None \
@@ -305,7 +311,9 @@ def matmul_stats(module, call: Call, square_dtype=None) -> MatmulStats | None:
     with torch.no_grad():
         try:
             s2, k = family.products(module, call.args, _squared(module.weight.detach().to(x.device), square_dtype), square)
-        except Exception:  # a call the family's formula does not fit: the generic budget serves
+        except Exception as exc:  # noqa: BLE001 - a call the family's formula does not fit: the generic budget serves
+            if refused is not None:
+                refused(exc)
             return None
     return MatmulStats(s2.float().cpu().numpy(), float(k))
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..lazy import import_paddle, import_torch
+from ..results import Skipped
 from . import precision as prec
 from . import restore
 from .weights import check_loaded
@@ -86,6 +87,7 @@ class PortSession:
         self.spec = spec
         self.options = options
         self.undo = restore.Undo()
+        self.skipped: list[Skipped] = []  # measurements not taken, and why: counted in the report's notes
         try:
             self._set_up(spec, options, weights, converted, mapping)
         except BaseException:
@@ -94,6 +96,11 @@ class PortSession:
 
     def restore(self) -> None:
         self.undo.close()
+
+    def skip(self, what: str, exc: BaseException) -> None:
+        """Keeps, for the report's notes, a measurement not taken (`what`: it and what stands in for
+        it) and the exception that stopped it."""
+        self.skipped.append(Skipped.of(what, exc))
 
     def __enter__(self) -> PortSession:
         return self
@@ -300,7 +307,8 @@ class PortSession:
         if not hasattr(self, "_paddle64"):
             try:
                 self._paddle64 = self._paddle_model64()
-            except Exception:  # noqa: BLE001 - a model that cannot be made in float64: nothing measured
+            except Exception as exc:  # noqa: BLE001 - a model that cannot be made in float64: said in the notes
+                self.skip("paddle's own drift, on a float64 copy of the paddle model (torch's stands in)", exc)
                 self._paddle64 = None
         if self._paddle64 is None:
             return None
@@ -320,7 +328,8 @@ class PortSession:
             out = {path: to_numpy_list(calls[path].outputs, "paddle") for path in paths}
             first = to_numpy_list(flatten(returned.pop("first"), paddle_side.is_float_tensor), "paddle")
             again = forward()  # uncaptured: only what the model returns is held twice
-        except Exception:  # noqa: BLE001 - a model that does not run in float64: nothing measured
+        except Exception as exc:  # noqa: BLE001 - a model that does not run in float64: said in the notes
+            self.skip("paddle's own drift, on a float64 copy of the paddle model (torch's stands in)", exc)
             return None
         if any(a.dtype != np.float64 for outputs in out.values() for a in outputs):
             return None  # it computed in float32 inside

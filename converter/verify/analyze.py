@@ -16,7 +16,7 @@ from ..compare.identity import view_of
 from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
 from ..compare.fused import sliced
 from ..paths import is_under
-from ..compare.replay import matmul_stats, to_numpy_list
+from ..compare.replay import matmul_stats, refused_in, to_numpy_list
 from .one_pair import (Evidence as Evidence, Local as Local, _fitted, culprit_evidence as culprit_evidence,
                        end_to_end, joined as joined, judge_alone, judge_by_addition, judged as judged, laid_out as laid_out,
                        layer_budget as layer_budget, outputs_of as outputs_of, rounding_effect, torch_read as torch_read,
@@ -107,7 +107,7 @@ def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None
             continue
         if stop is not None and stop():
             break
-        out[path] = matmul_stats(session.torch_module(path), call)
+        out[path] = matmul_stats(session.torch_module(path), call, refused=refused_in(session, path))
     return out
 
 

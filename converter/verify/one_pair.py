@@ -15,7 +15,7 @@ from ..compare.capture import Call, module_path
 from ..compare.metrics import compare, join, rms_over
 from ..compare.precision import ROUNDING_DRAWS
 from ..compare.fused import sliced
-from ..compare.replay import (forced_paddle_inputs, matmul_stats, paddle_inputs, run_paddle, run_torch64, run_torch_module,
+from ..compare.replay import (forced_paddle_inputs, matmul_stats, refused_in, paddle_inputs, run_paddle, run_torch64, run_torch_module,
                               to_numpy_list, torch_inputs)
 from .report import LayerResult
 
@@ -91,9 +91,9 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     return MatmulStats(matmul.sum_sq.reshape(shape), matmul.k)
 
 
-def _matmul(module, call: Call, shape) -> MatmulStats | None:
+def _matmul(module, call: Call, shape, refused=None) -> MatmulStats | None:
     """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
-    return _fitted(matmul_stats(module, call), shape)
+    return _fitted(matmul_stats(module, call, refused=refused), shape)
 
 
 def rounding_effect(session, pair: LayerPair, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
@@ -111,7 +111,7 @@ def rounding_effect(session, pair: LayerPair, call: Call, y64: np.ndarray, pairs
 def layer_budget(session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
                  formats: dict) -> Budget:
     """The budget of torch's output `y_t` (y64 the float64 one, both read and laid out by `pairs`)."""
-    matmul = _matmul(session.torch_module(pair.torch), call, y64.shape)
+    matmul = _matmul(session.torch_module(pair.torch), call, y64.shape, refused_in(session, pair.torch))
     rounding = {f: rounding_effect(session, pair, call, y64, pairs, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)

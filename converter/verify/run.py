@@ -13,7 +13,7 @@ from ..compare.capture import CaptureTooLarge, PassComplete
 from .diagnose import Context, diagnose
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
-from ..results import Verdict
+from ..results import Verdict, skipped_notes
 from ..compare.session import Options, PortSession
 
 
@@ -63,8 +63,8 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
         named = {d.paddle for d in weights.differ}
         diagnosis = check_loaded_weights(weights) + [d for d in diagnosis if d.layer not in named]
     precision = {side: p.to_json() for side, p in session.precision.items()}
-    return Report(results, bad, precision, diagnosis, strategy.name, found.passes, session.plan.notes + notes,
-                  outputs, weights)
+    return Report(results, bad, precision, diagnosis, strategy.name, found.passes,
+                  session.plan.notes + notes + skipped_notes(session.skipped), outputs, weights)
 
 
 @dataclass(frozen=True)

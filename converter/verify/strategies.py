@@ -240,8 +240,10 @@ class BinarySearch:
             return found
         try:  # torch alone, no activations kept: not counted with the paired passes
             flow = trace(session, [u.torch for u in self.state.units])
-        except Exception:  # noqa: BLE001 - a model that fails here failed in no paired pass:
-            return found  # the search keeps its own supposition rather than lose its answer
+        except Exception as exc:  # noqa: BLE001 - a model that fails here failed in no paired pass: the search
+            session.skip("the dataflow trace that checks the earlier units the culprit reads (the search's answer "
+                         "stands unchecked)", exc)  # keeps its own supposition rather than lose its answer
+            return found
         return look_back(found, bad_at, flow.cleared_by, probe)
 
     def _between(self, pairs, found: int, probe: LayerResult) -> LayerResult:
