@@ -259,7 +259,7 @@ class LocalBackward:
                     rows.append(half)
                     continue
                 ppath = half.unit.ppath
-                found, measured, skips = _layer_rows(session, half, players[ppath], layer64, self.p_calls.get(ppath))
+                found, measured, skips = layer_rows(session, half, players[ppath], layer64, self.p_calls.get(ppath))
                 rows += found
                 self.skipped += skips
                 if measured is not None and not ppath:
@@ -325,7 +325,7 @@ def torch_half(unit: Unit, t32, t64, tfmt) -> TorchLocal | Skipped:
     return TorchLocal(unit, inputs, g32, p32, g64, p64, gf, pf, cond_in, cond_p, said)
 
 
-def _layer_rows(session: TrainSession, half: TorchLocal, player, layer64, p_call) -> tuple[list, dict | None, list]:
+def layer_rows(session: TrainSession, half: TorchLocal, player, layer64, p_call) -> tuple[list, dict | None, list]:
     """(the rows of one unit's local backward, from torch's half and paddle's layer; paddle's own error
     per parameter where it was measured, else None; the measurements skipped). `layer64(path)`: the
     float64 copy's layer, or None."""

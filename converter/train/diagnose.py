@@ -23,7 +23,8 @@ from .steps import loss_band
 class Runs:
     """What the training checks ran, for the what-ifs: torch in fp32 and in float64, torch in
     paddle's matmul format (None where that is torch's), paddle, the loss probe on the first batch,
-    and the teacher-forced optimizer check."""
+    the teacher-forced optimizer check, and the per-layer backward (its torch half) with the layers'
+    pairs (None: not run)."""
 
     t32: RunRecord
     t64: RunRecord
@@ -31,6 +32,8 @@ class Runs:
     paddle: RunRecord
     loss: LossProbe
     optimizer_check: OptimizerCheck
+    local: object = None
+    pairs: object = None
 
 
 def diagnose(session: TrainSession, tspec, rows: list, fb, runs: Runs) -> list:
@@ -127,10 +130,17 @@ def _backward(session: TrainSession, tspec, rows: list, fb, runs: Runs):
         return [D(layer, f"the gradient is stopped on paddle's side: paddle's gradient of '{zero[0].paddle}' is zero "
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
                   f"forward of '{fb.paddle.split(' ')[0]}'", kind="stopped gradient")]
+    if layer_of(fb) and runs.local is not None and runs.pairs is not None:
+        from .backward_whatif import setting_causes
+        found = setting_causes(session, runs.local, runs.pairs, fb)
+        if found:
+            return found
     if layer_of(fb) and not fb.note.endswith(FORWARD_DIFFERS):
-        return [D(layer, "its forward agrees with torch's on torch's inputs, its backward does not: a custom "
-                  "backward (PyLayer) or an op whose gradient differs", "check the custom backward of "
-                  f"'{fb.paddle.split(' ')[0]}' against autograd (paddle.autograd.PyLayer.backward)", kind="custom backward")]
+        where = layer_of(fb)
+        return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and output "
+                  "gradient while its forward agrees; no setting of the layer re-run with torch's value reproduces "
+                  "torch's gradient", f"compare how paddle's '{where}' computes its gradient with torch's "
+                  f"'{layer}' (the ops in its forward, and any gradient it sets by hand)", kind="backward")]
     return []
 
 

@@ -138,7 +138,7 @@ def _train_check(session: TrainSession, tspec: TrainSpec, batches: list, steps: 
     described = ("the spec's paddle_optimizer(model)" if tspec.has["paddle_optimizer"] else
                  "translated from torch's: " + session.translation.describe())
     code = None if session.translation is None else session.translation.code()
-    diagnosis = diagnose(session, tspec, rows, bad, Runs(t32, t64, tfmt, p, loss_probe, check))
+    diagnosis = diagnose(session, tspec, rows, bad, Runs(t32, t64, tfmt, p, loss_probe, check, local, pairs))
     progress.training_done()
     return TrainReport(rows, step_table, bad, diagnosis, notes, described, dict(session.formats), code)
 

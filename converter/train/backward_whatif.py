@@ -1,0 +1,152 @@
+"""Causes of a per-layer backward culprit found by re-running: the paddle layer's local backward (on
+torch's recorded inputs and output gradient) re-run with one of its settings changed.
+
+The settings and the values tried come from the two models, as the forward check's re-runs take them
+(verify/counterfactual.py): every plain value a paddle layer under the culprit keeps, changed to the
+values its paired torch module keeps, the opposite flag, the complement of a fraction; and, for a
+setting torch's module keeps under the same name (paddle's `_padding_idx`, torch's `padding_idx`),
+torch's value, whole numbers included, where paddle's holds another value or none. A change under which the culprit's gradient lands within its
+budget of torch's, and no other gradient of the layer leaves it, is the cause."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+
+from ..diagnosis import Diagnosis
+from ..paths import join
+from .result import layer_of
+
+MAX_RUNS = 120  # re-runs of one layer's local backward
+MAX_SECONDS = 20.0
+KIND = "setting"
+
+
+@dataclass(frozen=True)
+class Found:
+    where: str  # the paddle layer's path
+    layer_type: str
+    changed: tuple  # counterfactual.Setting, each
+    ratio: float
+
+
+def _bare(name: str) -> str:
+    return name.lstrip("_").lower()
+
+
+def _constructor_parameter(layer, setting: str) -> str | None:
+    try:
+        names = inspect.signature(type(layer).__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    return setting.lstrip("_") if setting.lstrip("_") in names else None
+
+
+def _options(root, root_path: str, counterpart) -> list:
+    """(layer, [Setting]) for `root` and each layer inside it; `counterpart(path)`: the paired torch
+    module of a paddle layer, or None."""
+    import paddle
+    import torch
+
+    from ..verify.counterfactual import Setting, candidates, settings
+    paddle_keys, torch_keys = frozenset(vars(paddle.nn.Layer())), frozenset(vars(torch.nn.Module()))
+    out = []
+    for rel, layer in [("", root)] + list(root.named_sublayers()):
+        module = counterpart(join(root_path, rel))
+        theirs = settings(module, torch_keys) if module is not None else {}
+        by_name = {_bare(k): v for k, v in theirs.items()}
+        sizes = not any(True for _ in layer.named_parameters(include_sublayers=False))
+        here = []
+        for name, value in settings(layer, paddle_keys).items():
+            tried = candidates(value, list(theirs.values()), sizes)
+            same = by_name.get(_bare(name))  # torch's value of the setting of the same name
+            if same is not None and type(same) is type(value) and same != value and same not in tried:
+                tried.append(same)
+            here += [Setting(name, value, new, _constructor_parameter(layer, name)) for new in tried]
+        for name, value in vars(layer).items():  # unset on paddle's side (None), set on torch's
+            same = by_name.get(_bare(name))
+            if value is None and name not in paddle_keys and same is not None:
+                here.append(Setting(name, None, same, _constructor_parameter(layer, name)))
+        if here:
+            out.append((join(root_path, rel), layer, here))
+    return out
+
+
+def _rerun(layer, setting, run):
+    setattr(layer, setting.name, setting.to)
+    try:
+        return run()
+    except Exception:  # noqa: BLE001 - a setting the layer cannot run with is not the cause
+        return None
+    finally:
+        setattr(layer, setting.name, setting.was)
+
+
+def setting_causes(session, local, pairs, fb) -> list:
+    """The confirmed causes of `fb`, a per-layer backward row over budget, among the settings of the
+    paddle layer it compares (see the module's docstring); [] where no change reproduces torch's
+    gradient, or the layer cannot be re-run."""
+    from .backward import TorchLocal, layer_rows
+    layer = layer_of(fb)
+    half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
+    if half is None:
+        return []
+    ppath = half.unit.ppath
+    torch_of = {p: t for t, p in pairs.modules.items()}
+
+    def counterpart(path):
+        t = torch_of.get(path)
+        if t is None:
+            return None
+        return session.torch_model.get_submodule(t) if t else session.torch_model
+
+    model = session.paddle_copy()  # at the initial weights, as the per-layer backward's copy was
+    try:
+        root = dict(model.named_sublayers(include_self=True))[ppath]
+        p_call = local.p_calls.get(ppath)
+
+        def run():
+            rows, _, _ = layer_rows(session, half, root, None, p_call)
+            return rows
+        before = {(r.torch, r.paddle): r for r in run()}
+        mine = before.get((fb.torch, fb.paddle))
+        if mine is None or not mine.bad:  # (a Row is false when it fails)
+            return []
+        hits = _search(_options(root, ppath, counterpart), run, fb, before)
+    finally:
+        session.done_with(model, "paddle")
+    return [_diagnosis(h, fb, layer) for h in hits[:2]]
+
+
+def _search(options: list, run, fb, before: dict) -> list:
+    runs, until = MAX_RUNS, time.monotonic() + MAX_SECONDS
+    hits = []
+    for path, layer, here in options:
+        for setting in here:
+            runs -= 1
+            if runs < 0 or time.monotonic() > until:
+                return sorted(hits, key=lambda h: h.ratio)
+            rows = _rerun(layer, setting, run)
+            if rows is None:
+                continue
+            got = {(r.torch, r.paddle): r for r in rows}
+            mine = got.get((fb.torch, fb.paddle))
+            newly_bad = any(r.bad and not before.get(k, r).bad for k, r in got.items())
+            if mine is not None and mine.ratio is not None and mine.ratio <= 1 and not newly_bad:
+                hits.append(Found(path, type(layer).__name__, (setting,), mine.ratio))
+    return sorted(hits, key=lambda h: h.ratio)
+
+
+def _diagnosis(found: Found, fb, layer: str) -> Diagnosis:
+    was = ", ".join(s.said(s.was) for s in found.changed)  # by the constructor's parameter where one sets it
+    to = ", ".join(s.said(s.to) for s in found.changed)
+    where = found.where or "<model>"
+    cause = (f"paddle's {where} ({found.layer_type}) has {was}; its backward re-run on torch's recorded inputs and "
+             f"output gradient with {to} gives torch's gradient of '{fb.paddle}' within the budget (ratio "
+             f"{fb.ratio:.3g} -> {found.ratio:.3g}): confirmed by re-running")
+    if all(s.parameter for s in found.changed):
+        hint = f"construct paddle's {found.layer_type} with {', '.join(s.said(s.to) for s in found.changed)}"
+    else:
+        hint = f"make paddle's {where} compute with {to}"
+    return Diagnosis(layer, cause, hint, kind=KIND)
