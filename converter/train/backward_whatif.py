@@ -5,8 +5,9 @@ The settings and the values tried come from the two models, as the forward check
 (verify/counterfactual.py): every plain value a paddle layer under the culprit keeps, changed to the
 values its paired torch module keeps, the opposite flag, the complement of a fraction; and, for a
 setting torch's module keeps under the same name (paddle's `_padding_idx`, torch's `padding_idx`),
-torch's value, whole numbers included, where paddle's holds another value or none. A change under which the culprit's gradient lands within its
-budget of torch's, and no other gradient of the layer leaves it, is the cause."""
+torch's value, whole numbers included, where paddle's holds another value or none. A change under
+which the culprit's gradient lands within its budget of torch's, and no other gradient of the layer
+leaves it, is the cause."""
 
 from __future__ import annotations
 
