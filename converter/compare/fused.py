@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..families import Reading
 from .matching import same_values
 from ..paths import parent
 
 
 @dataclass(frozen=True)
-class Slice:
+class Slice(Reading):
     """The part of a fused paddle layer's output that one torch module computes."""
 
     axis: int  # counted from the end of paddle's output shape (-1: the last axis)
@@ -68,10 +69,9 @@ class Slice:
 def sliced(pair, outputs: list) -> list:
     """A pair's paddle outputs as its torch module computes them: its slice where the paddle layer
     is fused, its family's reading where it has one (see align.LayerPair.part), else as they are."""
-    part = getattr(pair, "part", None)
-    if part is None or not outputs:
+    if pair.part is None or not outputs:
         return outputs
-    return part.of(outputs)
+    return pair.part.of(outputs)
 
 
 def _blocks(entry) -> tuple | None:

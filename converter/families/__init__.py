@@ -96,6 +96,28 @@ class WhatIf(Protocol):
         (`where` is its torch path; ctx the diagnosis context, see verify/diagnose.py)."""
 
 
+class Reading(Protocol):
+    """How a paddle layer's outputs read as its torch module's (align.LayerPair.part): the slice
+    of a fused layer's output one module computes (compare/fused.py Slice), or a family's reading
+    (a gate's logits as a router's softmax and top-k weights; a BatchNorm whose activation paddle
+    applies inside it). Classes subclass it for the default of `of_torch`."""
+
+    # whether torch's outputs are read too (not linear: the references' errors are then carried
+    # through the reading rather than read off torch's raw outputs)
+    reads_torch = False
+
+    @property
+    def note(self) -> str:
+        """The reading in words, for the row's note."""
+
+    def of(self, outputs: list) -> list:
+        """Paddle's outputs (tensors or numpy arrays) as the torch module gives them."""
+
+    def of_torch(self, outputs: list) -> list:
+        """torch's outputs (tensors or numpy arrays) as they are compared."""
+        return outputs
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -110,11 +132,9 @@ class Family:
     # the entry covers its torch types only where the paddle layer is one of its paddle types (a torch
     # Linear ported as PaddleFormers' LMHead): it stands beside the torch type's own entry
     paddle_specific: bool = False
-    # how the paddle layer's outputs read as the torch module's, made from the torch module and the
-    # paddle layer (a gate's logits read as a router's softmax and top-k weights; a BatchNorm whose
-    # activation paddle applies inside it): an object with .of(outputs) (paddle's), optionally
-    # .of_torch(outputs) (torch's, tensors or numpy arrays), and .note; None where they compare as they are
-    reads: Callable[[object, object], object] | None = None
+    # how the paddle layer's outputs read as the torch module's (a Reading), made from the torch module
+    # and the paddle layer; None where they compare as they are
+    reads: Callable[[object, object], Reading | None] | None = None
 
     @property
     def pairing_kind(self) -> str:

@@ -274,7 +274,7 @@ def _reference_error(pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> np.n
     """float64 less torch's float32 at the pair's outputs as they are compared. Where torch's side
     is read (not linear: a router's routing), the reading of the float64 outputs (torch's recorded
     ones plus the reference's error, which is float64 less float32) less torch's read outputs."""
-    if getattr(pair.part, "of_torch", None) is None:
+    if pair.part is None or not pair.part.reads_torch:
         return laid_out(pairs.of_torch(ref.output_err), pairs.shapes).reshape(y_t.shape)
     recorded = to_numpy_list(passes.t_calls[pair.torch].outputs, "torch")
     y64 = [np.add(t, e, dtype=np.float64) for t, e in zip(recorded, ref.output_err)]
@@ -291,7 +291,7 @@ def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, 
         e_ref = np.where(alone, np.float32(0), e_ref)
     child = _returned_child(passes, pair, pairs) if passes.matmul.get(pair.torch) is None else None
     matmul = _fitted(passes.matmul.get(pair.torch) or (child and passes.matmul.get(child.torch)), y_t.shape)
-    if getattr(pair.part, "of_torch", None) is not None:  # the references' rounding effects are on torch's raw outputs
+    if pair.part is not None and pair.part.reads_torch:  # the references' rounding effects are on torch's raw outputs
         y64 = np.add(y_t, e_ref, dtype=np.float64)
         rounding = {f: unmasked(masked, rounding_effect(session, pair, passes.t_calls[pair.torch], y64, pairs, f))[0]
                     for f in passes.rounded_64} if matmul is None else {}

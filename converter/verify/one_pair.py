@@ -42,8 +42,7 @@ def torch_read(pair: LayerPair, outputs: list) -> list:
     """A pair's torch outputs (tensors or numpy arrays) as they are compared: its family's reading
     of them where the reading takes torch's side too (a grouped router's logits routed as its block
     routes them), else as they are."""
-    read = getattr(pair.part, "of_torch", None)
-    return outputs if read is None or not outputs else read(outputs)
+    return outputs if pair.part is None or not outputs else pair.part.of_torch(outputs)
 
 
 def outputs_of(t_out: list, p_out: list) -> OutputPairs:
