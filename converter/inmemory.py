@@ -58,9 +58,16 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     kept = _buffers_left_unfilled(loose, paddle_model)
     unloadable = _targets_not_persistable(loose, paddle_model)
     skipped = {part.source for entry in unloadable for part in entry.parts}
-    plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
-                      {k: v for k, v in targets.items() if k not in kept},
-                      unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
+    try:
+        plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
+                          {k: v for k, v in targets.items() if k not in kept},
+                          unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
+    except UserError as refused:  # a torch tensor with no place in the paddle model: what its layer lacks
+        from .verify.counterfactual_rebuild import built_without
+        lacking = built_without(refused, loose(), paddle_model, targets)
+        if lacking is None:
+            raise
+        raise lacking from refused
     plan.unloadable = unloadable
     plan.unfilled = _first_names(plan, paddle_model)
     plan.notes.extend(ruleset.notes)

@@ -370,11 +370,16 @@ def setting_causes(ctx) -> list[Diagnosis]:
     if hits:
         return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
     from .counterfactual_calls import call_causes
-    calls = call_causes(p_layer, ctx.result.paddle, forced, target.paddle_ratio, _Runs())
+    calls = call_causes(p_layer, ctx.result.paddle, lambda: run_paddle(p_layer, *forced), target.paddle_ratio, _Runs())
     if calls:
         return [c.diagnosis(ctx.name, before) for c in calls[:2]]
-    if ev is not None and ev.y_local is not None:
-        module64 = ctx.session.torch64_module(pair.torch)
-        hits = _search("torch", module64, ctx.result.torch, torch_keys, _counterparts(ctx, "torch", paddle_keys),
-                       lambda: run_torch64(module64, ctx.t_call), target.torch_ratio)
-    return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
+    if ev is None or ev.y_local is None:
+        return []
+    module64 = ctx.session.torch64_module(pair.torch)
+    run64 = lambda: run_torch64(module64, ctx.t_call)  # noqa: E731 - one re-run, handed to both searches
+    hits = _search("torch", module64, ctx.result.torch, torch_keys, _counterparts(ctx, "torch", paddle_keys), run64,
+                   target.torch_ratio)
+    if hits:
+        return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
+    calls = call_causes(module64, ctx.result.torch, run64, target.torch_ratio, _Runs(), side="torch")
+    return [c.diagnosis(ctx.name, before, ctx.result.paddle) for c in calls[:2]]

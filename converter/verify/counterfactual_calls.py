@@ -6,9 +6,12 @@ an activation's variant, an axis, `align_corners`, a reduction. The culprit is r
 recorded inputs with those functions wrapped, which records every call (which function, from which
 layer, with which arguments, defaults included); then each argument of each call is changed to each
 value its signature allows (a flag's opposite, another word its annotation lists, another axis of
-its input) and the layer re-run with that one call changed. A change under which paddle's output
-lands within the layer's budget of torch's is a cause, confirmed by re-running. The functions are
-wrapped only while the culprit runs here, and act on this thread's calls alone.
+its input, other axes of it as many as a tuple names) and the layer re-run with that one call
+changed. A change under which paddle's output lands within the layer's budget of torch's is a cause,
+confirmed by re-running. Where none is, torch's float64 module is searched the same way against
+paddle's output: which argument of a `torch.nn.functional` call makes torch compute what paddle
+does. The functions are wrapped only while the culprit runs here, and act on this thread's calls
+alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from dataclasses import dataclass
 from ..diagnosis import Diagnosis
 
 KIND = "call argument"
-NAMESPACES = ("paddle.nn.functional", "paddle.fft")
+# the functions searched on each side: the Python functions of these modules. Builtins have no
+# signature to bind a call to (torch.nn.functional.gelu, torch.nn.functional.pad and all of torch.fft
+# are bound C functions), so their calls pass unrecorded and are never changed.
+NAMESPACES = {"paddle": ("paddle.nn.functional", "paddle.fft"), "torch": ("torch.nn.functional", "torch.fft")}
 _WRAPPING = threading.Lock()
 
 
@@ -45,23 +51,32 @@ class CallChange:
     parameter: str
     to: object
     ratio: float
+    side: str = "paddle"  # whose call was changed
 
-    def diagnosis(self, culprit: str, before: float) -> Diagnosis:
+    def diagnosis(self, culprit: str, before: float, other: str = "") -> Diagnosis:
+        """`other`: where the change is torch's, the paddle layer that computes otherwise."""
         c = self.call
         was = c.arguments[self.parameter]
         nth = f" (its call {c.index + 1} there)" if c.index else ""
-        return Diagnosis(culprit, f"paddle's {c.layer or '<model>'} calls {c.function}(..., {self.parameter}={was!r}){nth}; "
-                         f"re-run on torch's recorded inputs with {self.parameter}={self.to!r} it gives torch's output "
-                         f"within the budget (ratio {before:.3g} -> {self.ratio:.3g}): confirmed by re-running",
-                         f"pass {self.parameter}={self.to!r} to {c.function.rsplit('.', 1)[-1]} in "
-                         f"{c.layer or 'the model'}'s forward", kind=KIND)
+        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        if self.side == "paddle":
+            return Diagnosis(culprit, f"paddle's {c.layer or '<model>'} calls {c.function}(..., {self.parameter}={was!r})"
+                             f"{nth}; re-run on torch's recorded inputs with {self.parameter}={self.to!r} it gives torch's "
+                             f"output within the budget ({went}): confirmed by re-running",
+                             f"pass {self.parameter}={self.to!r} to {c.function.rsplit('.', 1)[-1]} in "
+                             f"{c.layer or 'the model'}'s forward", kind=KIND)
+        return Diagnosis(culprit, f"paddle's {other or '<model>'} computes what torch's {c.layer or '<model>'} computes with "
+                         f"{self.parameter}={self.to!r} in its call {c.function}(..., {self.parameter}={was!r}){nth}: "
+                         f"torch's module re-run so gives paddle's output within the budget ({went}): confirmed by "
+                         "re-running", f"make paddle's {other or 'model'} compute what torch's "
+                         f"{c.function.rsplit('.', 1)[-1]} computes with {self.parameter}={was!r}", kind=KIND)
 
 
-def _functions() -> list[tuple[object, str, object]]:
-    """(namespace module, name, function) for every public Python function of the namespaces."""
+def _functions(side: str) -> list[tuple[object, str, object]]:
+    """(namespace module, name, function) for every public Python function of the side's namespaces."""
     import importlib
     out = []
-    for namespace in NAMESPACES:
+    for namespace in NAMESPACES[side]:
         module = importlib.import_module(namespace)
         for name in dir(module):
             f = getattr(module, name)
@@ -71,7 +86,13 @@ def _functions() -> list[tuple[object, str, object]]:
 
 
 def _plain(value) -> bool:
+    if isinstance(value, (tuple, list)):  # axes, sizes
+        return 0 < len(value) <= 6 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _tensor(value) -> bool:
+    return not _plain(value) and hasattr(value, "ndim") and hasattr(value, "shape")
 
 
 class _Wrapped:
@@ -83,13 +104,14 @@ class _Wrapped:
         self.thread = threading.get_ident()  # calls from other threads pass straight through
         self.calls: list[Recorded] = []
         self.counts: dict[str, int] = {}
+        self.inside = 0  # wrapped functions running: the calls they make are theirs, not the layer's
 
     def wrap(self, qualified: str, f):
         sig = _signature(f)
 
         def call(*args, **kwargs):
-            if threading.get_ident() != self.thread:
-                return f(*args, **kwargs)
+            if threading.get_ident() != self.thread or self.inside:  # another thread's, or made by a wrapped
+                return f(*args, **kwargs)  # function (paddle's fft2 calls fftn): the layer's code made the outer one
             try:
                 bound = sig.bind(*args, **kwargs)
             except TypeError:
@@ -98,28 +120,36 @@ class _Wrapped:
             self.counts[qualified] = k + 1
             if self.change is not None and self.change[:2] == (qualified, k):
                 bound.arguments[self.change[2]] = self.change[3]
-                return f(*bound.args, **bound.kwargs)
-            bound.apply_defaults()
-            first = next((v for v in bound.arguments.values() if hasattr(v, "ndim") and hasattr(v, "place")), None)
-            self.calls.append(Recorded(qualified, k, self.where(), {p: v for p, v in bound.arguments.items() if _plain(v)},
-                                       int(first.ndim) if first is not None else 0))
-            return f(*args, **kwargs)
+                args, kwargs = bound.args, bound.kwargs
+            else:
+                bound.apply_defaults()
+                first = next((v for v in bound.arguments.values() if _tensor(v)), None)
+                self.calls.append(Recorded(qualified, k, self.where(), {p: v for p, v in bound.arguments.items()
+                                                                        if _plain(v)},
+                                           int(first.ndim) if first is not None else 0))
+            self.inside += 1
+            try:
+                return f(*args, **kwargs)
+            finally:
+                self.inside -= 1
         return call
 
 
 @contextmanager
 def _wrapped(layer, root_path: str, change=None):
-    """The namespaces' functions wrapped while the block runs, and hooks on `layer`'s sublayers that
-    say which layer is running; all removed on leaving."""
+    """The namespaces' functions of `layer`'s framework wrapped while the block runs, and hooks on
+    its sublayers that say which layer is running; all removed on leaving."""
     stack = [root_path]
     wrapped = _Wrapped(lambda: stack[-1], change)
     handles = []
-    for rel, sub in layer.named_sublayers():
+    paddle = hasattr(layer, "named_sublayers")
+    for rel, sub in layer.named_sublayers() if paddle else ((k, m) for k, m in layer.named_modules() if k):
         path = f"{root_path}.{rel}" if root_path else rel
         handles.append(sub.register_forward_pre_hook(lambda _l, _a, path=path: stack.append(path)))
-        handles.append(sub.register_forward_post_hook(lambda _l, _a, _o: _popped(stack)))
+        post = sub.register_forward_post_hook if paddle else sub.register_forward_hook
+        handles.append(post(lambda _l, _a, _o: _popped(stack)))
     with _WRAPPING:  # one set of wrappers at a time: two diagnoses would otherwise restore each other's
-        originals = _functions()
+        originals = _functions("paddle" if paddle else "torch")
         try:
             for module, name, f in originals:
                 setattr(module, name, wrapped.wrap(f"{module.__name__}.{name}", f))
@@ -132,7 +162,7 @@ def _wrapped(layer, root_path: str, change=None):
 
 
 def _popped(stack: list) -> None:
-    """A post-hook's work, returning None: what a paddle post-hook returns replaces the output."""
+    """A post-hook's work, returning None: what a post-hook returns replaces the output."""
     stack.pop()
 
 
@@ -188,15 +218,28 @@ def candidates(call: Recorded, parameter: str) -> list:
         return [a for a in axes if a % call.ndim != value % call.ndim]
     if isinstance(value, float) and 0.0 < value < 1.0:
         return [1.0 - value]
+    if isinstance(value, (tuple, list)) and call.ndim and _axes(value, call.ndim):  # axes of its input
+        from itertools import combinations
+        axes = range(-call.ndim, 0) if all(a < 0 for a in value) else range(call.ndim)
+        mine = sorted(a % call.ndim for a in value)
+        return [type(value)(c) for c in combinations(axes, len(value)) if sorted(a % call.ndim for a in c) != mine]
     return []
 
 
-def call_causes(layer, root_path: str, forced: tuple, judge, runs) -> list[CallChange]:
-    """The functional calls' changes that reproduce torch (see the module's docstring), best first."""
-    from ..compare.replay import run_paddle
+def _axes(value, ndim: int) -> bool:
+    """Whether a sequence reads as axes of an input of `ndim` axes: distinct, fewer than it has, each
+    one of them, counted from one end."""
+    return (len(value) < ndim and all(-ndim <= a < ndim for a in value) and len({a % ndim for a in value}) == len(value)
+            and (all(a < 0 for a in value) or all(a >= 0 for a in value)))
+
+
+def call_causes(layer, root_path: str, run, judge, runs, side: str = "paddle") -> list[CallChange]:
+    """The functional calls' changes that reproduce the other side (see the module's docstring),
+    best first: `run()` runs `layer` (on torch's recorded inputs) and gives its outputs, `judge(outputs)`
+    their ratio against the other side's."""
     try:
         with _wrapped(layer, root_path) as seen:
-            before = judge(run_paddle(layer, *forced))
+            before = judge(run())
     except Exception:  # noqa: BLE001 - a layer that cannot re-run on torch's inputs has no call to find
         return []
     if before is not None and before <= 1.0:  # re-run unchanged it is within its budget: nothing to explain here
@@ -204,16 +247,16 @@ def call_causes(layer, root_path: str, forced: tuple, judge, runs) -> list[CallC
     hits = []
     for call in seen.calls:
         for parameter in call.arguments:
-            if parameter == "name":
+            if parameter == "name" or parameter.startswith("_"):  # a call's name; torch's _stacklevel
                 continue
             for new in candidates(call, parameter):
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
                 try:
                     with _wrapped(layer, root_path, (call.function, call.index, parameter, new)):
-                        ratio = judge(run_paddle(layer, *forced))
+                        ratio = judge(run())
                 except Exception:  # noqa: BLE001 - an argument the function refuses is not the cause
                     ratio = None
                 if ratio is not None and ratio <= 1.0:
-                    hits.append(CallChange(call, parameter, new, ratio))
+                    hits.append(CallChange(call, parameter, new, ratio, side))
     return sorted(hits, key=lambda c: c.ratio)

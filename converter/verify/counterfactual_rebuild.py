@@ -47,30 +47,54 @@ def _kept_value(value) -> bool:
         _scalar(v) or isinstance(v, (tuple, list)) and len(v) <= 4 and all(map(_scalar, v)) for v in value)
 
 
-def _arguments(layer) -> tuple[list, dict] | None:
-    """The constructor's parameters -> the values `layer` keeps under their names (bare or with a
-    leading underscore); None where a parameter without a default is kept under neither."""
+def _parameters(layer) -> list | None:
     try:
-        parameters = list(inspect.signature(type(layer).__init__).parameters.values())[1:]
+        return [p for p in list(inspect.signature(type(layer).__init__).parameters.values())[1:]
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     except (TypeError, ValueError):
         return None
+
+
+MAX_SIZES_UNKEPT = 2  # sizes a layer does not keep (paddle's Linear keeps neither of its features), searched
+
+
+def _arguments(layer) -> tuple[list, dict] | None:
+    """The constructor's parameters and the arguments that build `layer`'s weights in their shapes:
+    the values it keeps under the parameters' names (bare or with a leading underscore), the
+    defaults for the rest; a parameter without a default that it does not keep (a size) is given,
+    in turn, each length of its weights' axes, and kept where the build holds `layer`'s weights in
+    their shapes. None where no such arguments are found."""
+    parameters = _parameters(layer)
+    if parameters is None:
+        return None
     kept = vars(layer)
-    out = {}
+    out, unkept = {}, []
     for p in parameters:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
         value = next((kept[k] for k in (p.name, "_" + p.name) if k in kept and _kept_value(kept[k])), _MISSING)
-        if value is _MISSING:
-            if p.default is p.empty:
-                return None
+        if value is not _MISSING:
+            out[p.name] = value
+        elif p.default is p.empty:
+            unkept.append(p.name)
+    if not unkept:
+        return parameters, out
+    lengths = sorted({n for shape in _shapes(layer).values() for n in shape})
+    if len(unkept) > MAX_SIZES_UNKEPT or not lengths or len(lengths) > 6:
+        return None
+    from itertools import product
+    for sizes in product(lengths, repeat=len(unkept)):
+        tried = {**out, **dict(zip(unkept, sizes))}
+        try:
+            built = _built(layer, tried, parameters)
+        except Exception:  # noqa: BLE001 - sizes the constructor refuses are not the layer's
             continue
-        out[p.name] = value
-    return parameters, out
+        if _holds(built, layer) and _holds(layer, built):
+            return parameters, tried
+    return None
 
 
-def _built(layer, arguments: dict):
+def _built(layer, arguments: dict, parameters: list | None = None):
     """A layer of `layer`'s type built from `arguments`, its weights given shapes and no memory."""
-    parameters, _ = _arguments(layer)
+    parameters = parameters if parameters is not None else _parameters(layer)
     args = [arguments[p.name] for p in parameters if p.kind == p.POSITIONAL_ONLY and p.name in arguments]
     kwargs = {p.name: arguments[p.name] for p in parameters if p.kind != p.POSITIONAL_ONLY and p.name in arguments}
     if hasattr(layer, "named_sublayers"):
@@ -132,3 +156,54 @@ class Rebuilder:
         if name not in differ or any(k not in live or not _same(live[k], before[k]) for k in differ):
             return None  # the build does not keep the setting as the live layer does
         return Measured(name, was, parameter, to, tuple((k, live[k], after[k]) for k in differ))
+
+
+def built_without(refused, loose, paddle_model, targets: dict):
+    """The refusal of a plan whose only problems are torch tensors the paddle model has no place for,
+    said as what the paddle model lacks: the layer each would sit in, and the constructor argument
+    that makes a build of that layer hold it in torch's shape (measured by building it afresh, as
+    `Rebuilder` does). A UserError, or None where some problem is of another kind, or some such
+    tensor sits in no paddle layer (the rules then are what to fix)."""
+    from ..errors import UserError
+    placed = {} if loose is None else {name: e for e in loose.entries for name in (e.name, *e.aliases)}
+    absent = [e for name, e in placed.items() if name == e.name and name not in targets]
+    if not absent or len(absent) != len(refused.details):
+        return None
+    layers = dict(paddle_model.named_sublayers())
+    said = []
+    for e in absent:
+        where, _, leaf = e.name.rpartition(".")
+        layer = layers.get(where) if where else paddle_model
+        if layer is None:
+            return None
+        kind = type(layer).__name__
+        lacks = (f"paddle's {where or '<model>'} ({kind}) holds no '{leaf}', which torch's '{e.parts[0].source}' "
+                 f"{list(e.shape)} fills")
+        argument = _argument_that_builds(layer, leaf, tuple(e.shape))
+        said.append(f"{lacks}: construct paddle's {where or 'model'} with {argument} (a {kind} so built holds '{leaf}' {list(e.shape)})"
+                    if argument else f"{lacks}: give paddle's {kind} that {'parameter' if leaf else 'tensor'} as torch's "
+                    "layer has it")
+    more = f" ({len(said) - 1} more such: {'; '.join(said[1:3])}{'; ...' if len(said) > 3 else ''})" if len(said) > 1 else ""
+    return UserError(said[0] + more)
+
+
+def _argument_that_builds(layer, leaf: str, shape: tuple) -> str | None:
+    """`name=value` of the constructor argument whose change (to its default, or a flag's opposite)
+    makes a build of `layer`'s type hold `leaf` in `shape`; None where none does."""
+    found = _arguments(layer)
+    if found is None:
+        return None
+    parameters, kept = found
+    for p in parameters:
+        if p.name not in kept:
+            continue
+        tried = [p.default] if p.default is not p.empty and p.default != kept[p.name] else []
+        tried += [not kept[p.name]] if isinstance(kept[p.name], bool) else []
+        for value in tried:
+            try:
+                built = _built(layer, {**kept, p.name: value})
+            except Exception:  # noqa: BLE001 - a value the constructor refuses builds nothing to measure
+                continue
+            if _shapes(built).get(leaf) == shape:
+                return f"{p.name}={value!r}"
+    return None
