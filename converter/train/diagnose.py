@@ -295,13 +295,17 @@ def _optimizer(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     if torch_side["class"] != paddle_side.get("class") and paddle_side.get("class"):
         keys = ["class"] + [k for k in keys if k != "class"]
     if not keys:
-        return []
+        return _generated(check, pair, group, fb)
     tried = [(_what_if(check, pair, group, torch_side, {key: paddle_side[key]}, fb), [key]) for key in keys]
     if len(keys) > 1:  # settings that differ together (paddle's defaults are not torch's: RMSProp's rho and eps)
         tried.append((_what_if(check, pair, group, torch_side, {k: paddle_side[k] for k in keys}, fb), keys))
     tried = sorted((r, ks) for r, ks in tried if r is not None)
     differ = "; ".join(_cause(k, torch_side[k], paddle_side[k]) for k in keys)
     taken = "" if subclass_note(check.ref_opt) is None else f" ({subclass_note(check.ref_opt)})"
+    if not tried or tried[0][0] > 1:  # no what-if of the settings named lands: those the optimizers keep
+        found = _generated(check, pair, group, fb)
+        if found:
+            return found
     if not tried or tried[0][0] >= fb.ratio:  # no what-if comes nearer paddle's step than torch's own
         return [D(fb.torch, f"paddle's optimizer differs from torch's here: {differ}; torch's step with paddle's "
                   f"settings does not reproduce paddle's{taken}", _OPTIMIZER_HINT, kind="optimizer")]
@@ -318,6 +322,17 @@ def _optimizer(session: TrainSession, tspec, rows: list, fb, runs: Runs):
         hint = (f"give the parameter the factor {torch_side['lr'] / (paddle_side['lr'] / paddle_side['lr_factor']):g} "
                 "of paddle's rate, as torch's parameter group has it")
     return [D(fb.torch, f"{cause}; torch's step with paddle's {what} {verdict}{taken}", hint, kind="optimizer")]
+
+
+def _generated(check, pair, group: dict, fb) -> list:
+    """The what-ifs over every setting the two optimizers keep (optimizer_whatif.py)."""
+    from .optimizer_whatif import said, search
+    cls = torch_class(check.ref_opt)
+    hits = search(check, pair, group, cls, fb)
+    if not hits:
+        return []
+    cause, hint = said(hits[0], cls.__name__, fb.ratio, check.opt)
+    return [D(fb.torch, cause, hint, kind="optimizer")]
 
 
 def _cause(key: str, t, p) -> str:

@@ -273,3 +273,24 @@ def test_batchnorm_running_variance_rule_holds_on_the_paddle_installed():
     bn(paddle.to_tensor(x))
     np.testing.assert_allclose(bn._variance.numpy(), x.astype(np.float64).var(axis=0, ddof=0), rtol=1e-5)
     assert not np.allclose(bn._variance.numpy(), x.astype(np.float64).var(axis=0, ddof=1), rtol=1e-3)
+
+
+# 5. Optimizer what-ifs over the settings the two optimizers keep --------------------------------
+@pytest.mark.slow
+def test_an_optimizer_setting_outside_the_named_ones_is_found_by_re_running():
+    """amsgrad is no setting the optimizer diagnosis names; the what-ifs read it from torch's parameter
+    group and paddle's optimizer, and torch's step re-run with it flipped lands on paddle's."""
+    spec = _spec("train_mlp",
+                 torch_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.05, amsgrad=True),
+                 paddle_optimizer=lambda m: paddle.optimizer.AdamW(3e-3, weight_decay=0.05, parameters=m.parameters()))
+    report = train_check(spec, steps=6, device="cpu")
+    assert report.verdict == "fail" and report.exit_code == 1
+    assert report.first_bad.phase == "optimizer"
+    d = _diagnosis(report)
+    assert d.kind == "optimizer" and d.layer == report.first_bad.torch
+    assert "torch's AdamW has amsgrad=True; its teacher-forced step re-run with amsgrad=False (paddle's optimizer " \
+           "keeps _amsgrad=False)" in d.cause and d.cause.endswith("confirmed by re-running")
+    assert d.hint == "construct paddle's AdamW with amsgrad=True, as torch's amsgrad"
+    fixed = _spec("train_mlp", torch_optimizer=spec.module.torch_optimizer, paddle_optimizer=lambda m: paddle.optimizer.AdamW(
+        3e-3, weight_decay=0.05, amsgrad=True, parameters=m.parameters()))
+    assert train_check(fixed, steps=6, device="cpu").verdict == "pass"

@@ -1,0 +1,134 @@
+"""Optimizer what-ifs over the settings the two optimizers keep: torch's teacher-forced step re-run
+in float64 with one setting of its parameter group changed, the values tried read from the optimizers
+themselves (verify/counterfactual.candidates): each value paddle's optimizer and its parameter group
+keep, the opposite flag, the complement `1 - x` of a fraction; a tuple (betas) one element at a time.
+A change whose step lands on paddle's within the budget is a cause, confirmed by re-running."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .optimizer import NOT_SETTINGS
+
+MAX_RUNS = 40  # re-runs of one teacher-forced step: each is a float64 step of the whole model
+MAX_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    key: str
+    was: object
+    to: object
+    ratio: float
+    paddle_name: str | None  # the setting of paddle's optimizer that keeps the value tried, if one does
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, tuple) and 0 < len(value) <= 4 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+def paddle_values(popt) -> dict:
+    """The plain values paddle's optimizer keeps (on itself and in its parameter groups), by name."""
+    out = {k: v for k, v in vars(popt).items() if _plain(v)}
+    for group in getattr(popt, "_param_groups", None) or []:
+        if isinstance(group, dict):
+            out.update({k: v for k, v in group.items() if k != "params" and _plain(v)})
+    return out
+
+
+def changes(group: dict, theirs: dict) -> list:
+    """(key, torch's value, the value tried) for every setting of torch's parameter `group`."""
+    from ..verify.counterfactual import candidates
+    suggested = list(theirs.values())
+    out = []
+    for key, value in group.items():
+        if key in NOT_SETTINGS or key == "lr" or not _plain(value):
+            continue
+        if isinstance(value, tuple):
+            for i, element in enumerate(value):
+                out += [(key, value, value[:i] + (c,) + value[i + 1:]) for c in candidates(element, suggested)]
+        else:
+            out += [(key, value, c) for c in candidates(value, suggested)]
+    return out
+
+
+def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
+    """Torch's teacher-forced step in float64 from the failing step's start, under `cls` with torch's
+    parameter group as it was and `change` applied; its ratio against paddle's result for `pair`."""
+    import torch
+
+    from .diagnose import _clip
+    from .judge import judge
+    from .optimizer_check import own_state, set_to_start
+    failed = check.failed
+    before, index = failed["before"], failed["index"]
+    params = set_to_start(check.ref, before)
+    accepted = inspect.signature(cls.__init__).parameters
+    settings = dict(group, **change)
+    kwargs = {k: v for k, v in settings.items() if k in accepted and k not in ("params", "lr", "self")}
+    try:
+        opt = cls([params[n] for n in index], lr=settings["lr"], **kwargs)
+        opt.load_state_dict({"state": own_state(before["state"], torch.float64)["state"],
+                             "param_groups": [dict(opt.state_dict()["param_groups"][0])]})
+        _clip(check.ref, ("ClipGradByGlobalNorm", check.tspec.clip_grad_norm) if check.tspec.clip_grad_norm else None)
+        opt.step()
+    except (ValueError, KeyError, TypeError, RuntimeError):  # a setting torch's optimizer refuses is no cause
+        return None
+    want = pair.to_paddle({t: params[t].detach().numpy() for t in pair.torch})
+    got = failed["paddle"][pair.paddle]
+    return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
+                 float(np.max(np.abs(want), initial=0)) * 1e-6).ratio
+
+
+def search(check, pair, group: dict, cls, fb) -> list:
+    """The confirmed changes of torch's settings (see the module's docstring), best first."""
+    theirs = paddle_values(check.opt)
+    hits, runs, until = [], MAX_RUNS, time.monotonic() + MAX_SECONDS
+    for key, was, to in changes(group, theirs):
+        runs -= 1
+        if runs < 0 or time.monotonic() > until:
+            break
+        ratio = rerun(check, pair, group, cls, {key: to}, fb)
+        if ratio is not None and ratio <= 1:
+            hits.append(Hit(key, was, to, ratio, _named(key, to, was, theirs)))
+    return sorted(hits, key=lambda h: h.ratio)
+
+
+def _named(key: str, to, was, theirs: dict) -> str | None:
+    """The setting of paddle's optimizer that keeps the value tried: the one of the same name holding
+    it (paddle's `_amsgrad`, torch's `amsgrad`); else, for a number, the one holding that number."""
+    value = to[next(i for i, (a, b) in enumerate(zip(was, to)) if a != b)] if isinstance(to, tuple) else to
+    same = [k for k, v in theirs.items() if type(v) is type(value) and v == value]
+    by_name = [k for k in same if k.lstrip("_").lower() == key.lower()]
+    if by_name or isinstance(value, bool):
+        return by_name[0] if by_name else None
+    return same[0] if same else None
+
+
+def said(hit: Hit, cls_name: str, before: float, popt=None) -> tuple[str, str]:
+    """(cause, hint) for a confirmed change (`popt`: paddle's optimizer, whose constructor the hint names)."""
+    kept = f" (paddle's optimizer keeps {hit.paddle_name}={_show(hit.to, hit)})" if hit.paddle_name else ""
+    cause = (f"torch's {cls_name} has {hit.key}={hit.was!r}; its teacher-forced step re-run with {hit.key}={hit.to!r}"
+             f"{kept} gives paddle's step within the budget (ratio {before:.3g} -> {hit.ratio:.3g}): confirmed by "
+             "re-running")
+    hint = f"give paddle's optimizer the setting that matches torch's {hit.key}={hit.was!r}"
+    parameter = hit.paddle_name.lstrip("_") if hit.paddle_name else None
+    if parameter and parameter in inspect.signature(type(popt).__init__).parameters:
+        was = hit.was[next(i for i, (a, b) in enumerate(zip(hit.was, hit.to)) if a != b)] \
+            if isinstance(hit.was, tuple) else hit.was
+        hint = f"construct paddle's {type(popt).__name__} with {parameter}={was!r}, as torch's {hit.key}"
+    return cause, hint
+
+
+def _show(to, hit: Hit):
+    if isinstance(to, tuple):
+        i = next(i for i, (a, b) in enumerate(zip(hit.was, to)) if a != b)
+        return repr(to[i])
+    return repr(to)
