@@ -78,11 +78,17 @@ def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: d
     return worst
 
 
-@dataclass
+@dataclass(frozen=True)
 class Passes:
-    """What the full strategy gathered for its pairs: both captures, the forced paddle pass,
-    the float64 references (and rounded ones per format), S2 of every torch matmul module,
-    and the pairs' end-to-end comparisons found so far (result, torch's output, output count)."""
+    """What the full strategy gathered for its pairs, stage by stage, each stage a new Passes
+    (dataclasses.replace): both captures and the pairs, S2 of every torch matmul module (complete
+    once the worker that computes it is joined); the forced paddle pass and paddle's own errors at
+    the leaves; the float64 references (and rounded ones per format).
+
+    Three dicts are memos the judging fills as it goes, carried from stage to stage: the pairs'
+    end-to-end comparisons (`e2e`: result, torch's output, output count; filled early where a
+    wait leaves time), and paddle's own errors measured inside a layer over budget, with the
+    inputs its code hands its children (`paddle_err`, `paddle_inputs64`)."""
 
     t_calls: dict
     p_calls: dict

@@ -115,10 +115,10 @@ class FullCapture:
             finally:
                 if captured is None:
                     paddle_captured.set()
-            passes = Passes(rt.result(), p_found, [], matmul=matmul)
+            t_found = rt.result()
             if whole:
-                same_outputs(session, passes.t_calls[""], passes.p_calls[""])
-            passes.pairs = align(passes.t_calls, passes.p_calls, session.plan)
+                same_outputs(session, t_found[""], p_found[""])
+            passes = Passes(t_found, p_found, align(t_found, p_found, session.plan), matmul=matmul)
             # the forced passes force a module's first call; a later call of a module called more than
             # once is judged on its own (analyze.py)
             forced = [p for p in passes.pairs if forced_pair(p)]
@@ -127,16 +127,18 @@ class FullCapture:
                                      wanted_calls(t_paired, t_counts))
             free = side.submit(free_references, session, [""]) if whole else None
             try:
-                passes.forced_p = forced_paddle(session, forced, passes.t_calls, wanted_calls(p_paired, p_counts))
+                forced_p = forced_paddle(session, forced, passes.t_calls, wanted_calls(p_paired, p_counts))
             finally:
                 paddle_captured.set()
-            passes.paddle_err = paddle_own_errors(session, dataclasses.replace(passes, pairs=forced))
+            passes = dataclasses.replace(passes, forced_p=forced_p)
+            passes = dataclasses.replace(passes, paddle_err=paddle_own_errors(session, dataclasses.replace(passes, pairs=forced)))
             matmul_first.result()
             let_go(session, ("torch",))  # the worker is done with the torch model: its last block goes
             with side.on_cores_left():
                 matmul_stats_all(session, passes.t_calls, matmul)  # the rest
             end_to_end_until(session, passes, references.done)
-            passes.forced_64, passes.rounded_64 = references.result()
+            forced_64, rounded_64 = references.result()
+            passes = dataclasses.replace(passes, forced_64=forced_64, rounded_64=rounded_64)
             results = analyze_all(session, passes, free and free.result)  # beside the free-running float64 pass
             side.main_done()
             if free is not None:
