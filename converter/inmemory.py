@@ -62,9 +62,8 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
         plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
                           {k: v for k, v in targets.items() if k not in kept},
                           unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
-    except UserError as refused:  # a torch tensor with no place in the paddle model: what its layer lacks
-        from .verify.counterfactual_rebuild import built_without
-        lacking = built_without(refused, loose(), paddle_model, targets)
+    except UserError as refused:  # torch tensors with no place in the paddle model: what their layers lack
+        lacking = _lacking(refused, loose(), paddle_model, targets)
         if lacking is None:
             raise
         raise lacking from refused
@@ -75,6 +74,22 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     plan.notes.extend(buffer_notes(torch_model, paddle_model, plan, kept))
     plan.notes.extend(_unloadable_notes(unloadable, paddle_model, source))
     return plan, ruleset, source
+
+
+def _lacking(refused, loose, paddle_model, targets) -> UserError | None:
+    """A refusal whose only problems are torch tensors that the rules place in a paddle layer lacking
+    them (a Linear built without its bias), said as what that layer lacks; None otherwise."""
+    absent = [e for e in (loose.entries if loose is not None else ()) if e.name not in targets]
+    layers = dict(paddle_model.named_sublayers())
+    if not absent or len(absent) != len(refused.details) or any(e.name.rpartition(".")[0] not in layers for e in absent):
+        return None
+    said = []
+    for e in absent:
+        where, _, leaf = e.name.rpartition(".")
+        said.append(f"paddle's {where} ({type(layers[where]).__name__}) holds no '{leaf}', which torch's "
+                    f"'{e.parts[0].source}' {list(e.shape)} fills: build paddle's {where} with a '{leaf}' of that shape")
+    return UserError(said[0] + (f" ({len(said) - 1} more such: {', '.join(e.name for e in absent[1:4])})"
+                                if len(said) > 1 else ""))
 
 
 def _first_names(plan, paddle_model) -> list:

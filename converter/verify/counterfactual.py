@@ -22,6 +22,7 @@ import numpy as np
 
 from ..diagnosis import Diagnosis
 from ..paths import join
+from .counterfactual_settings import same as _same, settings
 
 MAX_RUNS = 160  # re-runs per side: the search is for one layer, and a block holds a few hundred settings
 MAX_SECONDS = 30.0
@@ -76,25 +77,6 @@ class Change:
             hint = (f"give paddle's {other_type} the {which} torch's "
                     f"{', '.join(s.said(s.was) for s in self.settings)}")
         return Diagnosis(culprit, cause, hint, kind=KIND)
-
-
-def _plain(value) -> bool:
-    if isinstance(value, (bool, int, float, str)):
-        return not isinstance(value, str) or 0 < len(value) <= 24
-    return (isinstance(value, (tuple, list)) and 0 < len(value) <= 6
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
-
-
-def settings(layer, framework_keys: frozenset) -> dict:
-    """The plain values `layer` keeps on itself, beyond what every layer of its framework keeps."""
-    return {k: v for k, v in vars(layer).items() if k not in framework_keys and _plain(v)}
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
-        a, b = (tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in (a, b))
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str) and a == b
 
 
 def _number(value) -> bool:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from .counterfactual_settings import same as _same, settings
+
 _MISSING = object()
 
 
@@ -141,7 +143,6 @@ class Rebuilder:
     def measured(self, name: str, was, parameter: str, to) -> Measured | None:
         """The setting `name` (the constructor's `parameter`) at `to`, where the layer built with it
         holds weights of the same shapes; None where it is structure, or cannot be told."""
-        from .counterfactual import _same, settings
         same = self._as_it_is()
         if same is None:
             return None
@@ -157,53 +158,3 @@ class Rebuilder:
             return None  # the build does not keep the setting as the live layer does
         return Measured(name, was, parameter, to, tuple((k, live[k], after[k]) for k in differ))
 
-
-def built_without(refused, loose, paddle_model, targets: dict):
-    """The refusal of a plan whose only problems are torch tensors the paddle model has no place for,
-    said as what the paddle model lacks: the layer each would sit in, and the constructor argument
-    that makes a build of that layer hold it in torch's shape (measured by building it afresh, as
-    `Rebuilder` does). A UserError, or None where some problem is of another kind, or some such
-    tensor sits in no paddle layer (the rules then are what to fix)."""
-    from ..errors import UserError
-    placed = {} if loose is None else {name: e for e in loose.entries for name in (e.name, *e.aliases)}
-    absent = [e for name, e in placed.items() if name == e.name and name not in targets]
-    if not absent or len(absent) != len(refused.details):
-        return None
-    layers = dict(paddle_model.named_sublayers())
-    said = []
-    for e in absent:
-        where, _, leaf = e.name.rpartition(".")
-        layer = layers.get(where) if where else paddle_model
-        if layer is None:
-            return None
-        kind = type(layer).__name__
-        lacks = (f"paddle's {where or '<model>'} ({kind}) holds no '{leaf}', which torch's '{e.parts[0].source}' "
-                 f"{list(e.shape)} fills")
-        argument = _argument_that_builds(layer, leaf, tuple(e.shape))
-        said.append(f"{lacks}: construct paddle's {where or 'model'} with {argument} (a {kind} so built holds '{leaf}' {list(e.shape)})"
-                    if argument else f"{lacks}: give paddle's {kind} that {'parameter' if leaf else 'tensor'} as torch's "
-                    "layer has it")
-    more = f" ({len(said) - 1} more such: {'; '.join(said[1:3])}{'; ...' if len(said) > 3 else ''})" if len(said) > 1 else ""
-    return UserError(said[0] + more)
-
-
-def _argument_that_builds(layer, leaf: str, shape: tuple) -> str | None:
-    """`name=value` of the constructor argument whose change (to its default, or a flag's opposite)
-    makes a build of `layer`'s type hold `leaf` in `shape`; None where none does."""
-    found = _arguments(layer)
-    if found is None:
-        return None
-    parameters, kept = found
-    for p in parameters:
-        if p.name not in kept:
-            continue
-        tried = [p.default] if p.default is not p.empty and p.default != kept[p.name] else []
-        tried += [not kept[p.name]] if isinstance(kept[p.name], bool) else []
-        for value in tried:
-            try:
-                built = _built(layer, {**kept, p.name: value})
-            except Exception:  # noqa: BLE001 - a value the constructor refuses builds nothing to measure
-                continue
-            if _shapes(built).get(leaf) == shape:
-                return f"{p.name}={value!r}"
-    return None

@@ -205,8 +205,8 @@ def test_a_bias_paddle_was_built_without_is_one_line_saying_which_and_how():
     with pytest.raises(UserError) as refused:
         verified(TorchNet, lambda: PaddleNet(k_bias=False), TOKENS)
     said = refused.value.render()
-    assert said == ("paddle's attn.k (Linear) holds no 'bias', which torch's 'attn.k.bias' [16] fills: construct "
-                    "paddle's attn.k with bias_attr=None (a Linear so built holds 'bias' [16])")
+    assert said == ("paddle's attn.k (Linear) holds no 'bias', which torch's 'attn.k.bias' [16] fills: build "
+                    "paddle's attn.k with a 'bias' of that shape")
     # built as the line says, the port passes
     assert verified(TorchNet, lambda: PaddleNet(k_bias=True), TOKENS)[0].exit_code == 0
 
