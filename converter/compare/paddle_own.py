@@ -34,7 +34,25 @@ def _layer_at(model, path: str):
 
 
 
-PADDLE_MEASURED_SIZE = 1 << 20  # the most parameters a paddle layer may have to be copied to float64
+# Where paddle's own error is measured, one rule for every check: LEAF, a paired forward leaf that
+# is no matmul (cheap; measured always); INSIDE, a forward layer with layers inside, once over its
+# budget on torch's error alone; BACKWARD, a layer's backward rows, once one is past half its
+# budget on torch's error alone. Each kind copies layers of at most so many parameters to float64.
+LEAF, INSIDE, BACKWARD = "leaf", "inside", "backward"
+OWN_FROM = {LEAF: 0.0, INSIDE: 1.0, BACKWARD: 0.5}  # the ratio on torch's error alone past which it is measured
+OWN_SIZE = {LEAF: 1 << 20, INSIDE: 1 << 28, BACKWARD: None}  # None: no limit (the layer is in memory already)
+
+
+def measures_own_error(kind: str, ratios, parameters: int = 0) -> bool:
+    """Whether paddle's own error is measured for a layer of `kind` (LEAF, INSIDE, BACKWARD) whose
+    rows have `ratios` on torch's error alone (None: not judged) and which holds `parameters`."""
+    size = OWN_SIZE[kind]
+    past = kind == LEAF or any(r is not None and r > OWN_FROM[kind] for r in ratios)
+    return past and (size is None or parameters <= size)
+
+
+def parameter_count(layer) -> int:
+    return sum(int(np.prod(p.shape)) for p in layer.parameters())
 
 
 LOWER_FLOATS = ("float32", "float16", "bfloat16")
@@ -81,7 +99,7 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
         loc = passes.forced_p.get(pair.paddle)
         layer = _layer_at(session.paddle_model, pair.paddle)  # weights made (streamed) only for a layer measured
         if loc is None or not loc.outputs or passes.matmul.get(pair.torch) is not None or layer._sub_layers \
-                or sum(int(np.prod(p.shape)) for p in layer.parameters()) > PADDLE_MEASURED_SIZE \
+                or not measures_own_error(LEAF, (), parameter_count(layer)) \
                 or _hands_on_its_input(passes.t_calls[pair.torch], loc.outputs):
             continue
         run = _run_float64(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])

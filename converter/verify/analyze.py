@@ -14,6 +14,7 @@ from ..compare.budget import INPUT, LAYER, Budget, MatmulStats, budget_for, own_
 from ..compare.capture import is_first_call
 from ..compare.identity import view_of
 from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
+from ..compare.paddle_own import INSIDE, measures_own_error, parameter_count
 from ..compare.fused import sliced
 from ..paths import is_under
 from ..compare.replay import matmul_stats, refused_in, to_numpy_list
@@ -161,7 +162,6 @@ def analyze_all(session, passes: Passes, alone=None) -> list[LayerResult]:
             for pair, row in zip(passes.pairs, rows)]
 
 
-PADDLE_INSIDE_SIZE = 1 << 28  # the most parameters a layer measured inside may have (2 GiB in float64)
 PADDLE_OWN_INSIDE = "budgeted with paddle's own error, measured on a float64 copy of the layer on the same inputs"
 
 
@@ -174,12 +174,12 @@ def _measurable_inside(session, pair, passes: Passes, row: LayerResult) -> bool:
     import paddle
 
     from ..compare.forced import _layer_at
-    if row.ratio is None or row.ratio <= 1 or pair.paddle in passes.paddle_err or not forced_pair(pair) \
+    if not measures_own_error(INSIDE, [row.ratio]) or pair.paddle in passes.paddle_err or not forced_pair(pair) \
             or session.formats.get("paddle") != "fp32":
         return False
     layer = _layer_at(session.paddle_model, pair.paddle)
     return bool(layer._sub_layers) and not any(isinstance(inner, paddle.nn.LayerList) for inner in layer.sublayers()) \
-        and sum(int(np.prod(p.shape)) for p in layer.parameters()) <= PADDLE_INSIDE_SIZE
+        and measures_own_error(INSIDE, [row.ratio], parameter_count(layer))
 
 
 def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again, torch_own: TorchOwn) -> LayerResult:

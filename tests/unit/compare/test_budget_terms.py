@@ -126,3 +126,14 @@ def test_own_errors_are_each_sides_distance_from_float64():
     own = B.own_errors((y64 - y_torch).astype(np.float32), y_paddle - y_torch)
     assert own["torch"] == pytest.approx(np.abs(y_torch - y64).max(), rel=1e-4)
     assert own["paddle"] == pytest.approx(np.abs(y_paddle - y64).max(), rel=1e-4)
+
+
+def test_one_rule_says_where_paddle_own_error_is_measured():
+    from converter.compare.paddle_own import BACKWARD, INSIDE, LEAF, OWN_SIZE, measures_own_error
+    # a leaf always, within its size
+    assert measures_own_error(LEAF, (), 10) and not measures_own_error(LEAF, (), OWN_SIZE[LEAF] + 1)
+    # a layer with layers inside once over its budget on torch's error alone, never when not judged
+    assert measures_own_error(INSIDE, [1.5], 10) and not measures_own_error(INSIDE, [1.0], 10)
+    assert not measures_own_error(INSIDE, [None]) and not measures_own_error(INSIDE, [2.0], OWN_SIZE[INSIDE] + 1)
+    # a backward once one row is past half its budget, whatever its size
+    assert measures_own_error(BACKWARD, [0.1, 0.6], 1 << 40) and not measures_own_error(BACKWARD, [0.5, 0.2])
