@@ -375,6 +375,7 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
     import torch
 
     from .judge import judge
+    from .optimizer_whatif import clip_gradients
     failed = check.failed
     before, index = failed["before"], failed["index"]
     settings = dict(torch_side, **change)
@@ -394,27 +395,12 @@ def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
         opt.load_state_dict(state)
     except (ValueError, KeyError, TypeError, RuntimeError):
         return None
-    _clip(model, settings.get("clip"))
+    clip_gradients(model, settings.get("clip"))
     opt.step()
     want = pair.to_paddle({t: params[t].detach().numpy() for t in pair.torch})
     got = failed["paddle"][pair.paddle]
     return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
                  float(np.max(np.abs(want), initial=0)) * 1e-6).ratio
-
-
-def _clip(model, clip) -> None:
-    import torch
-    if clip is None:
-        return
-    kind, value = clip
-    if kind == "ClipGradByGlobalNorm":
-        torch.nn.utils.clip_grad_norm_(model.parameters(), value)
-    elif kind == "ClipGradByNorm":
-        for p in model.parameters():
-            if p.grad is not None:
-                torch.nn.utils.clip_grad_norm_([p], value)
-    elif kind == "ClipGradByValue":
-        torch.nn.utils.clip_grad_value_(model.parameters(), value)
 
 
 # free-running steps --------------------------------------------------------------------------

@@ -64,7 +64,6 @@ def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
     parameter group as it was and `change` applied; its ratio against paddle's result for `pair`."""
     import torch
 
-    from .diagnose import _clip
     from .judge import judge
     from .optimizer_check import own_state, set_to_start
     failed = check.failed
@@ -77,7 +76,7 @@ def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
         opt = cls([params[n] for n in index], lr=settings["lr"], **kwargs)
         opt.load_state_dict({"state": own_state(before["state"], torch.float64)["state"],
                              "param_groups": [dict(opt.state_dict()["param_groups"][0])]})
-        _clip(check.ref, ("ClipGradByGlobalNorm", check.tspec.clip_grad_norm) if check.tspec.clip_grad_norm else None)
+        clip_gradients(check.ref, ("ClipGradByGlobalNorm", check.tspec.clip_grad_norm) if check.tspec.clip_grad_norm else None)
         opt.step()
     except (ValueError, KeyError, TypeError, RuntimeError):  # a setting torch's optimizer refuses is no cause
         return None
@@ -132,3 +131,19 @@ def _show(to, hit: Hit):
         i = next(i for i, (a, b) in enumerate(zip(hit.was, to)) if a != b)
         return repr(to[i])
     return repr(to)
+
+
+def clip_gradients(model, clip) -> None:
+    """Torch's gradients of `model` clipped as paddle's `clip` (kind, value) clips them; None: not at all."""
+    import torch
+    if clip is None:
+        return
+    kind, value = clip
+    if kind == "ClipGradByGlobalNorm":
+        torch.nn.utils.clip_grad_norm_(model.parameters(), value)
+    elif kind == "ClipGradByNorm":
+        for p in model.parameters():
+            if p.grad is not None:
+                torch.nn.utils.clip_grad_norm_([p], value)
+    elif kind == "ClipGradByValue":
+        torch.nn.utils.clip_grad_value_(model.parameters(), value)
