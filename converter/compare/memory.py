@@ -120,7 +120,7 @@ def capture_limit(session) -> int:
     much again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at
     most STREAMED_UNITS times what one block's calls record on both sides (block_activations)."""
     limit = int(available_memory(session.options.max_memory)[0] * CAPTURE_SHARE)
-    if getattr(session, "streams", None):
+    if session.streams:
         block = block_activations(session)
         if block:
             limit = min(limit, STREAMED_UNITS * block)
@@ -142,7 +142,7 @@ def block_activations(session) -> int | None:
         return None
     first = next(path for path, m in torch_side.named_layers(model) if m is blocks[0])
     outline = capture_calls(torch_side, model, session.run_torch, None, keep=False, until={first: 1})
-    streamed = getattr(session, "streams", {}).get("torch")
+    streamed = session.streams.get("torch")
     if streamed is not None:  # this thread's block goes: the passes run the model on the worker thread
         streamed.tensors.let_go()
     elements = sum(int(np.prod(shape)) for call in outline.calls.values() if is_under(call.path, first)
@@ -154,7 +154,7 @@ def estimate(session, limit: int | None) -> Estimate:
     """The run's peak: its captures under `limit`, or (None) every layer's activations at once."""
     reference, blocks = session.reference64.most_bytes()
     activations = FULL_CAPTURE_COPIES * _forward_outputs(session) if limit is None else 2 * limit
-    checkpoint = getattr(session, "checkpoint", None)
+    checkpoint = session.checkpoint
     spare = checkpoint.storages.cap if checkpoint is not None else 0
     return Estimate(_models_bytes(session), reference, blocks, activations, spare)
 
@@ -162,7 +162,7 @@ def estimate(session, limit: int | None) -> Estimate:
 def _models_bytes(session) -> int:
     """Both models' weights; a side streamed block by block (compare/stream.py) counts its part outside
     the blocks and its largest blocks."""
-    streams = getattr(session, "streams", {})
+    streams = session.streams
     streamed = lambda side: sum(streams[side].tensors.most_bytes())  # the part outside the blocks, and its largest
     torch_bytes = streamed("torch") if "torch" in streams else _torch_bytes(session.torch_model)
     paddle_bytes = streamed("paddle") if "paddle" in streams else _paddle_bytes(session.paddle_model)
@@ -205,11 +205,11 @@ def check(session, limit: int | None, est: Estimate | None = None) -> list[str]:
                         "smaller inputs, or free memory")
     room = NARROW * available - est.more
     if room > 0:  # half of what the run leaves free keeps more blocks made: fewer made again per pass
-        held = [session.reference64.tensors, *(s.tensors for s in getattr(session, "streams", {}).values())]
+        held = [session.reference64.tensors, *(s.tensors for s in session.streams.values())]
         for tensors in held:
             tensors.hold_within(tensors.most_bytes()[1] + int(room / 2 / len(held)))
     notes = [f"memory: the {side} model's streamed weights are kept {s.tensors.keep} of {s.tensors.blocks} blocks at "
-             f"a time, as the memory available leaves room" for side, s in getattr(session, "streams", {}).items()
+             f"a time, as the memory available leaves room" for side, s in session.streams.items()
              if s.tensors.keep > STREAMED_KEEP]
     if est.more > NARROW * available:
         notes.append(f"memory: the run needs about {est.more / GiB:.1f} GiB beyond the set-up's, of "

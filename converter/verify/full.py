@@ -60,8 +60,8 @@ def let_go(session, sides=("torch", "paddle", "float64")) -> None:
     weights are streamed) dropped, and no thread's last block held any longer: called where no
     thread runs those trees, before a pass group, so that a block the main thread read last is not
     held beside the blocks the worker thread runs (widen.BlockTensors.let_go)."""
-    trees = {side: s.tensors for side, s in getattr(session, "streams", {}).items()}
-    reference = getattr(session, "reference64", None)
+    trees = {side: s.tensors for side, s in session.streams.items()}
+    reference = session.reference64
     if reference is not None:
         trees["float64"] = reference.tensors
     for side in sides:
