@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from ..tree import containers_copied, flatten, replace
 
+from .port import Session
+
 
 def call_tensors(args, kwargs, is_tensor) -> list:
     """The tensors a call received: positional, then keyword, each in tree.flatten's order."""
@@ -366,7 +368,7 @@ def capture_calls(side, model, run, paths, keep=True, allowance: Allowance | Non
     return recorder
 
 
-def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = None,
+def capture_torch(session: Session, paths=None, keep=True, allowance: Allowance | None = None,
                   until: dict | None = None, spill=None) -> Recorder:
     """One torch forward recording the modules at `paths` (all when None), ending once the calls
     `until` counts have completed (see stop_when_done); `spill`: see Recorder."""
@@ -374,7 +376,7 @@ def capture_torch(session, paths=None, keep=True, allowance: Allowance | None = 
     return capture_calls(torch_side, session.torch_model, session.run_torch, paths, keep, allowance, until, spill)
 
 
-def capture_paddle(session, paths=None, keep=True, allowance: Allowance | None = None,
+def capture_paddle(session: Session, paths=None, keep=True, allowance: Allowance | None = None,
                    until: dict | None = None, spill=None) -> Recorder:
     """One paddle forward recording the layers at `paths` (all when None), ending as capture_torch."""
     from ..frameworks import paddle_side

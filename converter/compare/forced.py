@@ -34,6 +34,8 @@ from .shapes import undone
 from ..paths import is_under
 from ..tree import flatten
 
+from .port import Session
+
 
 @dataclass
 class PassedOn:
@@ -63,7 +65,7 @@ class Reference:
     condition: np.ndarray | None = None
 
 
-def forced_paddle(session, pairs, t_calls: dict, until: dict | None = None) -> dict[str, ForcedCall]:
+def forced_paddle(session: Session, pairs, t_calls: dict, until: dict | None = None) -> dict[str, ForcedCall]:
     """Every paired paddle layer on torch's recorded inputs, in one paddle pass; `until` (paddle
     path -> calls; capture.stop_when_done): the pass ends once those calls have completed."""
     runs: dict[str, ForcedCall] = {}
@@ -195,7 +197,7 @@ def differing_inputs(pairs, t_calls: dict, forced_p: dict[str, ForcedCall]) -> d
     return out
 
 
-def forced_torch64(session, paths, t_calls: dict, fmt: str | None = None, between=None,
+def forced_torch64(session: Session, paths, t_calls: dict, fmt: str | None = None, between=None,
                    draw: int = 0, until: dict | None = None) -> dict[str, Reference]:
     """The float64 torch model, forced like the paddle side, with hooks on the modules at
     `paths`; matmul inputs rounded to `fmt` if given (see precision.torch_rounding for `draw`).
@@ -285,7 +287,7 @@ def _condition(module, args, out) -> np.ndarray | None:
     return torch.hypot(moved - out, args[0] * U32).float().numpy()
 
 
-def torch_references(session, paths, t_calls: dict, between=None,
+def torch_references(session: Session, paths, t_calls: dict, between=None,
                      until: dict | None = None) -> tuple[dict[str, Reference], dict]:
     """The float64 references of the torch modules at `paths` (forced there, and only there,
     as the paddle side is), and per lower-precision format in use, the effect of rounding
@@ -295,7 +297,7 @@ def torch_references(session, paths, t_calls: dict, between=None,
         {f: rounded_torch64(session, paths, t_calls, f, between, until) for f in set(session.formats.values()) - {"fp32"}}
 
 
-def rounded_torch64(session, paths, t_calls: dict, fmt: str, between=None,
+def rounded_torch64(session: Session, paths, t_calls: dict, fmt: str, between=None,
                     until: dict | None = None) -> dict[str, Reference]:
     """forced_torch64 rounded to `fmt`, its errors per element the rms over ROUNDING_DRAWS draws;
     one draw's errors are held at a time beside the sum."""
@@ -323,7 +325,7 @@ def _root_mean(total):
     return None if total is None else np.sqrt(total / ROUNDING_DRAWS).astype(np.float32)
 
 
-def torch_own_errors(session, children: dict[str, list[str]], t_calls: dict) -> dict[str, TorchOwn]:
+def torch_own_errors(session: Session, children: dict[str, list[str]], t_calls: dict) -> dict[str, TorchOwn]:
     """Per torch module in `children` (path -> its paired children's paths), torch's own error over
     the whole module: its float64 copy forced at the module's inputs alone, so that what its code
     computes between the children, and the children, run in float64 on it; its outputs and the

@@ -33,6 +33,8 @@ from ..frameworks import paddle_side, torch_side
 from .replay import PLAIN
 from ..tree import _children, flatten, is_tensor, replace
 
+from .port import Session
+
 
 @dataclass
 class Recorded:
@@ -69,13 +71,13 @@ def _stateful(value) -> bool:
     return _children(value) is None and not is_tensor(value) and not isinstance(value, PLAIN)
 
 
-def float64_returned(session) -> bool:
+def float64_returned(session: Session) -> bool:
     """The float64 reference's units are returned (every format in use is fp32; see the module)."""
     return set(session.formats.values()) <= {"fp32"}
 
 
 @contextlib.contextmanager
-def returning_recorded(session, units, recorded: Recorded, forced: bool):
+def returning_recorded(session: Session, units, recorded: Recorded, forced: bool):
     """While inside, each of `units` (pairs; see Recorded.returnable) returns, in the torch model,
     the paddle model and (float64_returned) the float64 reference, a copy of what it returned in
     the recorded passes, with the same structure, in place of running: the free-running outputs,
@@ -120,7 +122,7 @@ def returning_recorded(session, units, recorded: Recorded, forced: bool):
 
 
 @contextlib.contextmanager
-def recording_forced(session, units, recorded: Recorded):
+def recording_forced(session: Session, units, recorded: Recorded):
     """While inside, the outputs of `units` in paddle's forced pass and in the float64 reference's
     first pass (forced, where a chunk records them) are kept in recorded.forced, as arrays, for the
     last chunk (see returning_recorded); nothing where the float64 reference is not returned."""

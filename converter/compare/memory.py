@@ -34,6 +34,8 @@ import numpy as np
 from .widen import KEEP, STREAMED_KEEP
 from ..errors import UserError
 
+from .port import Session
+
 GiB = 1 << 30
 NARROW = 0.8  # a run needing more than this share of what is available is said so in the report
 FULL_CAPTURE_COPIES = 4
@@ -115,7 +117,7 @@ def _read_int(path: str) -> int | None:
         return None  # no such file, or "max": no limit
 
 
-def capture_limit(session) -> int:
+def capture_limit(session: Session) -> int:
     """What the captures of a run under a capture limit may hold (the forced passes hold about as
     much again): CAPTURE_SHARE of the memory available; where a model's weights are streamed, at
     most STREAMED_UNITS times what one block's calls record on both sides (block_activations)."""
@@ -127,7 +129,7 @@ def capture_limit(session) -> int:
     return limit
 
 
-def block_activations(session) -> int | None:
+def block_activations(session: Session) -> int | None:
     """Bytes the captures of both models hold for the torch model's first block: its calls' floating
     outputs, and inputs alike, in float32, on both sides (as the sweep counts a unit's, verify/sweep.py),
     from a torch forward that records shapes alone and ends once that block has run; None for a
@@ -150,7 +152,7 @@ def block_activations(session) -> int | None:
     return 2 * 2 * 4 * elements
 
 
-def estimate(session, limit: int | None) -> Estimate:
+def estimate(session: Session, limit: int | None) -> Estimate:
     """The run's peak: its captures under `limit`, or (None) every layer's activations at once."""
     reference, blocks = session.reference64.most_bytes()
     activations = FULL_CAPTURE_COPIES * _forward_outputs(session) if limit is None else 2 * limit
@@ -159,7 +161,7 @@ def estimate(session, limit: int | None) -> Estimate:
     return Estimate(_models_bytes(session), reference, blocks, activations, spare)
 
 
-def _models_bytes(session) -> int:
+def _models_bytes(session: Session) -> int:
     """Both models' weights; a side streamed block by block (compare/stream.py) counts its part outside
     the blocks and its largest blocks."""
     streams = session.streams
@@ -169,7 +171,7 @@ def _models_bytes(session) -> int:
     return torch_bytes + paddle_bytes
 
 
-def _available(session) -> tuple[int, str]:
+def _available(session: Session) -> tuple[int, str]:
     """available_memory under the session's --max-memory; a UserError where it leaves none (said
     before any estimate: that of every layer's activations at once measures a forward)."""
     available, source = available_memory(session.options.max_memory)
@@ -178,7 +180,7 @@ def _available(session) -> tuple[int, str]:
     return available, source
 
 
-def whole_capture(session) -> tuple[Estimate, str | None]:
+def whole_capture(session: Session) -> tuple[Estimate, str | None]:
     """The estimate of every layer's activations at once, and where they do not fit in the memory
     available, what the report's note says of it: the run then judges a few units at a time under a
     capture limit, and check() is asked about that run instead."""
@@ -191,7 +193,7 @@ def whole_capture(session) -> tuple[Estimate, str | None]:
                  f"{readable_size(est.more)} more than the set-up holds, and {readable_size(available)} is available by {source}")
 
 
-def check(session, limit: int | None, est: Estimate | None = None) -> list[str]:
+def check(session: Session, limit: int | None, est: Estimate | None = None) -> list[str]:
     """The report's note when the run (its captures under `limit`, or every layer's activations at
     once) fits narrowly; a UserError when it does not fit (`est`: its estimate where made already).
     Where it fits with room to spare, the float64 reference and the streamed models keep as many
@@ -217,7 +219,7 @@ def check(session, limit: int | None, est: Estimate | None = None) -> list[str]:
     return notes
 
 
-def one_block(session, available: int) -> None:
+def one_block(session: Session, available: int) -> None:
     """The float64 reference widens one block at a time where a block of it is more than BLOCK_SHARE
     of the memory available (a streamed model's already does)."""
     tensors = session.reference64.tensors
@@ -241,7 +243,7 @@ def _paddle_bytes(model) -> int:
     return total
 
 
-def _forward_outputs(session) -> int:
+def _forward_outputs(session: Session) -> int:
     """Bytes of the floating outputs of every torch module in one forward, none of them kept."""
     from ..frameworks import torch_side
     from ..tree import flatten

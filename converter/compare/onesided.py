@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .unread import Reading, measure_reads
 
+from .port import Session
+
 SHOWN = 6
 
 
@@ -162,7 +164,7 @@ def _unread_filled(layer: str, keys: list[str], readings: dict[str, Reading], so
             "them, or map torch's tensors onto the tensors the port reads")
 
 
-def measured_in_session(session) -> list[str]:
+def measured_in_session(session: Session) -> list[str]:
     """state_findings for a verification session whose models are both whole in memory; [] where a
     side is streamed block by block (its weights are not all in the model at once)."""
     if session.streams:

@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from .port import Session
+
 
 class TorchWorker:
     """The worker thread, and the one seam for the speed machinery: with the session's
     `serial` option, work submitted runs at once on the calling thread, with the thread count
     the worker would use, so that the numbers are the same."""
 
-    def __init__(self, session):
+    def __init__(self, session: Session):
         import torch
         self.threads = torch.get_num_threads()
         self.share = max(self.threads - 1, 1) if session.device == "cpu" else self.threads

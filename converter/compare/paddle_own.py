@@ -23,6 +23,8 @@ from .precision import U32
 from .replay import forced_paddle_inputs
 from ..tree import flatten, is_paddle_tensor, map_leaves, model_copy
 
+from .port import Session
+
 
 def _layer_at(model, path: str):
     """The paddle layer at `path`, as session.paddle_layer finds it, without making the weights of
@@ -86,7 +88,7 @@ def _hands_on_its_input(t_call, outputs: list) -> bool:
     return first.dtype == outputs[0].dtype and np.array_equal(first, outputs[0])
 
 
-def paddle_own_errors(session, passes) -> dict[str, list]:
+def paddle_own_errors(session: Session, passes) -> dict[str, list]:
     """Per paired paddle leaf that is no matmul (norms, softmax, activations: layers whose
     kernels reduce in an order of their own, which torch's observed error does not show; paddle's
     CPU mean over 1536 values is ten times less exact than torch's), its own fp32 error on torch's
@@ -113,7 +115,7 @@ def paddle_own_errors(session, passes) -> dict[str, list]:
     return out
 
 
-def _note_random(session, path: str) -> None:
+def _note_random(session: Session, path: str) -> None:
     """Said in the report's notes: a paddle layer whose float64 copy gave other outputs on a second
     run of the same inputs (its own error is then not measured: torch's stands in)."""
     session.plan.notes.append(f"paddle layer '{path}' is not deterministic in eval: a float64 copy of it gave other "
@@ -122,7 +124,7 @@ def _note_random(session, path: str) -> None:
                               "measured")
 
 
-def _run_float64(session, pair, t_call, p_call, inside=(), lower=LOWER_FLOATS):
+def _run_float64(session: Session, pair, t_call, p_call, inside=(), lower=LOWER_FLOATS):
     """The float32 outputs of a float64 copy of `pair`'s paddle layer on torch's recorded inputs
     (casts inside to the formats `lower` kept in float64), and, per layer path relative to it in
     `inside`, the floating inputs of its first call there; None where the copy does not run in
@@ -170,7 +172,7 @@ def _own_output_errors(pair, loc, run) -> list | None:
     return errs if any(np.any(e) for e in errs) else None
 
 
-def paddle_own_inside(session, pair, passes, children, torch_own: TorchOwn) -> tuple[list | None, dict]:
+def paddle_own_inside(session: Session, pair, passes, children, torch_own: TorchOwn) -> tuple[list | None, dict]:
     """A paired paddle layer with layers inside (an attention computing its products and its
     softmax in its own code), measured as paddle_own_errors measures a leaf: its own fp32 error at
     its outputs, and the float64 values of the floating inputs its code computes for its paired

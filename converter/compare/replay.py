@@ -24,6 +24,8 @@ from ..families import lookup
 from .precision import cpu_has_native_bf16, torch_rounding
 from ..tree import flatten, is_torch_tensor, map_leaves
 
+from .port import Session
+
 
 def torch_inputs(call: Call) -> list:
     """The tensors a recorded torch call received."""
@@ -284,7 +286,7 @@ def run_torch64(module64, call: Call, fmt: str | None = None, draw: int = 0) -> 
     return to_numpy_list(flatten(out, torch_side.is_float_tensor), "torch")
 
 
-def refused_in(session, path: str):
+def refused_in(session: Session, path: str):
     """matmul_stats' `refused` for torch's layer at `path`: kept in the session's skipped measurements."""
     return lambda exc: session.skip(f"the input-rounding statistics of '{path}' (the generic budget stands in)", exc)
 

@@ -24,6 +24,8 @@ from .one_pair import (Evidence as Evidence, Local as Local, _fitted, culprit_ev
                        unmasked as unmasked)
 from .report import LayerResult
 
+from ..compare.port import Session
+
 
 ANALYSIS_THREADS = 8
 
@@ -47,7 +49,7 @@ def _children(pairs) -> dict[str, list]:
     return out
 
 
-def _input_check(session, child, differing: dict, forced_64: dict, rounded_64: dict, paddle64: dict):
+def _input_check(session: Session, child, differing: dict, forced_64: dict, rounded_64: dict, paddle64: dict):
     """(ratio, tolerance, error, budget terms, own errors) of the inputs the parent's own code computed for `child`, where
     they differ from torch's; None when none does. `paddle64`: (child, input) -> the value a float64
     copy of the parent computed there (forced.paddle_own_inside), paddle's own error where measured."""
@@ -104,7 +106,7 @@ class Passes:
     e2e: dict = field(default_factory=dict)
 
 
-def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
+def matmul_stats_all(session: Session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
     """S2 and K of every captured torch module, keyed by path (None for modules that are not
     matmuls), into `into`; needs no paddle run. With `stop`, it returns once `stop()` is true,
     and a later call does the rest."""
@@ -118,7 +120,7 @@ def matmul_stats_all(session, t_calls: dict, into: dict | None = None, stop=None
     return out
 
 
-def end_to_end_until(session, passes: Passes, stop) -> None:
+def end_to_end_until(session: Session, passes: Passes, stop) -> None:
     """Pairs' end-to-end comparisons, in order, into passes.e2e until `stop()` is true (work to
     fill a wait with); analyze_all does the rest."""
     for pair in passes.pairs:
@@ -127,11 +129,11 @@ def end_to_end_until(session, passes: Passes, stop) -> None:
         passes.e2e[pair.torch] = _end_to_end(session, pair, passes)
 
 
-def _end_to_end(session, pair, passes: Passes):
+def _end_to_end(session: Session, pair, passes: Passes):
     return end_to_end(session, pair, passes.t_calls[pair.torch], passes.p_calls[pair.paddle])
 
 
-def analyze_all(session, passes: Passes, alone=None) -> list[LayerResult]:
+def analyze_all(session: Session, passes: Passes, alone=None) -> list[LayerResult]:
     """Every pair's local error against its budget, from the forced paddle pass and the
     float64 references (see forced.py) instead of one re-run per module. `alone()`, where given,
     returns once no other thread runs the float64 reference (a pass beside the analysis): the
@@ -165,7 +167,7 @@ def analyze_all(session, passes: Passes, alone=None) -> list[LayerResult]:
 PADDLE_OWN_INSIDE = "budgeted with paddle's own error, measured on a float64 copy of the layer on the same inputs"
 
 
-def _measurable_inside(session, pair, passes: Passes, row: LayerResult) -> bool:
+def _measurable_inside(session: Session, pair, passes: Passes, row: LayerResult) -> bool:
     """`row` is over its budget and its paddle layer computes in its own code between layers inside
     it (an attention's products and softmax), in fp32 (an emulated format's rounding is budgeted as
     such): torch's observed error stood in for paddle's there, and paddle's kernels may sum in
@@ -182,7 +184,7 @@ def _measurable_inside(session, pair, passes: Passes, row: LayerResult) -> bool:
         and measures_own_error(INSIDE, [row.ratio], parameter_count(layer))
 
 
-def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, again, torch_own: TorchOwn) -> LayerResult:
+def _measured_inside(session: Session, pair, passes: Passes, children, row: LayerResult, again, torch_own: TorchOwn) -> LayerResult:
     """`row` (_measurable_inside) judged again with paddle's own error, measured on a float64 copy of
     the layer (forced.paddle_own_inside), which budgets the layer's outputs and the inputs its code
     hands its children, where it is of the size rounding gives against torch's own over the whole
@@ -198,7 +200,7 @@ def _measured_inside(session, pair, passes: Passes, children, row: LayerResult, 
     return replace(judged_again, note=joined(judged_again.note, PADDLE_OWN_INSIDE))
 
 
-def _analyze_forced(session, pair, passes: Passes, children, differing) -> LayerResult:
+def _analyze_forced(session: Session, pair, passes: Passes, children, differing) -> LayerResult:
     row, y_t, pairs = passes.e2e.get(pair.torch) or _end_to_end(session, pair, passes)
     if y_t is None:
         return row
@@ -220,7 +222,7 @@ def _analyze_forced(session, pair, passes: Passes, children, differing) -> Layer
     return judged(row, _worst_input(session, own, children, differing, passes))
 
 
-def _worst_input(session, own: Local, children, differing, passes: Passes) -> Local:
+def _worst_input(session: Session, own: Local, children, differing, passes: Passes) -> Local:
     """`own` where an input this layer's own code computed for one of its children is further
     over its budget than the layer's output (the worst such input)."""
     local = own
@@ -234,7 +236,7 @@ def _worst_input(session, own: Local, children, differing, passes: Passes) -> Lo
     return local
 
 
-def _local(session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> Local:
+def _local(session: Session, pair, passes: Passes, ref, y_local, y_t, pairs: OutputPairs) -> Local:
     """The error of a pair's own output, and its budget."""
     masked = masked_alike(y_t, y_local)
     diff = np.subtract(y_local, y_t)
@@ -288,7 +290,7 @@ def _reference_error(pair, passes: Passes, ref, y_t, pairs: OutputPairs) -> np.n
     return np.subtract(y64, y_t, dtype=np.float64).astype(np.float32)
 
 
-def _output_budget(session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
+def _output_budget(session: Session, pair, passes: Passes, ref, y_t, pairs: OutputPairs, masked=None) -> Budget:
     e_ref = _reference_error(pair, passes, ref, y_t, pairs)
     y_t, e_ref = unmasked(masked, y_t, e_ref)  # a float64 run masks with float64's lowest value
     with np.errstate(invalid="ignore", over="ignore"):

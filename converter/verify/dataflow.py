@@ -17,6 +17,8 @@ import weakref
 
 from ..compare.capture import call_key, module_path
 
+from ..compare.port import Session
+
 EVERY = None  # reads every earlier unit
 
 
@@ -113,7 +115,7 @@ def _is_parameter(t) -> bool:
     return isinstance(t, torch.nn.Parameter)
 
 
-def trace(session, units: list[str]) -> Dataflow:
+def trace(session: Session, units: list[str]) -> Dataflow:
     """One torch forward pass with the hooks; the units each unit reads."""
     from ..frameworks import torch_side
     from ..compare.capture import record

@@ -20,11 +20,13 @@ from ..compare.replay import to_numpy_list
 from ..errors import UserError
 from .report import LayerResult
 
+from ..compare.port import Session
+
 
 FINAL_OUTPUTS = "the final outputs, end to end (free-running), against the torch model's own drift from float64"
 
 
-def same_outputs(session, t_call, p_call) -> None:
+def same_outputs(session: Session, t_call, p_call) -> None:
     """Both models must return the same structure (keys of the same type in the same order, the
     same positions; lists and tuples alike) holding at least one floating tensor, and the same
     tensors: an output on one side only is never compared, so it is bad input, not a pass."""
@@ -47,7 +49,7 @@ def same_outputs(session, t_call, p_call) -> None:
                     "no hidden states or attentions; or wrap one model to return what the other does)")
 
 
-def free_reference(session, paths, fmt: str | None = None, draw: int = 0, counts: dict | None = None,
+def free_reference(session: Session, paths, fmt: str | None = None, draw: int = 0, counts: dict | None = None,
                    allowance: Allowance | None = None) -> dict[str, list[np.ndarray]]:
     """Per path in `paths` that the forward calls, the float64 torch model's outputs there,
     free-running (nothing forced), in one pass, with matmul inputs rounded to `fmt` if given (see
@@ -58,7 +60,7 @@ def free_reference(session, paths, fmt: str | None = None, draw: int = 0, counts
     return {path: to_numpy_list(ref.calls[path].outputs, "torch") for path in paths if path in ref.calls}
 
 
-def free_references(session, paths, counts: dict | None = None,
+def free_references(session: Session, paths, counts: dict | None = None,
                     allowance: Allowance | None = None) -> dict[str, dict]:
     """Per path, free_reference in float64 (key None), and per lower-precision format in use, a
     list of ROUNDING_DRAWS draws; one float64 pass per draw for all the paths; `counts` and
@@ -81,7 +83,7 @@ def _implausible_drift(y32: np.ndarray, y64: np.ndarray) -> bool:
     return not np.isfinite(drift) or drift > DRIFT_SUSPECT * scale
 
 
-def _torch_deterministic(session, path: str, y_t: np.ndarray, pairs, shapes, budget) -> str:
+def _torch_deterministic(session: Session, path: str, y_t: np.ndarray, pairs, shapes, budget) -> str:
     """A torch forward that gives other values on the same inputs (dropout left on) makes every
     budget meaningless, since each is measured against torch's own run: that is bad input. Two
     runs that differ within the budget are the kernels' own noise (some CPUs' bf16 and threaded
@@ -101,7 +103,7 @@ def _torch_deterministic(session, path: str, y_t: np.ndarray, pairs, shapes, bud
                     "F.dropout(..., training=True); call eval() and pass training=self.training, then verify again")
 
 
-def _finite_reference(session, unit, y_t, y_p, y64, t_calls: dict | None = None) -> tuple:
+def _finite_reference(session: Session, unit, y_t, y_p, y64, t_calls: dict | None = None) -> tuple:
     """The outputs to compare, where torch's own float32 run is a reference: a NaN or Inf there
     that its float64 run does not give too (float32 overflowed: inputs of 1e38) is bad input,
     named where it first appears; an infinity all three give alike (a mask of -inf the model
@@ -138,7 +140,7 @@ def _first_non_finite(t_calls: dict) -> str | None:
     return None
 
 
-def judge_end_to_end(session, unit, t_out: list, p_out: list, references: dict, note: str,
+def judge_end_to_end(session: Session, unit, t_out: list, p_out: list, references: dict, note: str,
                      condition: np.ndarray | None = None, t_calls: dict | None = None,
                      paddle64=None) -> LayerResult:
     """`unit`'s outputs as both models computed them, free-running, against the end-to-end

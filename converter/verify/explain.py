@@ -18,11 +18,13 @@ from ..paths import is_under
 from .explanation import OUTPUTS, Explanation, Item, settings_of
 from .report import LayerResult, Report
 
+from ..compare.port import Session
+
 EXPLAINED_LAYERS = 2  # the layers with the largest local error that the paragraph explains
 SECOND_SHARE = 0.1  # ... those at least this share of the largest one's
 
 
-def explained(session, report: Report, threshold: float | None = None) -> Report:
+def explained(session: Session, report: Report, threshold: float | None = None) -> Report:
     """`report` with its Explanation: the rows chosen, measured again in fp32 where a side used
     another format (session: the run's, still open)."""
     formats = {side: p["effective"] for side, p in report.precision.items()}
@@ -82,7 +84,7 @@ def _item(r: LayerResult, formats: dict, fp32: dict, outputs: bool) -> Item:
                 fp32_budget, measured if isinstance(measured, str) else "")
 
 
-def _fp32_differences(session, chosen: list[LayerResult], outputs: LayerResult | None) -> dict:
+def _fp32_differences(session: Session, chosen: list[LayerResult], outputs: LayerResult | None) -> dict:
     """With every side in fp32 (--emulate's rounding and TF32 off): per chosen layer (torch path),
     the largest difference of the paddle layer re-run on torch's recorded inputs from torch's
     output, and under "" the final outputs' largest difference, free-running; where one could not

@@ -18,6 +18,8 @@ from ..compare.capture import Allowance, capture_paddle, capture_torch, wanted_c
 from .endtoend import FINAL_OUTPUTS, free_references, judge_end_to_end, same_outputs
 from .report import LayerResult
 
+from ..compare.port import Session
+
 
 @dataclass
 class StrategyResult:
@@ -37,10 +39,10 @@ class StrategyResult:
 class Strategy(Protocol):
     name: str
 
-    def run(self, session) -> StrategyResult: ...
+    def run(self, session: Session) -> StrategyResult: ...
 
 
-def _capture(session, torch_paths=None, paddle_paths=None, keep=True, counts: tuple[dict, dict] | None = None,
+def _capture(session: Session, torch_paths=None, paddle_paths=None, keep=True, counts: tuple[dict, dict] | None = None,
              spills: tuple = (None, None)):
     """Both sides' calls at the paths given (every module's where None), the two captures at once
     (paddle computes on one core on CPU); `counts` (per side, path -> the calls a forward makes, from
@@ -55,7 +57,7 @@ def _capture(session, torch_paths=None, paddle_paths=None, keep=True, counts: tu
         return rt.result().calls, rp.calls
 
 
-def let_go(session, sides=("torch", "paddle", "float64")) -> None:
+def let_go(session: Session, sides=("torch", "paddle", "float64")) -> None:
     """The blocks of the session's trees held block by block (the float64 reference; the models whose
     weights are streamed) dropped, and no thread's last block held any longer: called where no
     thread runs those trees, before a pass group, so that a block the main thread read last is not
@@ -79,12 +81,12 @@ class FullCapture:
     def __init__(self, limit_bytes=None):
         self.limit_bytes = limit_bytes
 
-    def run(self, session) -> StrategyResult:
+    def run(self, session: Session) -> StrategyResult:
         found = self.capture(session)
         return StrategyResult(found.results, first_bad(found.results), found.outputs, found.passes,
                               calls=found.calls, pairs=found.pairs)
 
-    def capture(self, session, paths: tuple[set, set] | None = None,
+    def capture(self, session: Session, paths: tuple[set, set] | None = None,
                 counts: tuple[dict, dict] | None = None, captured: tuple[dict, dict] | None = None) -> StrategyResult:
         """Results for every pair (only the torch and paddle layers at `paths` when given), and,
         for the whole model, its final outputs' row; its first_bad is left for the caller.

@@ -19,6 +19,8 @@ from ..compare.replay import (forced_paddle_inputs, matmul_stats, refused_in, pa
                               to_numpy_list, torch_inputs)
 from .report import LayerResult
 
+from ..compare.port import Session
+
 
 @dataclass
 class Evidence:
@@ -95,7 +97,7 @@ def _matmul(module, call: Call, shape, refused=None) -> MatmulStats | None:
     return _fitted(matmul_stats(module, call, refused=refused), shape)
 
 
-def rounding_effect(session, pair: LayerPair, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
+def rounding_effect(session: Session, pair: LayerPair, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
     """The change of the float64 output, per element (its rms over ROUNDING_DRAWS draws), when
     every product in the layer rounds its inputs to `fmt`: the rounded run's outputs read and laid
     out as y64 was (paired and broadcast by `pairs`), so each element is set against its own."""
@@ -107,7 +109,7 @@ def rounding_effect(session, pair: LayerPair, call: Call, y64: np.ndarray, pairs
     return rms_over(draws).reshape(y64.shape)
 
 
-def layer_budget(session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
+def layer_budget(session: Session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
                  formats: dict) -> Budget:
     """The budget of torch's output `y_t` (y64 the float64 one, both read and laid out by `pairs`)."""
     matmul = _matmul(session.torch_module(pair.torch), call, y64.shape, refused_in(session, pair.torch))
@@ -133,7 +135,7 @@ def calls_said(t_call: Call, p_call: Call) -> str:
                     for side, call in (("torch", t_call), ("paddle", p_call)) if call.count > 1))
 
 
-def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
+def end_to_end(session: Session, pair: LayerPair, t_call: Call, p_call: Call):
     """(the row with the end-to-end metrics, torch's matched outputs as one array or None, the
     shapes they are compared in)."""
     t_out, p_out = torch_read(pair, t_call.outputs), sliced(pair, p_call.outputs)
@@ -156,7 +158,7 @@ def end_to_end(session, pair: LayerPair, t_call: Call, p_call: Call):
                 cosine=m.cosine, nan=m.nan, inf=m.inf, worst_index=m.worst_index, note=note), y_t, pairs
 
 
-def _row(session, pair: LayerPair, shape: tuple, **figures) -> LayerResult:
+def _row(session: Session, pair: LayerPair, shape: tuple, **figures) -> LayerResult:
     return LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type, shape,
                        formats=dict(session.formats), **figures)
 
@@ -204,7 +206,7 @@ def judged(row: LayerResult, local: Local) -> LayerResult:
                    terms=local.terms, own_error=dict(local.own_error))
 
 
-def culprit_evidence(session, pair: LayerPair, t_call: Call, p_call: Call) -> Evidence:
+def culprit_evidence(session: Session, pair: LayerPair, t_call: Call, p_call: Call) -> Evidence:
     """What the diagnosis of the first layer over budget looks at: its paddle layer re-run whole on
     torch's inputs (its children not forced), torch's output and the float64 one, and the budget.
     The layer was judged already (analyze_all); its forced pass cannot give this: there every
@@ -238,7 +240,7 @@ def _judge_local(y_ref: np.ndarray, y_other: np.ndarray, budget: Budget, note: s
                  notes=(note,), terms=judged.terms.terms, own_error=own)
 
 
-def judge_by_addition(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs) -> Local:
+def judge_by_addition(session: Session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs) -> Local:
     """Where paddle's layer cannot be run on torch's inputs, judge what it adds: the torch module
     run in float64 (and in float32, for the budget) on the inputs paddle's layer really received,
     matched by value to torch's call; paddle's output against that. The error it inherited is
@@ -263,7 +265,7 @@ ALONE = ("judged on its own, re-run on torch's inputs: a call of a module called
          "forced passes, which force a module's first call, do not force")
 
 
-def judge_alone(session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs, y_t: np.ndarray) -> Local:
+def judge_alone(session: Session, pair: LayerPair, t_call: Call, p_call: Call, pairs: OutputPairs, y_t: np.ndarray) -> Local:
     """A pair the forced passes do not force (a later call of a module called more than once, on
     either side): its paddle layer re-run on torch's recorded inputs of that call, against torch's
     output `y_t` (read and laid out by `pairs`), under the budget of the torch module re-run in

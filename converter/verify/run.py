@@ -78,7 +78,7 @@ class Plan:
     switch: Strategy | None = None
 
 
-def planned(session, name: str, capture_limit: int | None = None) -> Plan:
+def planned(session: PortSession, name: str, capture_limit: int | None = None) -> Plan:
     """The one place a run's strategy is chosen, from its name (auto, full or binary) and the memory
     available. The capture limit is a share of the memory available (a few blocks' activations where
     the weights are streamed: the forced passes hold about as much again as the capture), or
@@ -101,7 +101,7 @@ def planned(session, name: str, capture_limit: int | None = None) -> Plan:
     return Plan(FullCapture(limit), limit, notes, BinarySearch(limit))
 
 
-def _context(session, found: StrategyResult, bad) -> Context:
+def _context(session: PortSession, found: StrategyResult, bad) -> Context:
     """What the diagnosis of the first layer over budget looks at, from the strategy's last full capture."""
     t_calls, p_calls = found.calls
     pair = next((p for p in found.pairs if p.torch == bad.torch), None)

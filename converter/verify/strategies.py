@@ -41,6 +41,8 @@ from .search import first_bad_in_order, first_bad_unit, look_back
 from .sweep import SearchState, captured, sweep
 from .units import outline_only, top_level_units, unit_candidates
 
+from ..compare.port import Session
+
 
 class BinarySearch:
     name = "binary"
@@ -49,7 +51,7 @@ class BinarySearch:
         self.limit_bytes = limit_bytes  # what one sweep's captures may hold (see sweep.py)
         self.state: SearchState | None = None  # what the search knows, from run()
 
-    def run(self, session) -> StrategyResult:
+    def run(self, session: Session) -> StrategyResult:
         self.state = SearchState(self.limit_bytes)
         try:
             return self._run(session)
@@ -61,7 +63,7 @@ class BinarySearch:
     def _update(self, **changes) -> None:
         self.state = dataclasses.replace(self.state, **changes)
 
-    def _run(self, session) -> StrategyResult:
+    def _run(self, session: Session) -> StrategyResult:
         t_calls, p_calls, kept = self._outline(session)
         # the calls of a whole forward: later passes that record some modules end once theirs have completed
         self._update(outline=(t_calls, p_calls), counts=(call_counts(t_calls), call_counts(p_calls)))
@@ -95,7 +97,7 @@ class BinarySearch:
         return (f"binary search: no unit's boundary is over the end-to-end budget; every layer was then judged "
                 f"against its own budget, {units} units in {captures} capture(s)")
 
-    def _outline(self, session) -> tuple[dict, dict, tuple | None]:
+    def _outline(self, session: Session) -> tuple[dict, dict, tuple | None]:
         """The outline pass: every module's order, type and output shapes, both sides at once
         (torch's calls, paddle's); where the model has blocks, what it kept (torch's and paddle's
         calls with their tensors, the free-running float64 model's outputs from a pass beside it)
@@ -137,7 +139,7 @@ class BinarySearch:
             for spill in spills:
                 spill.close()
 
-    def _boundaries(self, session, t_calls, kept) -> tuple[dict, dict, dict] | None:
+    def _boundaries(self, session: Session, t_calls, kept) -> tuple[dict, dict, dict] | None:
         """Every unit's outputs, torch's, paddle's and the free-running float64 model's, where they
         fit in `limit_bytes` (estimated from the outline pass's shapes, `t_calls`): the probes read
         them instead of running passes of their own. Taken from what the outline pass `kept` where
@@ -169,7 +171,7 @@ class BinarySearch:
             return t_found, p_found, free.result()
 
 
-    def _probe(self, session, unit) -> LayerResult:
+    def _probe(self, session: Session, unit) -> LayerResult:
         """`unit`'s output against the end-to-end budget: from the boundaries recorded at once, or
         one paired pass recording only it."""
         state, paddle64 = self.state, None
@@ -187,7 +189,7 @@ class BinarySearch:
                                 joined("end to end at this unit's output (a binary-search probe)",
                                        calls_said(t_call, p_call)), paddle64=paddle64)
 
-    def _paddle64_boundaries(self, session) -> dict | None:
+    def _paddle64_boundaries(self, session: Session) -> dict | None:
         """The float64 paddle copy's outputs at every unit, from one pass of it, made when a probe
         first needs paddle's own drift and kept with the boundaries where they fit beside them in
         the capture limit: one pass of the copy for every probe, not one each."""
@@ -195,7 +197,7 @@ class BinarySearch:
             self._update(paddle64=(session.paddle64_outputs([u.paddle for u in self.state.units]),))
         return self.state.paddle64[0]
 
-    def _search(self, session, pairs):
+    def _search(self, session: Session, pairs):
         """The binary search over the units (search.py): (the found unit's results, the first bad
         layer), or (the probes, None) when no unit's boundary is over budget. Sets the state's
         outputs, the model's own probe (the last unit) where it was probed."""
@@ -232,7 +234,7 @@ class BinarySearch:
             results, bad = self._inside(session, units[found])
         return results, bad
 
-    def _earliest(self, session, found: int, bad_at: dict, probe) -> int:
+    def _earliest(self, session: Session, found: int, bad_at: dict, probe) -> int:
         """The first unit over budget once clean probes clear only the units they read (search.look_back):
         a unit that starts over from the model's inputs (T5's decoder, on its own embedding) is clean
         whatever came before it, so the earlier units it does not read are probed, in order."""
@@ -267,7 +269,7 @@ class BinarySearch:
                  f"{holder or '<model>'}'s own code between the units")
 
 
-    def _inside(self, session, unit):
+    def _inside(self, session: Session, unit):
         """Full capture of one unit: (its results, the first over budget or None)."""
         paths = ({p for p, _ in torch_side.named_layers(session.torch_model) if is_under(p, module_path(unit.torch))},
                  {p for p, _ in paddle_side.named_layers(session.paddle_model) if is_under(p, module_path(unit.paddle))})
@@ -288,7 +290,7 @@ class ChunkedCapture(BinarySearch):
 
     name = "full"
 
-    def _search(self, session, pairs):
+    def _search(self, session: Session, pairs):
         self._update(outputs=self._probe(session, self.state.units[-1]))  # the model itself: the last unit
         return [], None
 

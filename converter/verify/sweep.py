@@ -16,6 +16,8 @@ from .full import FullCapture, StrategyResult, first_bad
 from ..paths import is_under
 from .report import LayerResult
 
+from ..compare.port import Session
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchState:
@@ -61,7 +63,7 @@ def _calls_at(calls: dict, paths) -> list[str]:
     return [key for key in calls if key in paths or module_path(key) in paths]
 
 
-def sweep(session, state: SearchState, pairs, t_calls, p_calls,
+def sweep(session: Session, state: SearchState, pairs, t_calls, p_calls,
           said: Callable[[int, int], str]) -> tuple[list, LayerResult | None, SearchState]:
     """Full captures of the units in execution order, as many at once as the capture limit holds
     (estimated from the outline pass's shapes, less the boundaries held), and of the modules
@@ -109,7 +111,7 @@ def sweep(session, state: SearchState, pairs, t_calls, p_calls,
 
 
 @contextlib.contextmanager
-def _returned(session, recorded: Recorded | None, before, chunk, last: bool):
+def _returned(session: Session, recorded: Recorded | None, before, chunk, last: bool):
     """The context of a sweep chunk's capture: the units `before` it return what they returned
     where that was recorded (known.returning_recorded: their boundaries; in the `last` chunk,
     which forces them, their own chunks' forced outputs, which the others keep); every unit runs
