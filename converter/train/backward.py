@@ -17,6 +17,7 @@ its transpose rule says. The culprit is read from the rows (result.culprit)."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,20 +26,19 @@ import numpy as np
 from ..compare.capture import Call, Recorder, record
 from ..compare.precision import U32, emulate_paddle_training, emulate_torch_training, remove
 from ..compare.model_errors import forward_errors
+from ..compare.paddle_own import BACKWARD, measures_own_error
 from ..frameworks import paddle_side, torch_side
 from ..paths import relative
 from ..tree import map_leaves
 from .judge import gradient_note, judge
 from .loop import call_model, to_paddle, to_torch, torch_loss
 from .local_runs import Inputs, Unpaired, WrongCotangent, paddle_call, paddle_local, paddle_own, torch_local
-from .result import FORWARD_DIFFERS, LOCAL, Row, Skipped
+from ..results import Skipped
+from .result import FORWARD_DIFFERS, LOCAL, Row
 from .session import TrainSession
 
 NARROW_UNIT = {"float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # unit roundoff
 FORWARD_AGREES = 1e-3  # the paddle layer's forward on torch's inputs, relative to the output's scale
-# paddle's own error is measured for a layer with a row past this share of its budget on torch's
-# error alone (its kernels may reduce in other orders); below it, torch's stands in, a budget no larger
-OWN_FROM = 0.5
 
 
 @dataclass(frozen=True)
@@ -373,7 +373,8 @@ def layer_rows(session: TrainSession, half: TorchLocal, player, layer64, p_call)
                 for t, p, want, got, e_ref, fmt_err, said, condition, key in compared]
 
     rows = judged({})
-    if all(r.ratio is not None and r.ratio <= OWN_FROM for r in rows):  # torch's error alone covers it
+    # a row not judged on torch's error alone may be with paddle's: it counts as past the rule's share
+    if not measures_own_error(BACKWARD, [math.inf if r.ratio is None else r.ratio for r in rows]):
         return rows, None, []
     own_in, own_p, skip = paddle_own(layer64 and layer64(ppath), forced, inputs, p_grads64, gp, pp,
                                      ppath or "<model>")

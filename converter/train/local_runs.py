@@ -18,7 +18,7 @@ from ..compare.replay import TorchCopies, float64_reference, force_paddle_args
 from ..compare.session import _float64_by_default
 from ..frameworks import paddle_side, torch_side
 from ..tree import flatten, is_paddle_tensor, is_torch_tensor, map_leaves
-from .result import Skipped
+from ..results import Skipped
 
 
 class Inputs:

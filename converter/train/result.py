@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..compare.budget import MARGIN
 from ..diagnosis import Diagnosis
 from ..paths import is_under
-from ..results import Skipped, Verdict, finite_or_null, skipped_notes  # noqa: F401 - the checks of this folder take them from here
+from ..results import Verdict, finite_or_null
 
 PHASES = ("structure", "loss", "backward", "lr", "optimizer", "steps")
 # a row over budget by no more than the budget's own margin is a marginal failure: the earliest phase

@@ -13,7 +13,8 @@ from ..frameworks import torch_side
 from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
-from .result import PHASES, TrainReport, skipped_notes
+from ..results import skipped_notes
+from .result import PHASES, TrainReport
 from .session import TrainSession
 from ..compare.overlap import TorchWorker
 from ..compare.session import PortSession, _float64_by_default

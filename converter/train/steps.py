@@ -18,7 +18,8 @@ from ..compare.budget import MARGIN, tail
 from ..compare.precision import U32
 from ..paths import join
 from .judge import judge, zero_note
-from .result import LR_REL, Row, Skipped, StepRow
+from ..results import Skipped
+from .result import LR_REL, Row, StepRow
 from .session import TrainSession
 
 BAND_MARGIN = tail(2) * MARGIN  # 5: the tolerance the forward budgets use on a few values
