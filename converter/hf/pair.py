@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..compare.upstream import CROSS_ENTROPY_IGNORED
 from ..errors import UserError, quoted
 from .classes import DOCS, PaddleClass, paddle_class_of, torch_class_of
 from .config import family_of
@@ -419,8 +420,8 @@ def _torch_causal_loss(output, labels):
 
 
 def _paddle_causal_loss(output, labels):
-    """Summed and divided by the labels counted: paddle 3.3's cross_entropy with ignore_index and
-    reduction "mean" divides by every label, ignored ones included (torch's and HF's by those counted)."""
+    """Summed and divided by the labels counted, as torch's and HF's (compare/upstream.py
+    CROSS_ENTROPY_IGNORED: paddle's mean divides by every label, the ignored ones included)."""
     import paddle
     logits, labels = _logits(output)[:, :-1], labels[:, 1:].reshape([-1])
     losses = paddle.nn.functional.cross_entropy(logits.reshape([-1, logits.shape[-1]]), labels, ignore_index=IGNORED,
@@ -430,8 +431,8 @@ def _paddle_causal_loss(output, labels):
 
 # paddle's side of the causal-LM loss counts as torch's does: said once in the training report's notes
 _paddle_causal_loss.convention = (
-    "paddle 3.3's cross_entropy with ignore_index and reduction 'mean' divides by every label, the ignored ones "
-    "included (torch's by the labels counted): paddle's causal-LM loss here sums and divides by the labels counted")
+    f"paddle {CROSS_ENTROPY_IGNORED.version} {CROSS_ENTROPY_IGNORED.paddle} (torch: {CROSS_ENTROPY_IGNORED.torch}): "
+    "paddle's causal-LM loss here sums and divides by the labels counted")
 
 
 def _torch_class_loss(output, labels):

@@ -319,7 +319,7 @@ def _ignored(s: Setting) -> str:
 
 
 def _counted(base: Setting, target: np.ndarray | None) -> tuple[str, str]:
-    from .upstream import CROSS_ENTROPY_IGNORED
+    from ..compare.upstream import CROSS_ENTROPY_IGNORED
     n = scored(target, base) if target is not None else 0
     m = n - ignored(target, base) if target is not None else 0
     every, counted = (f"all {n} labels, the {n - m} labels {base.ignore_index} included", f"the {m} counted") if n \

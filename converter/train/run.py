@@ -171,7 +171,7 @@ def conventions(session: TrainSession, tspec, rows, check=None) -> list:
     of paddle's own where the teacher-forced steps measured it beyond fp32's rounding), and those a
     paddle loss says it evens out (its `convention`: the directories' causal-LM loss, see hf.pair)."""
     from ..compare.precision import U32
-    from .upstream import ADAMAX_EPSILON, BATCHNORM_VARIANCE
+    from ..compare.upstream import ADAMAX_EPSILON, BATCHNORM_VARIANCE
     said = []
     variances = [r.paddle for r in rows if r.phase == "steps" and "biased batch variance" in r.note
                  and "var" in f"{r.paddle} {r.torch}".lower()]

@@ -12,7 +12,7 @@ import torch
 from converter.compare.precision import U32
 from converter.spec import PortSpec
 from converter.train.report import render_text
-from converter.train.upstream import ADAMAX_EPSILON, BATCHNORM_VARIANCE, CROSS_ENTROPY_IGNORED, adamax_norm
+from converter.compare.upstream import ADAMAX_EPSILON, BATCHNORM_VARIANCE, CROSS_ENTROPY_IGNORED, adamax_norm
 from helpers.cli import spec_path
 from helpers.train import train_check
 

@@ -1,6 +1,6 @@
 """Where paddle's own computation differs from torch's by design, as data: what differs and the paddle
 version it was measured on (tests/unit/train/test_train_user_cases.py measures each again on the
-paddle installed). The training checks replay paddle's rule where they budget it, and confirm it by
+paddle installed). The checks replay paddle's rule where they budget it, and confirm it by
 re-running where it explains a failure; the report says each one it met once."""
 
 from __future__ import annotations
