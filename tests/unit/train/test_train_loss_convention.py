@@ -66,8 +66,9 @@ def test_the_causal_loss_convention_is_said_once_and_its_pair_trains_alike():
                     torch_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=1e-3))
     report = verify_port(spec, VerifyOptions(device="cpu", train=True, steps=2))
     said = [n for n in report.train.notes if "ignore_index" in n]
-    assert said == ["convention: paddle 3.3's cross_entropy with ignore_index and reduction 'mean' divides by every "
-                    "label, the ignored ones included (torch's by the labels counted): paddle's causal-LM loss here "
-                    "sums and divides by the labels counted"], report.train.notes
+    assert said == ["convention: paddle 3.3.1 divides cross_entropy's summed loss by every label, the ignored ones "
+                    "included, under a negative ignore_index (the default -100) and reduction 'mean' (torch: by the "
+                    "labels counted): paddle's causal-LM loss here sums and divides by the labels counted"], \
+        report.train.notes
     assert report.train.verdict == "pass", report.train.first_bad
-    assert render_text(report).count("ignore_index and reduction 'mean'") == 1
+    assert render_text(report).count("ignore_index (the default -100) and reduction 'mean'") == 1
