@@ -17,6 +17,7 @@ import contextlib
 from dataclasses import dataclass
 
 from ..lazy import import_paddle, import_torch
+from ..patches import thread_patch
 
 
 def on_meta_device(model) -> bool:
@@ -30,8 +31,8 @@ def computed_buffers():
     asked to make on the meta device is made on the CPU, and a parameter registered from such a
     tensor, or while the default device is meta (`with torch.device("meta")`), is moved to the meta
     device. Parameters stay shapes alone as the model's code asked; buffers hold what its code
-    computes. A model built without the meta device is built as it is. One build at a time: the
-    registration of parameters is patched while it lasts."""
+    computes. A model built without the meta device is built as it is. The registration of
+    parameters is patched for the building thread alone (patches.py) while it lasts."""
     torch = import_torch()
     from torch.overrides import TorchFunctionMode
     from torch.utils._device import _device_constructors
@@ -54,21 +55,17 @@ def computed_buffers():
     def asked_for_meta(t) -> bool:
         return (t.data_ptr() and t.data_ptr() in made) or torch.get_default_device().type == "meta"
 
-    register = torch.nn.Module.register_parameter
+    def on_meta(register):
+        def register_on_meta(module, name, param):
+            register(module, name, param)
+            if param is not None and not param.is_meta and asked_for_meta(param):
+                moved = torch.nn.Parameter(param.detach().to("meta"), param.requires_grad)
+                moved.__dict__.update(param.__dict__)
+                module._parameters[name] = moved
+        return register_on_meta
 
-    def register_on_meta(module, name, param):
-        register(module, name, param)
-        if param is not None and not param.is_meta and asked_for_meta(param):
-            moved = torch.nn.Parameter(param.detach().to("meta"), param.requires_grad)
-            moved.__dict__.update(param.__dict__)
-            module._parameters[name] = moved
-
-    torch.nn.Module.register_parameter = register_on_meta
-    try:
-        with MetaOnCpu():
-            yield
-    finally:
-        torch.nn.Module.register_parameter = register
+    with thread_patch(torch.nn.Module, "register_parameter").patched(on_meta), MetaOnCpu():
+        yield
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ..patches import thread_patch
 from .report import Diagnosis
 
 QUERY_NAMES = {"q_proj", "query", "query_proj", "q", "q_lin", "wq"}
@@ -103,15 +104,14 @@ def _not_causal(module):
                     and bool(torch.equal(buf, torch.tril(torch.ones_like(buf)))):
                 saved.append((m, name, buf))
                 setattr(m, name, torch.ones_like(buf))
-    sdpa = F.scaled_dot_product_attention
-
-    def no_causal(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
-        return sdpa(q, k, v, attn_mask=None if is_causal else attn_mask, dropout_p=dropout_p, is_causal=False, **kw)
-    F.scaled_dot_product_attention = no_causal
+    def not_causal(sdpa):
+        def no_causal(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+            return sdpa(q, k, v, attn_mask=None if is_causal else attn_mask, dropout_p=dropout_p, is_causal=False, **kw)
+        return no_causal
     try:
-        yield
+        with thread_patch(F, "scaled_dot_product_attention").patched(not_causal):  # this thread's calls alone
+            yield
     finally:
-        F.scaled_dot_product_attention = sdpa
         for m, name, buf in saved:
             setattr(m, name, buf)
 

@@ -14,7 +14,7 @@ PACKAGE = os.path.join(ROOT, "converter")
 # through, and the commands' one-line errors and report files), the walker and path helpers,
 # the per-layer-type families, then the rules that the families let us infer.
 LAYERS = [
-    ("errors", ["converter.errors", "converter.lazy", "converter.diagnosis", "converter.results", "converter.progress",
+    ("errors", ["converter.errors", "converter.lazy", "converter.patches", "converter.diagnosis", "converter.results", "converter.progress",
                 "converter.hf"]),
     ("dtypes", ["converter.dtypes"]),
     ("io", ["converter.io", "converter.layout", "converter.pipeline", "converter.cli_common"]),
