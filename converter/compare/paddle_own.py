@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..frameworks import paddle_side, torch_side
+from ..patches import thread_patch
 from .capture import call_tensors
 from .fused import sliced
 from .shapes import undone
@@ -64,18 +65,13 @@ LOWER_FLOATS = ("float32", "float16", "bfloat16")
 def _paddle_keeps_float64(lower=LOWER_FLOATS):
     """Casts to the float formats `lower` give float64 inside the block (PaddleNLP's RMSNorm
     computes in float32 whatever its input, as HF's does); paddle's casts all go through the
-    operator paddle._C_ops.cast, which is replaced for the block."""
+    operator paddle._C_ops.cast, which is replaced for the block, on the calling thread alone."""
     import paddle
-    ops = paddle._C_ops
-    cast = ops.cast
 
-    def keeping(x, dtype):
-        return cast(x, paddle.float64 if str(dtype).rpartition(".")[2] in lower else dtype)
-    ops.cast = keeping
-    try:
+    def keeping(cast):
+        return lambda x, dtype: cast(x, paddle.float64 if str(dtype).rpartition(".")[2] in lower else dtype)
+    with thread_patch(paddle._C_ops, "cast").patched(keeping):
         yield
-    finally:
-        ops.cast = cast
 
 
 def _hands_on_its_input(t_call, outputs: list) -> bool:
