@@ -112,8 +112,8 @@ CASES = {
         "_t(self, x).argmax(-1)\n_p = PaddleNet.forward\nPaddleNet.forward = lambda self, x: _p(self, x).argmax(-1)",
         "returns no floating-point tensor, and the default loss is a projection"),
     "paddle-optimizer-alone": ("del torch_optimizer" + SGD, "defines paddle_optimizer but not torch_optimizer"),
-    "untranslatable-optimizer": ("def torch_optimizer(m):\n    return torch.optim.Adamax(m.parameters())",
-                                 "torch optimizer Adamax has no translation here"),
+    "untranslatable-optimizer": ("def torch_optimizer(m):\n    return torch.optim.ASGD(m.parameters())",
+                                 "torch optimizer ASGD has no translation here"),
     "not-a-scheduler": ("def torch_optimizer(m):\n    o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
                         "    return o, 'cosine'" + SGD, "got str as the scheduler"),
     "scheduler-on-a-metric": ("def torch_optimizer(m):\n    o = torch.optim.SGD(m.parameters(), lr=0.1)\n"

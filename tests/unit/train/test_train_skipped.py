@@ -9,7 +9,7 @@ from helpers.cli import spec_path
 from converter.compare.session import Options, PortSession
 from converter.spec import PortSpec
 from converter.train.report import render_text
-from converter.train.result import Skipped, skipped_notes
+from converter.results import Skipped, skipped_notes
 from converter.train.run import train_on
 from converter.train.spec import TrainSpec
 
