@@ -376,10 +376,19 @@ class TorchZipSource(Source):
                 try:
                     self._reference = TorchZipReference(self._file.fd, self.path, self._unwrap)
                 except Exception as exc:  # the two decodings disagree on the file's structure
-                    self._file.check_unchanged()  # a file changed under the reading is said as that
-                    raise CheckFailed(f"{quoted(self.path)} decodes differently by a second reading "
-                                      f"({type(exc).__name__}: {exc}); nothing was written") from None
-        return self._reference.read(name)
+                    self._second_reading_failed(exc)
+        try:
+            return self._reference.read(name)
+        except UserError:  # a storage that ends early: the file's fault, or the file changed under the check
+            self._file.check_unchanged()
+            raise
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as exc:  # a member's header or data
+            self._second_reading_failed(exc)  # unreadable now: truncated under the check, or damaged
+
+    def _second_reading_failed(self, exc: BaseException):
+        self._file.check_unchanged()  # a file changed under the reading is said as that
+        raise CheckFailed(f"{quoted(self.path)} decodes differently by a second reading "
+                          f"({type(exc).__name__}: {exc}); nothing was written") from None
 
     def check_unchanged(self) -> None:
         self._file.check_unchanged()

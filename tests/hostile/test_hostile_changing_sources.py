@@ -203,3 +203,29 @@ def test_a_model_directory_whose_weights_change_while_they_are_read_is_one_line(
     r = _convert_changing(changing, "truncate", src, tmp / "out")
     assert_one_line_error(r, CHANGED, changing.name)
     assert sorted(os.listdir(tmp)) == ["hf"]
+
+
+@pytest.mark.parametrize("kept", [0.33, 0.9, "inside the last storage's header"])
+def test_a_torch_zip_truncated_between_two_tensors_of_the_check_is_said_as_changed(tmp, kept):
+    """The self-check's second decoding of a torch zip reads each member's header as it goes: a
+    file truncated after its first tensor was checked (its later storages cut short, or their
+    headers and the directory gone) is refused as changed, not an internal error."""
+    from converter.errors import UserError
+    from converter.io import open_source
+    state = _state()
+    src = tmp / "m.pt"
+    torch.save({k: torch.from_numpy(v) for k, v in state.items()}, str(src))
+    names = list(state)
+    with open_source(str(src)) as source:
+        assert np.array_equal(source.reference(names[0]), state[names[0]])
+        if isinstance(kept, str):
+            import zipfile
+            with zipfile.ZipFile(src) as archive:
+                cut = max(i.header_offset for i in archive.infolist() if "/data/" in i.filename) + 10
+        else:
+            cut = int(os.path.getsize(src) * kept)
+        os.truncate(src, cut)
+        with pytest.raises(UserError) as refused:
+            for name in names[1:]:
+                source.reference(name)
+    assert CHANGED in str(refused.value) and "bytes now" in str(refused.value), refused.value
