@@ -167,11 +167,13 @@ def verify_directories(hf_dir: str, paddle_dir: str, options: VerifyOptions | No
     `options.train`, the training checks run first with AdamW and a causal LM's next-token loss or a
     sequence classifier's cross entropy (another architecture: the default loss). log receives one
     line naming the two classes and the rules (and one naming the loss). Bad input raises UserError."""
+    from .hf.fields import in_config_terms
     from .hf.pair import directory_spec
     from .spec import LOADED
     options = options if options is not None else VerifyOptions()
     run = directory_spec(hf_dir, paddle_dir, mapping, options.train, log or _quiet, options.max_memory)
-    return verify_port(run.spec, options, weights=run.weights, converted=run.converted, mapping=LOADED)
+    report = verify_port(run.spec, options, weights=run.weights, converted=run.converted, mapping=LOADED)
+    return in_config_terms(report, list(run.apart))  # fields and hints in config.json's terms
 
 
 def translated_optimizer(spec: PortSpec) -> str:

@@ -32,6 +32,7 @@ from ..compare.upstream import CROSS_ENTROPY_IGNORED
 from ..errors import UserError, quoted
 from .classes import DOCS, PaddleClass, paddle_class_of, torch_class_of
 from .config import family_of
+from .fields import fields_apart
 from .directory import CONFIG, INDEX, WEIGHTS, WRITTEN_FOR, is_model_directory, read_config
 from ..spec import LOADED, PortSpec
 
@@ -47,11 +48,13 @@ IGNORED = -100  # a label no loss counts (the padded positions'), as HF's and pa
 class DirectoryRun:
     """What verify-port HF_DIR PADDLE_DIR runs: the spec (mapping "loaded" is the caller's to pass),
     and where both models stream, the checkpoint their weights are read from (`weights`: HF_DIR's,
-    `converted`: PADDLE_DIR); both None for a run in memory."""
+    `converted`: PADDLE_DIR); both None for a run in memory. `apart`: the fields of PADDLE_DIR's
+    config.json with another value than HF_DIR's translates to (hf.fields, for the report)."""
 
     spec: PortSpec
     weights: str | None = None
     converted: str | None = None
+    apart: tuple = ()
 
 
 def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, train: bool = False,
@@ -109,7 +112,8 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
         spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw,
                         batches=lambda: [(model_inputs(), loss.target(model_inputs()))], torch_loss=loss.torch,
                         paddle_loss=loss.paddle)
-    return DirectoryRun(spec, checkpoint, paddle_dir if checkpoint is not None else None)
+    return DirectoryRun(spec, checkpoint, paddle_dir if checkpoint is not None else None,
+                        tuple(fields_apart(hf_config, paddle_config, paddle_class.library)))
 
 
 # memory -------------------------------------------------------------------------------------------

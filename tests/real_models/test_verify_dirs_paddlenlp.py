@@ -104,3 +104,32 @@ def test_a_llama_directory_is_written_and_verified_for_the_installed_paddlenlp(t
     r = run_verify(hf_dir, out_dir, "--device", "cpu")
     assert r.code == 0, r
     assert "PaddleNLP 2.8.1's LlamaForCausalLM" in r.stderr and "rules 'llama'" in r.stderr, r.stderr
+
+
+def test_a_config_field_set_otherwise_in_the_paddle_directory_is_named_in_the_hint(pairs, tmp_path):
+    """PADDLE_DIR's config.json with another layer_norm_eps than HF_DIR's translates to: a note names
+    the field, and the epsilon's confirmed cause has its hint name the field to set there."""
+    import shutil
+    hf_dir, out_dir = pairs["BertModel"]
+    edited = tmp_path / "edited"
+    shutil.copytree(out_dir, edited)
+    config = json.loads((edited / "config.json").read_text())
+    assert config["layer_norm_eps"] == 1e-12
+    config["layer_norm_eps"] = 1e-5
+    (edited / "config.json").write_text(json.dumps(config))
+    r = run_verify(hf_dir, edited, "--device", "cpu", "--bisect", "--json", tmp_path / "r.json")
+    assert r.code == 1, r
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert ("PADDLE_DIR's config.json differs from what HF_DIR's translates to: layer_norm_eps 1e-05 (HF_DIR's "
+            "gives 1e-12)") in report["notes"]
+    [eps] = [d for d in report["diagnosis"] if d["kind"] == "epsilon"]
+    assert "confirmed by re-running" in eps["cause"], eps
+    assert eps["hint"].endswith("in the directories: set layer_norm_eps to 1e-12 in PADDLE_DIR's config.json, as "
+                                "HF_DIR's translates (or convert HF_DIR again)"), eps
+
+
+def test_a_clean_directory_pair_says_no_config_field_apart(pairs, tmp_path):
+    hf_dir, out_dir = pairs["BertModel"]
+    r = run_verify(hf_dir, out_dir, "--device", "cpu", "--json", tmp_path / "r.json")
+    assert r.code == 0, r
+    assert not [n for n in json.loads((tmp_path / "r.json").read_text())["notes"] if "config.json differs" in n]

@@ -24,7 +24,7 @@ LAYERS = [
     ("frameworks", ["converter.frameworks"]),
     ("convert", ["converter.convert", "converter.inmemory", "converter.hf.directory", "converter.spec"]),
     ("compare", ["converter.compare"]),
-    ("verify", ["converter.verify", "converter.hf.pair", "converter.hf.classes"]),
+    ("verify", ["converter.verify", "converter.hf.pair", "converter.hf.classes", "converter.hf.fields"]),
     ("train", ["converter.train"]),
     ("report", ["converter.report"]),
     ("api", ["converter.api", "converter", "converter.examples"]),
