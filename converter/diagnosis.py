@@ -25,3 +25,19 @@ class Diagnosis:
     @classmethod
     def from_json(cls, body: dict) -> Diagnosis:
         return cls(body["layer"], body["cause"], body["hint"], body.get("kind", NOT_RECORDED))
+
+
+CONFIRMED = "confirmed by re-running"
+
+
+def confirmed_cause(subject: str, rerun: str, change: str, gives: str, went: str) -> str:
+    """The one wording, for the forward and the training checks alike, of a cause that re-running
+    bore out: "<subject>; <rerun> with <change> <gives> within the budget (<went>): confirmed by
+    re-running", e.g. "paddle's 1 (LocalResponseNorm) has k=1.0; re-run on torch's recorded inputs
+    with k=2.0 it gives torch's output within the budget (ratio 4.96e+05 -> 0.108): ..."."""
+    return f"{subject}; {rerun} with {change} {gives} within the budget ({went}): {CONFIRMED}"
+
+
+def went(before: float, after: float) -> str:
+    """A re-run's ratio to its budget, before and after the change."""
+    return f"ratio {before:.3g} -> {after:.3g}"

@@ -15,7 +15,7 @@ import inspect
 import time
 from dataclasses import dataclass
 
-from ..diagnosis import Diagnosis
+from ..diagnosis import Diagnosis, confirmed_cause, went
 from ..paths import join
 from .result import layer_of
 
@@ -143,9 +143,9 @@ def _diagnosis(found: Found, fb, layer: str) -> Diagnosis:
     was = ", ".join(s.said(s.was) for s in found.changed)  # by the constructor's parameter where one sets it
     to = ", ".join(s.said(s.to) for s in found.changed)
     where = found.where or "<model>"
-    cause = (f"paddle's {where} ({found.layer_type}) has {was}; its backward re-run on torch's recorded inputs and "
-             f"output gradient with {to} gives torch's gradient of '{fb.paddle}' within the budget (ratio "
-             f"{fb.ratio:.3g} -> {found.ratio:.3g}): confirmed by re-running")
+    cause = confirmed_cause(f"paddle's {where} ({found.layer_type}) has {was}", "its backward re-run on torch's "
+                            "recorded inputs and output gradient", to, f"gives torch's gradient of '{fb.paddle}'",
+                            went(fb.ratio, found.ratio))
     if all(s.parameter for s in found.changed):
         hint = f"construct paddle's {found.layer_type} with {', '.join(s.said(s.to) for s in found.changed)}"
     else:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..diagnosis import confirmed_cause, went
 from .optimizer import NOT_SETTINGS
 
 MAX_RUNS = 40  # re-runs of one teacher-forced step: each is a float64 step of the whole model
@@ -114,9 +115,8 @@ def _named(key: str, to, was, theirs: dict) -> str | None:
 def said(hit: Hit, cls_name: str, before: float, popt=None) -> tuple[str, str]:
     """(cause, hint) for a confirmed change (`popt`: paddle's optimizer, whose constructor the hint names)."""
     kept = f" (paddle's optimizer keeps {hit.paddle_name}={_show(hit.to, hit)})" if hit.paddle_name else ""
-    cause = (f"torch's {cls_name} has {hit.key}={hit.was!r}; its teacher-forced step re-run with {hit.key}={hit.to!r}"
-             f"{kept} gives paddle's step within the budget (ratio {before:.3g} -> {hit.ratio:.3g}): confirmed by "
-             "re-running")
+    cause = confirmed_cause(f"torch's {cls_name} has {hit.key}={hit.was!r}", "its teacher-forced step re-run",
+                            f"{hit.key}={hit.to!r}{kept}", "gives paddle's step", went(before, hit.ratio))
     hint = f"give paddle's optimizer the setting that matches torch's {hit.key}={hit.was!r}"
     parameter = hit.paddle_name.lstrip("_") if hit.paddle_name else None
     if parameter and parameter in inspect.signature(type(popt).__init__).parameters:
