@@ -30,7 +30,8 @@ def explained(session: Session, report: Report, threshold: float | None = None) 
     formats = {side: p["effective"] for side, p in report.precision.items()}
     emulated = {side: p["emulated"] for side, p in report.precision.items() if p.get("emulated")}
     chosen = _largest(report.layers)
-    rows = chosen + ([report.outputs] if report.outputs is not None and report.outputs.ratio is not None else [])
+    rows = chosen + ([report.outputs] if report.outputs is not None and report.outputs.ratio is not None
+                     and report.outputs.max_abs is not None else [])
     fp32 = _fp32_differences(session, chosen, report.outputs) if set(formats.values()) != {"fp32"} else {}
     items = tuple(_item(r, formats, fp32, r is report.outputs) for r in rows)
     judged = [r for r in report.layers if r.ratio is not None] + \

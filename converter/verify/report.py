@@ -246,7 +246,8 @@ def summary_lines(report: Report, label: str = "") -> list[str]:
         lines.append(f"note: {note}")
     if report.outputs is not None and report.outputs.ratio is not None:
         o = report.outputs
-        lines.append(f"final outputs: max abs {_num(o.max_abs)} vs end-to-end budget {_num(o.budget)} (ratio {o.ratio:.3g})")
+        lines.append(f"final outputs: max abs {_num(o.max_abs)} vs end-to-end budget {_num(o.budget)} (ratio {o.ratio:.3g})"
+                     if o.max_abs is not None or not o.note else f"final outputs cannot be compared: {o.note}")
     w = report.weights
     if w is not None and not w.differ:
         lines.append(f"loaded weights: all {w.checked} equal to torch's under mapping '{w.mapping}', bit for bit")
