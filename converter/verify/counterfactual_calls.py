@@ -20,29 +20,15 @@ import functools
 import inspect
 import re
 import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..diagnosis import Diagnosis
+from .counterfactual_wrapping import NAMESPACES, Recorded, _signature, _unpatched
+from .counterfactual_wrapping import wrapped as _wrapped
+
+__all__ = ["NAMESPACES", "CallChange", "Recorded", "_wrapped", "call_causes", "candidates"]
 
 KIND = "call argument"
-# the functions searched on each side: the Python functions of these modules. Builtins have no
-# signature to bind a call to (torch.nn.functional.gelu, torch.nn.functional.pad and all of torch.fft
-# are bound C functions), so their calls pass unrecorded and are never changed.
-NAMESPACES = {"paddle": ("paddle.nn.functional", "paddle.fft"), "torch": ("torch.nn.functional", "torch.fft")}
-_WRAPPING = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """One functional call a forward made: which function, its k-th call, from which layer."""
-
-    function: str  # namespace.name
-    index: int  # among the calls of this function in one run
-    layer: str  # the path of the innermost layer running when it was made
-    arguments: dict  # parameter -> the plain value it had (defaults included)
-    ndim: int  # the first tensor argument's number of axes (0 when none)
 
 
 @dataclass(frozen=True)
@@ -59,117 +45,20 @@ class CallChange:
         was = c.arguments[self.parameter]
         nth = f" (its call {c.index + 1} there)" if c.index else ""
         went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        short = c.function.rsplit('.', 1)[-1]
         if self.side == "paddle":
+            through = f" through its attribute {c.held}" if c.held else ""
+            where = f"where {c.layer or 'the model'}'s forward calls self.{c.held} ({short})" if c.held else \
+                f"to {short} in {c.layer or 'the model'}'s forward"
             return Diagnosis(culprit, f"paddle's {c.layer or '<model>'} calls {c.function}(..., {self.parameter}={was!r})"
-                             f"{nth}; re-run on torch's recorded inputs with {self.parameter}={self.to!r} it gives torch's "
-                             f"output within the budget ({went}): confirmed by re-running",
-                             f"pass {self.parameter}={self.to!r} to {c.function.rsplit('.', 1)[-1]} in "
-                             f"{c.layer or 'the model'}'s forward", kind=KIND)
+                             f"{through}{nth}; re-run on torch's recorded inputs with {self.parameter}={self.to!r} it "
+                             f"gives torch's output within the budget ({went}): confirmed by re-running",
+                             f"pass {self.parameter}={self.to!r} {where}", kind=KIND)
         return Diagnosis(culprit, f"paddle's {other or '<model>'} computes what torch's {c.layer or '<model>'} computes with "
                          f"{self.parameter}={self.to!r} in its call {c.function}(..., {self.parameter}={was!r}){nth}: "
                          f"torch's module re-run so gives paddle's output within the budget ({went}): confirmed by "
                          "re-running", f"make paddle's {other or 'model'} compute what torch's "
-                         f"{c.function.rsplit('.', 1)[-1]} computes with {self.parameter}={was!r}", kind=KIND)
-
-
-def _functions(side: str) -> list[tuple[object, str, object]]:
-    """(namespace module, name, function) for every public Python function of the side's namespaces."""
-    import importlib
-    out = []
-    for namespace in NAMESPACES[side]:
-        module = importlib.import_module(namespace)
-        for name in dir(module):
-            f = getattr(module, name)
-            if not name.startswith("_") and inspect.isfunction(f):
-                out.append((module, name, f))
-    return out
-
-
-def _plain(value) -> bool:
-    if isinstance(value, (tuple, list)):  # axes, sizes
-        return 0 < len(value) <= 6 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
-def _tensor(value) -> bool:
-    return not _plain(value) and hasattr(value, "ndim") and hasattr(value, "shape")
-
-
-class _Wrapped:
-    """The namespaces' functions wrapped for one run: each call recorded (layer from `where()`), and
-    the call picked by `change` ((function, index, parameter, value)) made with that argument changed."""
-
-    def __init__(self, where, change=None):
-        self.where, self.change = where, change
-        self.thread = threading.get_ident()  # calls from other threads pass straight through
-        self.calls: list[Recorded] = []
-        self.counts: dict[str, int] = {}
-        self.inside = 0  # wrapped functions running: the calls they make are theirs, not the layer's
-
-    def wrap(self, qualified: str, f):
-        sig = _signature(f)
-
-        def call(*args, **kwargs):
-            if threading.get_ident() != self.thread or self.inside:  # another thread's, or made by a wrapped
-                return f(*args, **kwargs)  # function (paddle's fft2 calls fftn): the layer's code made the outer one
-            try:
-                bound = sig.bind(*args, **kwargs)
-            except TypeError:
-                return f(*args, **kwargs)
-            k = self.counts.get(qualified, 0)
-            self.counts[qualified] = k + 1
-            if self.change is not None and self.change[:2] == (qualified, k):
-                bound.arguments[self.change[2]] = self.change[3]
-                args, kwargs = bound.args, bound.kwargs
-            else:
-                bound.apply_defaults()
-                first = next((v for v in bound.arguments.values() if _tensor(v)), None)
-                self.calls.append(Recorded(qualified, k, self.where(), {p: v for p, v in bound.arguments.items()
-                                                                        if _plain(v)},
-                                           int(first.ndim) if first is not None else 0))
-            self.inside += 1
-            try:
-                return f(*args, **kwargs)
-            finally:
-                self.inside -= 1
-        return call
-
-
-@contextmanager
-def _wrapped(layer, root_path: str, change=None):
-    """The namespaces' functions of `layer`'s framework wrapped while the block runs, and hooks on
-    its sublayers that say which layer is running; all removed on leaving."""
-    stack = [root_path]
-    wrapped = _Wrapped(lambda: stack[-1], change)
-    handles = []
-    paddle = hasattr(layer, "named_sublayers")
-    for rel, sub in layer.named_sublayers() if paddle else ((k, m) for k, m in layer.named_modules() if k):
-        path = f"{root_path}.{rel}" if root_path else rel
-        handles.append(sub.register_forward_pre_hook(lambda _l, _a, path=path: stack.append(path)))
-        post = sub.register_forward_post_hook if paddle else sub.register_forward_hook
-        handles.append(post(lambda _l, _a, _o: _popped(stack)))
-    with _WRAPPING:  # one set of wrappers at a time: two diagnoses would otherwise restore each other's
-        originals = _functions("paddle" if paddle else "torch")
-        try:
-            for module, name, f in originals:
-                setattr(module, name, wrapped.wrap(f"{module.__name__}.{name}", f))
-            yield wrapped
-        finally:
-            for module, name, f in originals:
-                setattr(module, name, f)
-            for h in handles:
-                h.remove()
-
-
-def _popped(stack: list) -> None:
-    """A post-hook's work, returning None: what a post-hook returns replaces the output."""
-    stack.pop()
-
-
-@functools.cache
-def _signature(f) -> inspect.Signature:
-    """A function's signature, read once: every re-run wraps every function of the namespaces."""
-    return inspect.signature(f)
+                         f"{short} computes with {self.parameter}={was!r}", kind=KIND)
 
 
 def _literals(function: str, parameter: str) -> list[str]:
@@ -180,8 +69,7 @@ def _literals(function: str, parameter: str) -> list[str]:
 
 @functools.cache
 def _words(function: str, parameter: str) -> tuple[str, ...]:
-    namespace, name = function.rsplit(".", 1)
-    f = getattr(sys.modules[namespace], name)
+    f = resolved(function)
     annotation = str(_signature(f).parameters[parameter].annotation)
     found = _quoted(annotation)
     sources = [source for source in map(_source, (f.__module__, "paddle._typing", "paddle._typing.layout")) if source]
@@ -191,6 +79,17 @@ def _words(function: str, parameter: str) -> tuple[str, ...]:
             if m:
                 found += _quoted(m.group(1))
     return tuple(dict.fromkeys(found))
+
+
+def resolved(function: str):
+    """The function a qualified name names: a module's function, or a Tensor method's."""
+    import importlib
+    namespace, name = function.rsplit(".", 1)
+    owner = sys.modules.get(namespace)
+    if owner is None:  # paddle.Tensor.softmax: a class of a module
+        module, cls = namespace.rsplit(".", 1)
+        owner = getattr(importlib.import_module(module), cls)
+    return _unpatched(getattr(owner, name))
 
 
 def _quoted(text: str) -> list[str]:
@@ -253,10 +152,13 @@ def call_causes(layer, root_path: str, run, judge, runs, side: str = "paddle") -
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
                 try:
-                    with _wrapped(layer, root_path, (call.function, call.index, parameter, new)):
+                    with _wrapped(layer, root_path, (call.function, call.layer, call.index, parameter, new)):
                         ratio = judge(run())
                 except Exception:  # noqa: BLE001 - an argument the function refuses is not the cause
                     ratio = None
                 if ratio is not None and ratio <= 1.0:
                     hits.append(CallChange(call, parameter, new, ratio, side))
-    return sorted(hits, key=lambda c: c.ratio)
+    if hits or side != "paddle":
+        return sorted(hits, key=lambda c: c.ratio)
+    from .counterfactual_held import held_causes
+    return held_causes(layer, root_path, seen, run, judge, runs)

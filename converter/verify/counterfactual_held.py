@@ -1,0 +1,152 @@
+"""Causes found by re-running with another activation in the place of one a layer holds.
+
+A port may choose its activation at construction and keep the function (`self.activation =
+getattr(F, config.hidden_act)`): a wrong word there is a wrong function, not a wrong argument. Where
+a held function is elementwise on the input it was called with (the same shape out, and the same
+values, moved alike, when its input's elements are shuffled into one axis), every function of
+`paddle.nn.functional` that measures elementwise on that input (and gives other values than the
+held one) is put in its place in turn, nearest first, and the layer re-run: a function under which
+paddle's output lands within the layer's budget of torch's is a cause, confirmed by re-running.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..diagnosis import Diagnosis
+from .counterfactual_wrapping import _unpatched, held_functions
+
+KIND = "held function"
+NAMESPACE = "paddle.nn.functional"
+MOST_ELEMENTS = 1 << 16  # a larger input is measured on its first rows: an elementwise function is so on any
+
+
+@dataclass(frozen=True)
+class Replaced:
+    path: str  # the layer holding the function
+    attribute: str
+    was: str  # qualified names
+    to: str
+    ratio: float
+
+    def diagnosis(self, culprit: str, before: float, other: str = "") -> Diagnosis:
+        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        return Diagnosis(culprit, f"paddle's {self.path or '<model>'} holds {self.was} as its {self.attribute}; re-run "
+                         f"on torch's recorded inputs with {self.to} in its place it gives torch's output within the "
+                         f"budget ({went}): confirmed by re-running",
+                         f"make {self.path or 'the model'}'s {self.attribute} {self.to} (it holds "
+                         f"{self.was.rsplit('.', 1)[-1]})", kind=KIND)
+
+
+def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]:
+    """For each elementwise function `layer` or a layer inside it holds and called in the run `seen`
+    recorded, the other elementwise functions of paddle.nn.functional put in its place that reproduce
+    torch (see the module's docstring), best first."""
+    hits = []
+    for h in held_functions(layer, root_path):
+        x = seen.inputs.get((h.path, h.attribute))
+        mine = _elementwise(h.original, x) if x is not None else None
+        if mine is None:  # never called, or not elementwise on its input: no activation to swap
+            continue
+        for name, f in _others(mine[0], mine[1]):
+            if not runs.take():
+                return sorted(hits, key=lambda c: c.ratio)
+            setattr(h.layer, h.attribute, f)
+            try:
+                ratio = judge(run())
+            except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
+                ratio = None
+            finally:
+                setattr(h.layer, h.attribute, h.original)
+            if ratio is not None and ratio <= 1.0:
+                hits.append(Replaced(h.path, h.attribute, h.function, f"{NAMESPACE}.{name}", ratio))
+    return sorted(hits, key=lambda c: c.ratio)
+
+
+def _sample(x) -> np.ndarray:
+    values = x.numpy()
+    if values.size > MOST_ELEMENTS and values.ndim > 1:
+        rows = values.reshape(-1, values.shape[-1])
+        values = rows[: max(2, MOST_ELEMENTS // rows.shape[1])]
+    return values
+
+
+def _elementwise(f, x):
+    """(the sample of `x` measured, `f`'s output on it) where `f` is elementwise on it; None elsewhere."""
+    values = _sample(x)
+    y = _applied(f, values)
+    if y is None or y.shape != values.shape or y.dtype != values.dtype or values.ndim < 2:
+        return None
+    order = np.random.RandomState(0).permutation(values.size)
+    shuffled = _applied(f, values.ravel()[order])
+    if shuffled is None or not np.allclose(shuffled, y.ravel()[order], rtol=1e-6, atol=1e-7, equal_nan=True):
+        return None
+    return values, y
+
+
+def _applied(f, values: np.ndarray) -> np.ndarray | None:
+    """`f` on a tensor of `values` alone, as numpy; None where it takes no such call or gives no
+    tensor. Paddle's random state is kept: a random function drawn here draws nothing a later run sees."""
+    import paddle
+    state = paddle.get_rng_state()
+    try:
+        with warnings.catch_warnings(), paddle.no_grad():
+            warnings.simplefilter("ignore")
+            y = f(paddle.to_tensor(values))
+    except Exception:  # noqa: BLE001 - a function that cannot take the input alone is no activation of it
+        return None
+    finally:
+        paddle.set_rng_state(state)
+    return y.numpy() if isinstance(y, paddle.Tensor) else None
+
+
+def _others(values: np.ndarray, mine: np.ndarray) -> list[tuple[str, object]]:
+    """(name, function) of paddle.nn.functional's functions elementwise on `values` whose outputs
+    differ from `mine` and from each other's, nearest to `mine` first."""
+    found = []  # (distance, name, function, output)
+    for name, f in _one_tensor_functions():
+        measured = _elementwise(f, _Values(values))
+        if measured is None:
+            continue
+        y = measured[1]
+        if np.allclose(y, mine, rtol=1e-6, atol=1e-7, equal_nan=True) or \
+                any(np.allclose(y, o, rtol=1e-6, atol=1e-7, equal_nan=True) for *_, o in found):
+            continue
+        found.append((float(np.nanmax(np.abs(y.astype(np.float64) - mine))), name, f, y))
+    return [(name, f) for _, name, f, _ in sorted(found, key=lambda t: t[0])]
+
+
+class _Values:
+    """An array handed where a tensor's `numpy()` is read."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def numpy(self) -> np.ndarray:
+        return self.values
+
+
+@functools.cache
+def _one_tensor_functions() -> tuple[tuple[str, object], ...]:
+    """(name, function) of paddle.nn.functional's public Python functions a call with one tensor
+    alone can take: a first positional parameter, every other one with a default."""
+    import importlib
+    module = importlib.import_module(NAMESPACE)
+    out = []
+    for name in sorted(dir(module)):
+        f = _unpatched(getattr(module, name))
+        if name.startswith("_") or not inspect.isfunction(f):
+            continue
+        try:
+            parameters = list(inspect.signature(f).parameters.values())
+        except (TypeError, ValueError):  # no signature: what it takes cannot be read
+            continue
+        if parameters and parameters[0].kind in (parameters[0].POSITIONAL_ONLY, parameters[0].POSITIONAL_OR_KEYWORD) \
+                and all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters[1:]):
+            out.append((name, f))
+    return tuple(out)
