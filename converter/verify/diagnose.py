@@ -359,8 +359,8 @@ def _checked(read: list[Diagnosis], confirmed: list[Diagnosis]) -> list[Diagnosi
     """The settings' diagnoses that a confirmed change bears out (in their own words, said to be
     confirmed), then the confirmed changes they do not word, then the others, said to be unconfirmed."""
     borne, unborne, worded = [], [], set()
-    for d in read:
-        same = [c for c in confirmed if _named(c) & _named(d)]
+    for d in read:  # a layer's setting is borne out by a changed setting, not by a changed call's argument
+        same = [c for c in confirmed if c.kind == "setting" and _named(c) & _named(d)]
         worded.update(id(c) for c in same)
         if same:
             borne.append(replace(d, cause=f"{d.cause}: confirmed by re-running"))
