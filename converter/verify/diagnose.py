@@ -335,6 +335,9 @@ def diagnose(ctx) -> list[Diagnosis]:
             else [_unconfirmed(d) for d in read] + [d for d in found if d.kind not in READ_FROM_SETTINGS]
     if any(d.kind not in SIZE_FITS for d in found):  # a cause that reproduces paddle's output outranks a fit by size
         found = [d for d in found if d.kind not in SIZE_FITS]
+    if not found:  # neither a setting nor a call's argument: the form of an input (a mask read otherwise)
+        from .counterfactual_inputs import input_form_causes
+        found = input_form_causes(ctx)
     if not found:
         found = check_own_forward(ctx)
     if not found:
