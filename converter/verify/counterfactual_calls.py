@@ -2,16 +2,19 @@
 functional calls its forward makes changed.
 
 A port's forward calls `paddle.nn.functional` (and `paddle.fft`) with arguments its author chose:
-an activation's variant, an axis, `align_corners`, a reduction. The culprit is run once on torch's
-recorded inputs with those functions wrapped, which records every call (which function, from which
-layer, with which arguments, defaults included); then each argument of each call is changed to each
+an activation's variant, an axis, `align_corners`, a reduction; as Tensor methods (`a.softmax(dim=-1)`)
+too, and through functions its layers hold (`self.activation`). The culprit is run once on torch's
+recorded inputs with those calls wrapped (counterfactual_wrapping.py), which records every call
+(which function, from which layer, its k-th by that layer's own code, with which arguments, defaults
+included); then each argument of each call is changed to each
 value its signature allows (a flag's opposite, another word its annotation lists, another axis of
 its input, other axes of it as many as a tuple names) and the layer re-run with that one call
 changed. A change under which paddle's output lands within the layer's budget of torch's is a cause,
 confirmed by re-running. Where none is, torch's float64 module is searched the same way against
 paddle's output: which argument of a `torch.nn.functional` call makes torch compute what paddle
 does. The functions are wrapped only while the culprit runs here, and act on this thread's calls
-alone.
+alone. Where no argument of paddle's is a cause, an elementwise function a layer holds is tried with
+another in its place (counterfactual_held.py).
 """
 
 from __future__ import annotations

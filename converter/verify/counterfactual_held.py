@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..diagnosis import Diagnosis
+from ..diagnosis import Diagnosis, confirmed_cause, went
 from .counterfactual_wrapping import _unpatched, held_functions
 
 KIND = "held function"
@@ -35,10 +35,10 @@ class Replaced:
     ratio: float
 
     def diagnosis(self, culprit: str, before: float, other: str = "") -> Diagnosis:
-        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
-        return Diagnosis(culprit, f"paddle's {self.path or '<model>'} holds {self.was} as its {self.attribute}; re-run "
-                         f"on torch's recorded inputs with {self.to} in its place it gives torch's output within the "
-                         f"budget ({went}): confirmed by re-running",
+        return Diagnosis(culprit, confirmed_cause(f"paddle's {self.path or '<model>'} holds {self.was} as its "
+                                                  f"{self.attribute}", "re-run on torch's recorded inputs",
+                                                  f"{self.to} in its place", "it gives torch's output",
+                                                  went(before, self.ratio)),
                          f"make {self.path or 'the model'}'s {self.attribute} {self.to} (it holds "
                          f"{self.was.rsplit('.', 1)[-1]})", kind=KIND)
 
