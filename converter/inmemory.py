@@ -63,7 +63,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
                           {k: v for k, v in targets.items() if k not in kept},
                           unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
     except UserError as refused:  # torch tensors with no place in the paddle model: what their layers lack
-        lacking = _lacking(refused, loose(), paddle_model, targets)
+        lacking = _lacking(refused, loose(), paddle_model, targets, torch_model)
         if lacking is None:
             raise
         raise lacking from refused
@@ -76,20 +76,35 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     return plan, ruleset, source
 
 
-def _lacking(refused, loose, paddle_model, targets) -> UserError | None:
+def _lacking(refused, loose, paddle_model, targets, torch_model=None) -> UserError | None:
     """A refusal whose only problems are torch tensors that the rules place in a paddle layer lacking
-    them (a Linear built without its bias), said as what that layer lacks; None otherwise."""
+    them (a Linear built without its bias), said as what that layer lacks, and the constructor
+    argument that builds them where rebuilding the layer finds one (frameworks/rebuild.py); None
+    otherwise."""
     absent = [e for e in (loose.entries if loose is not None else ()) if e.name not in targets]
     layers = dict(paddle_model.named_sublayers())
     if not absent or len(absent) != len(refused.details) or any(e.name.rpartition(".")[0] not in layers for e in absent):
         return None
-    said = []
-    for e in absent:
-        where, _, leaf = e.name.rpartition(".")
-        said.append(f"paddle's {where} ({type(layers[where]).__name__}) holds no '{leaf}', which torch's "
-                    f"'{e.parts[0].source}' {list(e.shape)} fills: build paddle's {where} with a '{leaf}' of that shape")
-    return UserError(said[0] + (f" ({len(said) - 1} more such: {', '.join(e.name for e in absent[1:4])})"
-                                if len(said) > 1 else ""))
+    first = absent[0]
+    where, _, leaf = first.name.rpartition(".")
+    said = (f"paddle's {where} ({type(layers[where]).__name__}) holds no '{leaf}', which torch's "
+            f"'{first.parts[0].source}' {list(first.shape)} fills")
+    more = f" ({len(absent) - 1} more such: {', '.join(e.name for e in absent[1:4])})" if len(absent) > 1 else ""
+    change = _building_change(layers[where], [e for e in absent if e.name.rpartition(".")[0] == where], torch_model)
+    if change is None:
+        return UserError(f"{said}: build paddle's {where} with a '{leaf}' of that shape{more}")
+    return UserError(f"{said}{more}: build it with {', '.join(f'{k}={v!r}' for k, v in change.items())}")
+
+
+def _building_change(layer, lacked: list, torch_model) -> dict | None:
+    """The constructor arguments whose change builds `layer` holding every tensor of `lacked` (plan
+    entries at it) in torch's shapes, measured by rebuilding it without memory; None where none is
+    found. Torch's module there (the one the first entry's tensor comes from) lends its same-named
+    settings as values to try."""
+    from .frameworks.rebuild import constructor_change
+    source = lacked[0].parts[0].source.rpartition(".")[0]
+    counterpart = dict(torch_model.named_modules()).get(source) if torch_model is not None else None
+    return constructor_change(layer, {e.name.rpartition(".")[2]: tuple(e.shape) for e in lacked}, counterpart)
 
 
 def _first_names(plan, paddle_model) -> list:

@@ -206,7 +206,7 @@ def test_a_bias_paddle_was_built_without_is_one_line_saying_which_and_how():
         verified(TorchNet, lambda: PaddleNet(k_bias=False), TOKENS)
     said = refused.value.render()
     assert said == ("paddle's attn.k (Linear) holds no 'bias', which torch's 'attn.k.bias' [16] fills: build "
-                    "paddle's attn.k with a 'bias' of that shape")
+                    "it with bias_attr=None")
     # built as the line says, the port passes
     assert verified(TorchNet, lambda: PaddleNet(k_bias=True), TOKENS)[0].exit_code == 0
 

@@ -35,15 +35,16 @@ class TorchClf(torch.nn.Module):
 
 
 class PaddleClf(paddle.nn.Layer):
-    """TorchClf's port; `head` "time" takes the last row of the batch-first output (torch's last
-    step is out[:, -1]); `out`: "T" returns the logits transposed, "twice" returns them twice."""
+    """TorchClf's port (`direction`, `fc_bias`: paddle's constructor arguments); `head` "time"
+    takes the last row of the batch-first output (torch's last step is out[:, -1]); `out`: "T"
+    returns the logits transposed, "twice" returns them twice."""
 
-    def __init__(self, time_major=False, head="h", out="y"):
+    def __init__(self, time_major=False, head="h", out="y", direction="bidirect", fc_bias=None):
         super().__init__()
         self.head, self.out = head, out
         self.embedding = paddle.nn.Embedding(VOCAB, EMB)
-        self.lstm = paddle.nn.LSTM(EMB, HID, direction="bidirect", time_major=time_major)
-        self.fc = paddle.nn.Linear(2 * HID, NCLS)
+        self.lstm = paddle.nn.LSTM(EMB, HID, direction=direction, time_major=time_major)
+        self.fc = paddle.nn.Linear(2 * HID, NCLS, bias_attr=fc_bias)
 
     def forward(self, ids):
         out, (h, _) = self.lstm(self.embedding(ids))
@@ -108,3 +109,65 @@ def test_outputs_of_another_structure_or_layout_stay_refused(torch_head, paddle_
     with pytest.raises(UserError) as caught:
         _verify(torch_head=torch_head, **paddle_args)
     assert "return different outputs" in str(caught.value) and said in str(caught.value), caught.value
+
+
+# ---- a paddle layer lacking tensors that torch's fills: the constructor argument that builds them
+
+def test_forward_lstm_is_told_the_direction_that_builds_torchs_reverse_weights():
+    with pytest.raises(UserError) as caught:
+        _verify(direction="forward")
+    said = str(caught.value)
+    assert "holds no 'weight_ih_l0_reverse'" in said and "[96, 16]" in said, said
+    assert said.endswith("build it with direction='bidirect'"), said
+    # the argument said builds the port that passes
+    assert _verify(direction="bidirect").exit_code == 0
+
+
+def test_linear_built_without_its_bias_is_told_the_bias_argument():
+    with pytest.raises(UserError) as caught:
+        _verify(fc_bias=False)
+    said = str(caught.value)
+    assert "paddle's fc (Linear) holds no 'bias'" in said and "'fc.bias' [3]" in said, said
+    assert said.endswith("build it with bias_attr=None"), said
+
+
+def test_layer_no_argument_completes_is_told_the_tensor_it_lacks():
+    def paddle_model():
+        paddle.seed(0)
+        model = PaddleClf().eval()
+        model.fc.bias = None  # dropped after it was built as torch's: built again, it holds one
+        return model
+
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchClf().eval()
+    with pytest.raises(UserError) as caught:
+        verify_port(spec_from_functions(torch_model, paddle_model, _inputs), VerifyOptions(bisect=True))
+    said = str(caught.value)
+    assert said.endswith("build paddle's fc with a 'bias' of that shape"), said
+    assert "build it with" not in said, said
+
+
+def test_constructor_change_is_measured_on_rebuilt_layers():
+    from converter.frameworks.rebuild import built_shapes, arguments, constructor_change
+    lstm = paddle.nn.LSTM(EMB, HID, direction="forward")
+    reverse = {"weight_ih_l0_reverse": (4 * HID, EMB), "weight_hh_l0_reverse": (4 * HID, HID)}
+    assert constructor_change(lstm, reverse) == {"direction": "bidirect"}
+    assert constructor_change(lstm, {"weight_ih_l0_reverse": (4 * HID + 1, EMB)}) is None  # no build has that shape
+    assert constructor_change(paddle.nn.GRU(EMB, HID), {"weight_ih_l0_reverse": (3 * HID, EMB)}) == \
+        {"direction": "bidirect"}
+    # two arguments, each building one of the tensors lacked
+    bare = paddle.nn.LayerNorm(8, weight_attr=False, bias_attr=False)
+    assert constructor_change(bare, {"weight": (8,), "bias": (8,)}) == {"weight_attr": None, "bias_attr": None}
+    # a layer that holds what is wanted already has no change to make
+    assert constructor_change(paddle.nn.Linear(3, 4), {"bias": (4,)}) is None
+    # a rebuild leaves paddle's dynamic mode on (the LSTM's is described in a static program) and
+    # the models' names as they were (a Linear's rebuilds name their weights under their own generator)
+    shapes = built_shapes(lstm, {**arguments(lstm)[1], "direction": "bidirect"})
+    assert shapes["weight_hh_l0_reverse"] == (4 * HID, HID) and paddle.in_dynamic_mode()
+    live = paddle.nn.Linear(3, 4, bias_attr=False)
+    before = paddle.nn.Linear(2, 2).weight.name
+    assert constructor_change(live, {"bias": (4,)}) == {"bias_attr": None}
+    after = paddle.nn.Linear(2, 2).weight.name
+    number = lambda name: int(name.split(".")[0].rpartition("_")[2])  # linear_<n>.w_0
+    assert number(after) == number(before) + 1, (before, after)
