@@ -100,6 +100,44 @@ def test_head_on_another_axis_names_the_first_layer_whose_outputs_cannot_be_comp
     assert rows["lstm"].within_budget, rows["lstm"]
 
 
+class TorchConvs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.conv = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(torch.relu(self.stem(x)))
+
+
+class PaddleConvs(paddle.nn.Layer):
+    def __init__(self, stride):
+        super().__init__()
+        self.stem = paddle.nn.Conv2D(3, 8, 3, padding=1)
+        self.conv = paddle.nn.Conv2D(8, 8, 3, padding=1, stride=stride)
+
+    def forward(self, x):
+        return self.conv(paddle.nn.functional.relu(self.stem(x)))
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+@pytest.mark.parametrize("stride", [1, 2], ids=["clean", "strided"])
+def test_last_conv_of_another_stride_is_the_layer_whose_outputs_cannot_be_compared(strategy, stride):
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchConvs().eval()
+    image = lambda: (np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype("float32"),)
+    report = verify_port(spec_from_functions(torch_model, lambda: PaddleConvs(stride).eval(), image),
+                         VerifyOptions(strategy=strategy, bisect=True))
+    if stride == 1:
+        assert report.exit_code == 0, report.forward.first_bad
+        return
+    bad = report.forward.first_bad  # the model's output is the conv's: [2, 8, 4, 4] against [2, 8, 8, 8]
+    assert report.exit_code == 1 and bad.torch == "conv" and bad.max_abs is None, bad
+    assert "torch [[2, 8, 8, 8]], paddle [[2, 8, 4, 4]]" in bad.note, bad.note
+    assert any("stride" in d.cause and "confirmed" in d.cause and "stride=[1, 1]" in d.hint
+               for d in report.forward.diagnosis), report.forward.diagnosis
+
+
 @pytest.mark.parametrize("torch_head,paddle_args,said", [
     ("h", {"out": "twice"}, "2 floating tensor(s) [2, 3], [2, 3]"),  # another count of tensors
     ("dict", {"time_major": True}, "[7, 3]"),  # a dict against a tensor
