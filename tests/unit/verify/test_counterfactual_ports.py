@@ -80,6 +80,39 @@ def test_a_tensor_method_s_axis_is_confirmed_by_re_running():
     assert clean.exit_code == 0 and not forward.diagnosis
 
 
+class TorchNormalised(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return TF.softmax(self.fc(x), dim=-1)
+
+
+class PaddleNormalised(paddle.nn.Layer):
+    """A softmax written out, its sum over axis 1 (torch's is over the last)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        e = paddle.exp(self.fc(x))
+        return e / e.sum(axis=1, keepdim=True)
+
+
+def test_a_written_out_softmax_s_sum_is_found_on_paddle_s_side():
+    x = np.random.RandomState(0).randn(4, 8, 8).astype("float32")
+    report, forward = verified(lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), TorchNormalised()),
+                               lambda: paddle.nn.Sequential(paddle.nn.Linear(8, 8), PaddleNormalised()), x)
+    assert report.exit_code == 1 and forward.first_bad.torch == "1", forward.first_bad
+    found = confirmed(forward)
+    # summed over the last axis (2 of the 3, counted as the call counts them), the quotient is torch's softmax
+    assert found and ("paddle's 1 calls paddle.Tensor.sum(..., axis=1); re-run on torch's recorded inputs with "
+                      "axis=2") in found[0].cause, forward.diagnosis
+    assert found[0].hint == "pass axis=2 to sum in 1's forward"
+
+
 def test_a_tensor_method_a_library_layer_calls_is_not_the_port_s():
     attention = paddle.nn.MultiHeadAttention(8, 2)
     x = paddle.to_tensor(TOKENS[:, :, :8])

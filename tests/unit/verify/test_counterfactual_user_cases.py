@@ -244,7 +244,7 @@ class PaddleSoftmaxBlock(paddle.nn.Layer):
 
     def forward(self, x):
         e = paddle.exp(self.fc(x))
-        return e / e.sum(axis=1, keepdim=True)
+        return e / (paddle.ones([8, 8]) @ e)  # the sums over axis 1, as a product: no call's axis to change
 
 
 def test_torch_s_functional_call_is_searched_where_nothing_on_paddle_s_side_reproduces_torch():
