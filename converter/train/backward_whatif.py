@@ -151,3 +151,45 @@ def _diagnosis(found: Found, fb, layer: str) -> Diagnosis:
     else:
         hint = f"make paddle's {where} compute with {to}"
     return Diagnosis(layer, cause, hint, kind=KIND)
+
+
+PYLAYER_NODE = "GradNodePyLayer_"  # the name paddle gives a custom backward's node in its gradient graph
+
+
+def custom_backwards(session, local, fb) -> list[str]:
+    """The paddle.autograd.PyLayer classes in paddle's gradient graph of the culprit layer, from its
+    outputs back to its inputs, re-run on torch's recorded inputs: read from the graph paddle builds
+    (each node's name()), not from the layer's code. [] where it holds none or cannot be re-run."""
+    from .backward import TorchLocal
+    from .local_runs import paddle_call
+    from ..tree import flatten
+    from ..frameworks import paddle_side
+    layer = layer_of(fb)
+    half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
+    if half is None:
+        return []
+    model = session.paddle_copy()
+    try:
+        root = dict(model.named_sublayers(include_self=True))[half.unit.ppath]
+        args, kwargs, _ = paddle_call(half.unit.call, local.p_calls.get(half.unit.ppath))
+        for t in flatten((args, kwargs), paddle_side.is_tensor):
+            if paddle_side.is_float_tensor(t):
+                t.stop_gradient = False
+        outs = flatten(root(*args, **kwargs), paddle_side.is_tensor)
+        return _pylayers([o.grad_fn for o in outs if getattr(o, "grad_fn", None) is not None])
+    finally:
+        session.done_with(model, "paddle")
+
+
+def _pylayers(nodes: list) -> list[str]:
+    found, seen, todo = [], set(), list(nodes)
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        name = node.name()
+        if name.startswith(PYLAYER_NODE) and name[len(PYLAYER_NODE):] not in found:
+            found.append(name[len(PYLAYER_NODE):])
+        todo.extend(node.next_functions)
+    return found

@@ -131,10 +131,18 @@ def _backward(session: TrainSession, tspec, rows: list, fb, runs: Runs):
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
                   f"forward of '{fb.paddle.split(' ')[0]}'", kind="stopped gradient")]
     if layer_of(fb) and runs.local is not None and runs.pairs is not None:
-        from .backward_whatif import setting_causes
+        from .backward_whatif import custom_backwards, setting_causes
         found = setting_causes(session, runs.local, runs.pairs, fb)
         if found:
             return found
+        custom = custom_backwards(session, runs.local, fb) if not fb.note.endswith(FORWARD_DIFFERS) else []
+        if custom:  # read from the gradient graph paddle builds for the layer: a fact, not a guess
+            where = layer_of(fb)
+            return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and "
+                      f"output gradient while its forward agrees, and its gradient runs through the custom backward "
+                      f"{', '.join(custom)} (paddle.autograd.PyLayer)", f"check {custom[0]}.backward against the "
+                      "gradient of its forward (paddle.grad on the same ops, or torch's autograd)",
+                      kind="custom backward")]
     if layer_of(fb) and not fb.note.endswith(FORWARD_DIFFERS):
         where = layer_of(fb)
         return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and output "
