@@ -62,12 +62,25 @@ class _HalfGradGelu(paddle.autograd.PyLayer):
         return 0.5 * dy * slope  # the planted bug: half the true gradient
 
 
-def _custom_backward(spec):
+class _StraightThroughGelu(paddle.autograd.PyLayer):
+    """GELU whose backward passes the gradient on unchanged (straight through): no scale of the
+    true gradient, so only the gradient graph says a custom backward runs here."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+def _custom_backward(spec, pylayer=_HalfGradGelu):
     module = spec.module
 
     class Act(paddle.nn.Layer):
         def forward(self, x):
-            return _HalfGradGelu.apply(x)
+            return pylayer.apply(x)
 
     class TorchAct(torch.nn.Module):
         def forward(self, x):
@@ -212,6 +225,8 @@ CASES = {
                                "structure", "fc1", ["missing from paddle's optimizer"]),
     "stopped-gradient": (lambda: _detached_hidden(_mlp()), "backward", "", ["stopped on paddle's side"]),
     "custom-backward": (lambda: _custom_backward(_mlp()), "backward", "act", ["custom backward"]),
+    "straight-through-backward": (lambda: _custom_backward(_mlp(), _StraightThroughGelu), "backward", "act",
+                                  ["runs through the custom backward _StraightThroughGelu (paddle.autograd.PyLayer)"]),
 }
 
 
