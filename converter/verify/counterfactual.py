@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..diagnosis import Diagnosis
+from ..diagnosis import CONFIRMED, Diagnosis, confirmed_cause, went
 from ..paths import join
 from .counterfactual_settings import same as _same, settings
 
@@ -58,13 +58,13 @@ class Change:
     ratio: float  # the layer's error against the other side, re-run with the change
 
     def diagnosis(self, culprit: str, before: float, other_type: str) -> Diagnosis:
-        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        moved = went(before, self.ratio)
         was = ", ".join(f"{s.name}={s.was!r}" for s in self.settings)
         to = ", ".join(f"{s.name}={s.to!r}" for s in self.settings)
         where = self.where or "<model>"
         if self.side == "paddle":
-            cause = (f"paddle's {where} ({self.layer_type}) has {was}; re-run on torch's recorded inputs with {to} "
-                     f"it gives torch's output within the budget ({went}): confirmed by re-running")
+            cause = confirmed_cause(f"paddle's {where} ({self.layer_type}) has {was}", "re-run on torch's recorded "
+                                    "inputs", to, "it gives torch's output", moved)
             if all(s.parameter for s in self.settings):
                 hint = f"construct paddle's {self.layer_type} with {', '.join(s.said(s.to) for s in self.settings)}"
             else:
@@ -72,7 +72,7 @@ class Change:
         else:
             cause = (f"paddle's {other_type} computes what torch's {where} ({self.layer_type}) computes with {to} "
                      f"(torch's has {was}): torch's module re-run with it gives paddle's output within the budget "
-                     f"({went}): confirmed by re-running")
+                     f"({moved}): {CONFIRMED}")
             which = "settings that match" if len(self.settings) > 1 else "setting that matches"
             hint = (f"give paddle's {other_type} the {which} torch's "
                     f"{', '.join(s.said(s.was) for s in self.settings)}")

@@ -25,7 +25,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from ..diagnosis import Diagnosis
+from ..diagnosis import CONFIRMED, Diagnosis, confirmed_cause, went
 from .counterfactual_wrapping import NAMESPACES, Recorded, _signature, _unpatched
 from .counterfactual_wrapping import wrapped as _wrapped
 
@@ -47,20 +47,21 @@ class CallChange:
         c = self.call
         was = c.arguments[self.parameter]
         nth = f" (its call {c.index + 1} there)" if c.index else ""
-        went = f"ratio {before:.3g} -> {self.ratio:.3g}"
+        moved = went(before, self.ratio)
         short = c.function.rsplit('.', 1)[-1]
         if self.side == "paddle":
             through = f" through its attribute {c.held}" if c.held else ""
             where = f"where {c.layer or 'the model'}'s forward calls self.{c.held} ({short})" if c.held else \
                 f"to {short} in {c.layer or 'the model'}'s forward"
-            return Diagnosis(culprit, f"paddle's {c.layer or '<model>'} calls {c.function}(..., {self.parameter}={was!r})"
-                             f"{through}{nth}; re-run on torch's recorded inputs with {self.parameter}={self.to!r} it "
-                             f"gives torch's output within the budget ({went}): confirmed by re-running",
+            return Diagnosis(culprit, confirmed_cause(f"paddle's {c.layer or '<model>'} calls {c.function}(..., "
+                                                      f"{self.parameter}={was!r}){through}{nth}", "re-run on torch's "
+                                                      "recorded inputs", f"{self.parameter}={self.to!r}",
+                                                      "it gives torch's output", moved),
                              f"pass {self.parameter}={self.to!r} {where}", kind=KIND)
         return Diagnosis(culprit, f"paddle's {other or '<model>'} computes what torch's {c.layer or '<model>'} computes with "
                          f"{self.parameter}={self.to!r} in its call {c.function}(..., {self.parameter}={was!r}){nth}: "
-                         f"torch's module re-run so gives paddle's output within the budget ({went}): confirmed by "
-                         "re-running", f"make paddle's {other or 'model'} compute what torch's "
+                         f"torch's module re-run so gives paddle's output within the budget ({moved}): {CONFIRMED}",
+                         f"make paddle's {other or 'model'} compute what torch's "
                          f"{short} computes with {self.parameter}={was!r}", kind=KIND)
 
 

@@ -18,6 +18,7 @@ from ..frameworks import paddle_side
 from ..frameworks.paddle_side import to_numpy
 from ..families import lookup
 from ..paths import is_under, join
+from ..diagnosis import CONFIRMED
 from .report import Diagnosis, LayerResult
 
 
@@ -366,7 +367,7 @@ def _checked(read: list[Diagnosis], confirmed: list[Diagnosis]) -> list[Diagnosi
         same = [c for c in confirmed if c.kind == "setting" and _named(c) & _named(d)]
         worded.update(id(c) for c in same)
         if same:
-            borne.append(replace(d, cause=f"{d.cause}: confirmed by re-running"))
+            borne.append(replace(d, cause=f"{d.cause}: {CONFIRMED}"))
         else:
             unborne.append(_unconfirmed(d))
     return borne + [c for c in confirmed if id(c) not in worded] + unborne
