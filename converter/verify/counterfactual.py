@@ -331,20 +331,40 @@ def _culprit_pair(ctx):
                               type(ctx.paddle_layer).__name__)
 
 
+@dataclass(frozen=True)
+class Culprit:
+    """What every search re-runs the culprit with: its pair, torch's recorded inputs handed to the
+    paddle layer (args, kwargs), how its outputs are judged, and its ratio before any change."""
+
+    pair: object
+    forced: tuple
+    target: _Target
+    before: float
+
+    @classmethod
+    def of(cls, ctx) -> Culprit | None:
+        """The diagnosis context's culprit; None where it has no recorded call to re-run on."""
+        from ..compare.replay import forced_paddle_inputs
+        pair = _culprit_pair(ctx)
+        if pair is None or ctx.t_call is None or ctx.p_call is None or not ctx.t_call.outputs:
+            return None
+        ev = ctx.evidence
+        try:
+            forced = ev.forced if ev is not None and ev.forced is not None else \
+                forced_paddle_inputs(ctx.t_call, ctx.p_call)
+        except (TypeError, ValueError):  # torch's inputs cannot be handed to the paddle layer: nothing to re-run
+            return None
+        return cls(pair, forced, _Target(ctx, pair), ctx.result.ratio if ctx.result.ratio is not None else float("inf"))
+
+
 def setting_causes(ctx) -> list[Diagnosis]:
     """Confirmed causes of the culprit's error among its settings (see the module's docstring): the
     paddle side's changes where any reproduces torch, else the torch side's that reproduce paddle."""
-    from ..compare.replay import forced_paddle_inputs, run_paddle, run_torch64
-    pair = _culprit_pair(ctx)
-    if pair is None or ctx.t_call is None or ctx.p_call is None or not ctx.t_call.outputs:
+    from ..compare.replay import run_paddle, run_torch64
+    culprit = Culprit.of(ctx)
+    if culprit is None:
         return []
-    ev = ctx.evidence
-    try:
-        forced = ev.forced if ev is not None and ev.forced is not None else forced_paddle_inputs(ctx.t_call, ctx.p_call)
-    except (TypeError, ValueError):  # torch's inputs cannot be handed to the paddle layer: nothing to re-run
-        return []
-    target = _Target(ctx, pair)
-    before = ctx.result.ratio if ctx.result.ratio is not None else float("inf")
+    pair, forced, target, before, ev = culprit.pair, culprit.forced, culprit.target, culprit.before, ctx.evidence
     torch_keys, paddle_keys = _framework_keys("torch"), _framework_keys("paddle")
     p_layer = ctx.paddle_layer
     hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys),

@@ -115,15 +115,9 @@ def input_causes(layer, where: str, forced, judge, before: float, culprit: str) 
 def input_form_causes(ctx) -> list[Diagnosis]:
     """input_causes for the diagnosis context's culprit (verify/diagnose.py), judged as the
     setting search judges its re-runs."""
-    from ..compare.replay import forced_paddle_inputs
-    from .counterfactual import _culprit_pair, _Target
-    pair = _culprit_pair(ctx)
-    if pair is None or ctx.t_call is None or ctx.p_call is None or not ctx.t_call.outputs:
+    from .counterfactual import Culprit
+    culprit = Culprit.of(ctx)
+    if culprit is None:
         return []
-    ev = ctx.evidence
-    try:
-        forced = ev.forced if ev is not None and ev.forced is not None else forced_paddle_inputs(ctx.t_call, ctx.p_call)
-    except (TypeError, ValueError):  # torch's inputs cannot be handed to the paddle layer: nothing to re-run
-        return []
-    before = ctx.result.ratio if ctx.result.ratio is not None else float("inf")
-    return input_causes(ctx.paddle_layer, ctx.result.paddle, forced, _Target(ctx, pair).paddle_ratio, before, ctx.name)
+    return input_causes(ctx.paddle_layer, ctx.result.paddle, culprit.forced, culprit.target.paddle_ratio,
+                        culprit.before, ctx.name)
