@@ -52,10 +52,13 @@ def torch_local(module, call: Call, inputs: Inputs, grads: list, dtype, moved: f
         leaves = [t * (1.0 + moved * torch.from_numpy(signs.choice([-1.0, 1.0], tuple(t.shape))).to(t.dtype))
                   for t in leaves]
     leaves = [t.requires_grad_(True) for t in leaves]
+    # the module is handed one copy of each leaf, inside the graph: a module that works in place on its
+    # input (ReLU6(inplace=True)) may, where on a leaf that requires its gradient torch refuses
+    handed = [t.clone() for t in leaves]
 
     def leaf(v):
         if v.is_floating_point():
-            return leaves[inputs.index(v)]
+            return handed[inputs.index(v)]
         return v.cpu() if dtype == torch.float64 else v
     args, kwargs = map_leaves(call.args, leaf, is_torch_tensor), map_leaves(call.kwargs, leaf, is_torch_tensor)
     watch = _narrowing_mode()() if dtype == torch.float64 else contextlib.nullcontext()  # (this records no op)

@@ -70,3 +70,39 @@ def test_the_note_names_the_first_skipped_and_counts_the_rest():
                                       "(ValueError: no); measurement 2 (ValueError: no); and 2 more"]
     said = Skipped.of("a run", RuntimeError("line one\n   line two " + "x" * 200))
     assert said.why.startswith("RuntimeError: line one line two xxx") and len(said.why) == len("RuntimeError: ") + 120
+
+
+def _in_place_activation_mlp():
+    """train_mlp with torch's activation a module that works in place on its input (torchvision's
+    MobileNetV2 has ReLU6(inplace=True) in every block); paddle's computes the same out of place."""
+    spec = PortSpec.from_file(spec_path("train_mlp"))
+    module = spec.module
+
+    class TorchInPlace(module.TorchMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.ReLU6(inplace=True)
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+
+    class PaddleAct(module.PaddleMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = paddle.nn.ReLU6()
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+    module.torch_model = lambda: (torch.manual_seed(0), TorchInPlace())[1]
+    module.paddle_model = PaddleAct
+    return spec
+
+
+def test_a_module_working_in_place_on_its_input_is_re_run_alone():
+    spec = _in_place_activation_mlp()
+    with PortSession(spec, Options(device="cpu")) as port:
+        report = train_on(port, TrainSpec(spec), steps=2)
+    rows = [r for r in report.rows if r.phase == "backward" and r.torch.startswith("act ")]
+    assert rows and all(r.ratio is not None for r in rows), rows  # its local backward measured
+    assert not [n for n in report.notes if "skipped" in n], report.notes
+    assert report.verdict == "pass", report.first_bad
