@@ -28,6 +28,12 @@ class Diagnosis:
 
 
 CONFIRMED = "confirmed by re-running"
+GIVES_OUTPUT = "it gives torch's output"  # what a forward re-run is judged on, unless on a child's input
+
+
+def gives_input_of(child: str) -> str:
+    """What a forward re-run judged at an input the culprit's code computed for `child` gives."""
+    return f"it gives torch's input of {child}"
 
 
 def confirmed_cause(subject: str, rerun: str, change: str, gives: str, went: str) -> str:

@@ -20,7 +20,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..diagnosis import CONFIRMED, Diagnosis, confirmed_cause, went
+from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, gives_input_of, went
 from ..paths import join
 from .counterfactual_settings import same as _same, settings
 
@@ -57,14 +57,14 @@ class Change:
     settings: tuple[Setting, ...]
     ratio: float  # the layer's error against the other side, re-run with the change
 
-    def diagnosis(self, culprit: str, before: float, other_type: str) -> Diagnosis:
+    def diagnosis(self, culprit: str, before: float, other_type: str, gives: str = GIVES_OUTPUT) -> Diagnosis:
         moved = went(before, self.ratio)
         was = ", ".join(f"{s.name}={s.was!r}" for s in self.settings)
         to = ", ".join(f"{s.name}={s.to!r}" for s in self.settings)
         where = self.where or "<model>"
         if self.side == "paddle":
             cause = confirmed_cause(f"paddle's {where} ({self.layer_type}) has {was}", "re-run on torch's recorded "
-                                    "inputs", to, "it gives torch's output", moved)
+                                    "inputs", to, gives, moved)
             if all(s.parameter for s in self.settings):
                 hint = f"construct paddle's {self.layer_type} with {', '.join(s.said(s.to) for s in self.settings)}"
             else:
@@ -367,15 +367,21 @@ def setting_causes(ctx) -> list[Diagnosis]:
     pair, forced, target, before, ev = culprit.pair, culprit.forced, culprit.target, culprit.before, ctx.evidence
     torch_keys, paddle_keys = _framework_keys("torch"), _framework_keys("paddle")
     p_layer = ctx.paddle_layer
-    hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys),
-                   lambda: run_paddle(p_layer, *forced), target.paddle_ratio)
+    run, judge = (lambda: run_paddle(p_layer, *forced)), target.paddle_ratio
+    from .counterfactual_child import child_of
+    child = child_of(ctx)  # the row is worst at an input the layer's code computed for a child: judged there
+    if child is not None:
+        run, judge = child.run(run), child.ratio
+    hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys), run,
+                   judge)
+    gives = GIVES_OUTPUT if child is None else gives_input_of(ctx.result.worst_input)
     if hits:
-        return [c.diagnosis(ctx.name, before, type(p_layer).__name__) for c in hits[:2]]
+        return [c.diagnosis(ctx.name, before, type(p_layer).__name__, gives) for c in hits[:2]]
     from .counterfactual_calls import call_causes
-    calls = call_causes(p_layer, ctx.result.paddle, lambda: run_paddle(p_layer, *forced), target.paddle_ratio, _Runs())
+    calls = call_causes(p_layer, ctx.result.paddle, run, judge, _Runs())
     if calls:
-        return [c.diagnosis(ctx.name, before) for c in calls[:2]]
-    if ev is None or ev.y_local is None:
+        return [c.diagnosis(ctx.name, before, gives=gives) for c in calls[:2]]
+    if ev is None or ev.y_local is None or child is not None:  # torch's side is judged at the layer's output
         return []
     module64 = ctx.session.torch64_module(pair.torch)
     run64 = lambda: run_torch64(module64, ctx.t_call)  # noqa: E731 - one re-run, handed to both searches

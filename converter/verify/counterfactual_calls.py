@@ -25,7 +25,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from ..diagnosis import CONFIRMED, Diagnosis, confirmed_cause, went
+from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, went
 from .counterfactual_wrapping import NAMESPACES, Recorded, _signature, _unpatched
 from .counterfactual_wrapping import wrapped as _wrapped
 
@@ -42,7 +42,7 @@ class CallChange:
     ratio: float
     side: str = "paddle"  # whose call was changed
 
-    def diagnosis(self, culprit: str, before: float, other: str = "") -> Diagnosis:
+    def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
         """`other`: where the change is torch's, the paddle layer that computes otherwise."""
         c = self.call
         was = c.arguments[self.parameter]
@@ -56,7 +56,7 @@ class CallChange:
             return Diagnosis(culprit, confirmed_cause(f"paddle's {c.layer or '<model>'} calls {c.function}(..., "
                                                       f"{self.parameter}={was!r}){through}{nth}", "re-run on torch's "
                                                       "recorded inputs", f"{self.parameter}={self.to!r}",
-                                                      "it gives torch's output", moved),
+                                                      gives, moved),
                              f"pass {self.parameter}={self.to!r} {where}", kind=KIND)
         return Diagnosis(culprit, f"paddle's {other or '<model>'} computes what torch's {c.layer or '<model>'} computes with "
                          f"{self.parameter}={self.to!r} in its call {c.function}(..., {self.parameter}={was!r}){nth}: "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..diagnosis import Diagnosis, confirmed_cause, went
+from ..diagnosis import GIVES_OUTPUT, Diagnosis, confirmed_cause, went
 from .counterfactual_wrapping import _unpatched, held_functions
 
 KIND = "held function"
@@ -34,10 +34,10 @@ class Replaced:
     to: str
     ratio: float
 
-    def diagnosis(self, culprit: str, before: float, other: str = "") -> Diagnosis:
+    def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
         return Diagnosis(culprit, confirmed_cause(f"paddle's {self.path or '<model>'} holds {self.was} as its "
                                                   f"{self.attribute}", "re-run on torch's recorded inputs",
-                                                  f"{self.to} in its place", "it gives torch's output",
+                                                  f"{self.to} in its place", gives,
                                                   went(before, self.ratio)),
                          f"make {self.path or 'the model'}'s {self.attribute} {self.to} (it holds "
                          f"{self.was.rsplit('.', 1)[-1]})", kind=KIND)

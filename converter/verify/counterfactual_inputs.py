@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..diagnosis import Diagnosis, confirmed_cause, went
+from ..diagnosis import GIVES_OUTPUT, Diagnosis, confirmed_cause, went
 
 KIND = "input form"
 LARGE_NEGATIVE = -1e4  # an additive mask's value where it masks: exp() of it is 0 in float32 and bf16
@@ -106,7 +106,7 @@ def input_causes(layer, where: str, forced, judge, before: float, culprit: str) 
                 which = f"input {_name(layer, position)!r}"
                 cause = confirmed_cause(f"paddle's {where or '<model>'} ({type(layer).__name__}) reads its {which} "
                                         "otherwise than torch's", "re-run on torch's recorded inputs", f"that input "
-                                        f"{form.what}", "it gives torch's output", went(before, ratio))
+                                        f"{form.what}", GIVES_OUTPUT, went(before, ratio))
                 return [Diagnosis(culprit, cause, f"give paddle's {where or 'model'} its {which} as torch's module "
                                   f"reads it: {form.hint}", kind=KIND)]
     return []

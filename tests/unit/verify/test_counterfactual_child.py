@@ -1,0 +1,63 @@
+"""A culprit whose row is worst at an input its own code computed for a child (an activation
+between two Linear layers, its effect on the block's output shrunk by a small residual branch and
+a norm): its causes are searched judged at that input, and named so; the clean twin passes."""
+
+import numpy as np
+import paddle
+import pytest
+import torch
+
+from converter import VerifyOptions, verify_port
+from converter.spec import spec_from_functions
+
+D = 16
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = torch.nn.Linear(D, 4 * D), torch.nn.Linear(4 * D, D), torch.nn.LayerNorm(D)
+
+    def forward(self, x):  # HF's gelu_new: the tanh approximation
+        return self.norm(x + 1e-3 * self.fc2(torch.nn.functional.gelu(self.fc1(x), approximate="tanh")))
+
+
+class PaddleBlock(paddle.nn.Layer):
+    """The activation held as an attribute, as PaddleNLP's encoder layer holds it."""
+
+    def __init__(self, approximate):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = paddle.nn.Linear(D, 4 * D), paddle.nn.Linear(4 * D, D), paddle.nn.LayerNorm(D)
+        self.activation = getattr(paddle.nn.functional, "gelu")
+        self.approximate_kw = {"approximate": True} if approximate else {}
+
+    def forward(self, x):
+        return self.norm(x + 1e-3 * self.fc2(self.activation(self.fc1(x), **self.approximate_kw)))
+
+
+def _spec(approximate):
+    def torch_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(TorchBlock(), torch.nn.Linear(D, 2)).eval()
+
+    def paddle_model():
+        return paddle.nn.Sequential(PaddleBlock(approximate), paddle.nn.Linear(D, 2))
+    x = (np.random.RandomState(0).randn(4, 8, D) * 3).astype("float32")
+    return spec_from_functions(torch_model, paddle_model, lambda: (x,))
+
+
+@pytest.mark.parametrize("strategy", ["full", "binary"])
+def test_a_cause_at_a_child_s_input_is_found_judged_there(strategy):
+    report = verify_port(_spec(approximate=False), VerifyOptions(strategy=strategy, bisect=True))
+    bad = report.forward.first_bad
+    assert report.exit_code == 1 and bad.torch == "0" and bad.worst_input == "0.fc2", bad
+    [found] = [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause]
+    assert ("calls paddle.nn.functional.gelu(..., approximate=False) through its attribute activation; re-run on "
+            "torch's recorded inputs with approximate=True it gives torch's input of 0.fc2 within the budget") \
+        in found.cause, found.cause
+    assert found.hint == "pass approximate=True where 0's forward calls self.activation (gelu)", found.hint
+
+
+def test_the_clean_twin_passes():
+    report = verify_port(_spec(approximate=True), VerifyOptions(bisect=True))
+    assert report.exit_code == 0 and not report.forward.diagnosis
