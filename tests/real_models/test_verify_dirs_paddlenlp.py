@@ -133,3 +133,22 @@ def test_a_clean_directory_pair_says_no_config_field_apart(pairs, tmp_path):
     r = run_verify(hf_dir, out_dir, "--device", "cpu", "--json", tmp_path / "r.json")
     assert r.code == 0, r
     assert not [n for n in json.loads((tmp_path / "r.json").read_text())["notes"] if "config.json differs" in n]
+
+
+def test_gelu_new_in_hf_against_gelu_in_the_paddle_config_is_confirmed_at_the_activation(tmp_path):
+    """HF's BERT with hidden_act gelu_new (the tanh approximation), converted with --force, and
+    PADDLE_DIR's config.json set to PaddleNLP's "gelu" (exact): the first block is over budget at
+    the input its code computes for its second Linear, and the held activation's `approximate` is
+    the confirmed cause, with the config field named."""
+    hf_dir, out_dir = converted_pair(tmp_path / "pair", transformers.BertModel,
+                                     transformers.BertConfig(**SIZES, hidden_act="gelu_new"), "--force")
+    config = json.loads((out_dir / "config.json").read_text())
+    config["hidden_act"] = "gelu"
+    (out_dir / "config.json").write_text(json.dumps(config))
+    r = run_verify(hf_dir, out_dir, "--device", "cpu", "--bisect", "--json", tmp_path / "r.json")
+    assert r.code == 1, r
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["first_bad_layer"]["torch"] == "encoder.layer.0", report["first_bad_layer"]
+    [cause] = [d for d in report["diagnosis"] if "confirmed by re-running" in d["cause"]]
+    assert "gelu(..., approximate=False) through its attribute activation" in cause["cause"], cause
+    assert "with approximate=True it gives torch's input of encoder.layer.0.output.dense" in cause["cause"], cause

@@ -28,7 +28,7 @@ class PaddleBlock(paddle.nn.Layer):
     def __init__(self, approximate):
         super().__init__()
         self.fc1, self.fc2, self.norm = paddle.nn.Linear(D, 4 * D), paddle.nn.Linear(4 * D, D), paddle.nn.LayerNorm(D)
-        self.activation = getattr(paddle.nn.functional, "gelu")
+        self.activation = paddle.nn.functional.gelu
         self.approximate_kw = {"approximate": True} if approximate else {}
 
     def forward(self, x):
