@@ -18,7 +18,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from ..families import Reading, kind_of, lookup
+from ..families import OutputReading, kind_of, lookup
 from .capture import call_key, is_first_call
 from .fused import fused_slices
 from .matching import common_shape, same_values
@@ -33,7 +33,7 @@ class LayerPair:
     paddle_type: str
     # how the paddle layer's outputs read as the torch module's: its slice of a fused layer's output
     # (see fused.py), or its family's reading (a gate's logits as a router's softmax and top-k)
-    part: Reading | None = None
+    part: OutputReading | None = None
 
 
 def nearest_in(path: str, paths) -> str | None:

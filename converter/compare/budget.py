@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .budget_terms import (ACCUMULATION, CONDITION, CONVENTION, FLOOR, INPUT_ROUNDING, OBSERVED, STAND_IN,
-                           STORED_FORMAT, Breakdown, Part, Share, one_group, shares_at, summed)
+                           STORED_FORMAT, Breakdown, Addend, Share, one_group, shares_at, summed)
 from .precision import STORED_UNIT, U32, UNIT_ROUNDOFF
 
 C_ROUND = 0.42  # rms relative rounding error of a real value, in units of u
@@ -196,7 +196,7 @@ def budget_for(row: str, formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul
         parts, constants = _matmul_terms(formats, matmul, e_ms, flat_y, dt)
     else:
         parts, constants = _observed_terms(formats, e, e_ms, flat_y, dt, rounding or {}, condition, e_other)
-    parts.append(Part(None, False, tuple((c,) for c in constants)
+    parts.append(Addend(None, False, tuple((c,) for c in constants)
                       + ((Share(FLOOR, "", float(np.finfo(np.float32).tiny)),),)))  # never 0: no division by it
     if row == TRAINING:
         parts += _training_terms(formats, condition, conventions)
@@ -216,7 +216,7 @@ def _matmul_terms(formats: dict, matmul: MatmulStats, e_ms: float, y: np.ndarray
                    Share(INPUT_ROUNDING, side, (math.sqrt(2.0) * C_ROUND * UNIT_ROUNDOFF[fmt]) ** 2))
                   for side, fmt in formats.items())
     stored = tuple((Share(STORED_FORMAT, side, STORED_UNIT[fmt] ** 2),) for side, fmt in formats.items())
-    return [Part(matmul.sum_sq, False, on_s2), Part(y, True, stored)], []
+    return [Addend(matmul.sum_sq, False, on_s2), Addend(y, True, stored)], []
 
 
 def _observed_terms(formats: dict, e: np.ndarray, e_ms: float, y: np.ndarray, dt, rounding: dict, condition,
@@ -236,14 +236,14 @@ def _observed_terms(formats: dict, e: np.ndarray, e_ms: float, y: np.ndarray, dt
     theirs = [side for side in formats if side not in mine]
     parts, constants = [], []
     if mine:
-        parts.append(Part(e, True, tuple((Share(OBSERVED if side == "torch" else STAND_IN, side, 1.0),)
+        parts.append(Addend(e, True, tuple((Share(OBSERVED if side == "torch" else STAND_IN, side, 1.0),)
                                          for side in mine)))
         constants += [Share(OBSERVED if side == "torch" else STAND_IN, side, e_ms) for side in mine]
     if theirs:
-        parts.append(Part(other, True, one_group(OBSERVED, theirs, 1.0)))
+        parts.append(Addend(other, True, one_group(OBSERVED, theirs, 1.0)))
         constants += [Share(OBSERVED, side, float(np.dot(other, other)) / n) for side in theirs]
     if condition is not None:  # once per side
-        parts.append(Part(np.ravel(condition), True, one_group(CONDITION, formats, 1.0)))
+        parts.append(Addend(np.ravel(condition), True, one_group(CONDITION, formats, 1.0)))
     y_ms = None
     for side, fmt in formats.items():  # a side in another format: its rounding's effect, per element and rms
         effect = rounding.get(fmt) if fmt != "fp32" else None
@@ -254,15 +254,15 @@ def _observed_terms(formats: dict, e: np.ndarray, e_ms: float, y: np.ndarray, dt
         ms = float(np.mean(sq, dtype=np.float64)) if sq.size else 0.0
         constants.append(Share(INPUT_ROUNDING, side, ms))
         if sq.size == e.size:
-            parts.append(Part(np.ravel(effect), True, one_group(INPUT_ROUNDING, [side], 1.0)))
+            parts.append(Addend(np.ravel(effect), True, one_group(INPUT_ROUNDING, [side], 1.0)))
             # and in proportion to each element's own size, at the tensor's ratio of the two: a few
             # draws per element may all come out small where the effect is large (a probability
             # near 1), and it scales with the value it rounds
             if y_ms is None:
                 y_ms = float(np.mean(np.square(y, dtype=dt), dtype=np.float64)) if y.size else 0.0
             if y_ms > 0 and math.isfinite(ms / y_ms):
-                parts.append(Part(y, True, one_group(INPUT_ROUNDING, [side], ms / y_ms)))
-    parts.append(Part(y, True, one_group(STORED_FORMAT, formats, U32 * U32)))
+                parts.append(Addend(y, True, one_group(INPUT_ROUNDING, [side], ms / y_ms)))
+    parts.append(Addend(y, True, one_group(STORED_FORMAT, formats, U32 * U32)))
     return parts, constants
 
 
@@ -273,11 +273,11 @@ def _training_terms(formats: dict, condition, conventions) -> list:
     parts = []
     if condition is not None and np.size(condition):
         ms = float(np.mean(np.square(condition, dtype=np.float64)))
-        parts.append(Part(None, False, one_group(CONDITION, formats, ms), np.float32))
+        parts.append(Addend(None, False, one_group(CONDITION, formats, ms), np.float32))
     if conventions is not None:
         conventions = np.asarray(conventions, dtype=np.float32)
         if conventions.ndim or conventions:
-            parts.append(Part(conventions, True, one_group(CONVENTION, [""], 1.0), np.float32))
+            parts.append(Addend(conventions, True, one_group(CONVENTION, [""], 1.0), np.float32))
     return parts
 
 

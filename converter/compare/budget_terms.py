@@ -38,7 +38,7 @@ class Share:
 
 
 @dataclass(frozen=True, eq=False)
-class Part:
+class Addend:
     """One addend of the variance per element: coefficient * source (squared where `squared`), or
     the coefficient alone where `source` is None. `groups`: the shares, grouped as the calibrated
     arithmetic sums them (each group's scales first, then the groups, in order). `width`: the
@@ -67,7 +67,7 @@ def one_group(term: str, sides, scale: float) -> tuple[tuple[Share, ...], ...]:
     return tuple((Share(term, side, scale),) for side in sides)
 
 
-def summed(parts: tuple[Part, ...], n: int, dt) -> np.ndarray:
+def summed(parts: tuple[Addend, ...], n: int, dt) -> np.ndarray:
     """The variance per element (flat, n of them, of type dt): the parts added in order."""
     uses: dict[int, int] = {}
     for part in parts:
@@ -106,7 +106,7 @@ def summed(parts: tuple[Part, ...], n: int, dt) -> np.ndarray:
     return np.zeros(n, dt) if var is None else var
 
 
-def shares_at(parts: tuple[Part, ...], index: int) -> dict[tuple[str, str], float]:
+def shares_at(parts: tuple[Addend, ...], index: int) -> dict[tuple[str, str], float]:
     """Each named term's variance at element `index`, by (term, side)."""
     out: dict[tuple[str, str], float] = {}
     for part in parts:

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..families import Reading
+from ..families import OutputReading
 from .matching import same_values
 from ..paths import parent
 
 
 @dataclass(frozen=True)
-class Slice(Reading):
+class Slice(OutputReading):
     """The part of a fused paddle layer's output that one torch module computes."""
 
     axis: int  # counted from the end of paddle's output shape (-1: the last axis)

@@ -44,7 +44,7 @@ def masked_positions(a: np.ndarray, flip: bool = False) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class Reading:
+class MaskReading:
     """One way of reading a tensor as a mask: the positions it masks, in which form."""
 
     masked: np.ndarray
@@ -52,23 +52,23 @@ class Reading:
     value: float = 0.0  # ADDITIVE: the value it puts where it masks (the lowest it holds)
 
 
-def readings(a: np.ndarray) -> list[Reading]:
+def readings(a: np.ndarray) -> list[MaskReading]:
     """Every way `a` reads as a mask: a boolean tensor both ways (True keeps, True masks); an
     additive float tensor (values all 0 or far below 0, some below); a keep-mask (integer or
     float, of two or more axes, holding 0s and 1s and nothing else, both of them). [] when `a` is
     no mask."""
     if a.dtype == np.bool_:
-        return [Reading(~a, TRUE_KEEPS), Reading(a, TRUE_MASKS)]
+        return [MaskReading(~a, TRUE_KEEPS), MaskReading(a, TRUE_MASKS)]
     masked = masked_positions(a)
     if masked is not None:
         with np.errstate(invalid="ignore"):
-            return [Reading(masked, ADDITIVE, float(np.min(a)))]
+            return [MaskReading(masked, ADDITIVE, float(np.min(a)))]
     if a.ndim < 2 or a.size == 0 or not np.issubdtype(a.dtype, np.number):
         return []
     zero = a == 0
     if not zero.any() or not np.all(zero | (a == 1)) or zero.all():
         return []
-    return [Reading(zero, KEEP)]
+    return [MaskReading(zero, KEEP)]
 
 
 def _key_window(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +98,7 @@ def _same_positions(a: np.ndarray, b: np.ndarray) -> bool:
     return False
 
 
-def agreeing(a: np.ndarray, b: np.ndarray) -> tuple[Reading, Reading] | None:
+def agreeing(a: np.ndarray, b: np.ndarray) -> tuple[MaskReading, MaskReading] | None:
     """The readings of `a` and `b` (see readings) under which the two mask the same positions
     (either form, broadcast-compatible shapes, a keep-mask's [B, T] against [B, 1, 1, T]); None
     where none do."""

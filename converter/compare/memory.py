@@ -266,7 +266,7 @@ _INDEXED = re.compile(r"^(.*?)\.(\d+)\.")  # 'model.layers.3.mlp.up.weight' -> (
 
 
 @dataclass
-class Held:
+class HeldWeights:
     """One model's weights by what a run holds of them: the part outside the blocks, and each block."""
 
     outside: int
@@ -281,7 +281,7 @@ class Held:
         return self.outside + sum(sorted(self.blocks, reverse=True)[:keep])
 
 
-def held_from_header(infos: dict, dtype: str | None = None, width: int | None = None) -> Held:
+def held_from_header(infos: dict, dtype: str | None = None, width: int | None = None) -> HeldWeights:
     """What a model built from a checkpoint with these TensorInfos holds: floating tensors in
     `dtype` (None: as stored), or `width` bytes an element where given (the float64 reference: 8)."""
     from .. import dtypes
@@ -297,7 +297,7 @@ def held_from_header(infos: dict, dtype: str | None = None, width: int | None = 
             blocks[found[key]] = blocks.get(found[key], 0) + size
         else:
             outside += size
-    return Held(outside, list(blocks.values()))
+    return HeldWeights(outside, list(blocks.values()))
 
 
 def key_blocks(keys) -> dict[str, tuple[str, str]]:

@@ -8,7 +8,7 @@ is routed to) is said in a plain note, not as a finding."""
 
 from __future__ import annotations
 
-from .unread import Reading, measure_reads
+from .unread import Perturbation, measure_reads
 
 from .port import Session
 
@@ -80,7 +80,7 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
     return notes
 
 
-def _by_layer(readings: dict[str, Reading], keys: list[str]) -> dict[str, list[str]]:
+def _by_layer(readings: dict[str, Perturbation], keys: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for key in keys:
         out.setdefault(readings[key].layer, []).append(key)
@@ -97,7 +97,7 @@ def _shaped(keys: list[str], layer: str, state: dict) -> str:
     return ", ".join(shown[:SHOWN]) + (f" and {len(shown) - SHOWN} more" if len(shown) > SHOWN else "")
 
 
-def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str]) -> dict[str, Reading]:
+def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str]) -> dict[str, Perturbation]:
     """Whether torch reads the tensors that fill the paddle parameters `paddle_keys`."""
     if not paddle_keys:
         return {}
@@ -110,12 +110,12 @@ def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str])
     return measure_reads(torch_side, torch_model, inputs, device, state, sources)
 
 
-def _largest(readings: dict[str, Reading], keys: list[str]) -> str:
+def _largest(readings: dict[str, Perturbation], keys: list[str]) -> str:
     worst = max(readings[k].change for k in keys)
     return "an infinite or NaN value" if worst == float("inf") else f"up to {worst:.3g}"
 
 
-def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Reading], spare: list[str]) -> str:
+def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Perturbation], spare: list[str]) -> str:
     at_layer = all(readings[k].at == layer for k in keys)
     effect = (f"perturbing each changed that layer's output, by {_largest(readings, keys)}" if at_layer else
               f"perturbing each changed the model's outputs, by {_largest(readings, keys)}")
@@ -135,7 +135,7 @@ def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str,
             "over budget is where the outputs part")
 
 
-def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Reading]) -> str:
+def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str, Perturbation]) -> str:
     ran = readings[keys[0]].ran
     how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
            "perturbing each changed neither that layer's output nor the model's")
@@ -145,8 +145,8 @@ def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[st
             "where it should")
 
 
-def _unread_filled(layer: str, keys: list[str], readings: dict[str, Reading], sources: dict[str, list[str]],
-                   torch_reads: dict[str, Reading]) -> str:
+def _unread_filled(layer: str, keys: list[str], readings: dict[str, Perturbation], sources: dict[str, list[str]],
+                   torch_reads: dict[str, Perturbation]) -> str:
     ran = readings[keys[0]].ran
     how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
            "perturbing each changed neither that layer's output nor the model's")

@@ -24,7 +24,7 @@ from ..io.base import Source, TensorInfo
 from ..io.torch_io import numpy_view, tensor_to_numpy
 from ..lazy import import_paddle, import_torch
 from .recycle import Storages
-from .widen import STREAMED_KEEP, KINDS, BlockTensors, Held, _blocks, _largest_lists, _like, block_tensors, tensor_names
+from .widen import STREAMED_KEEP, KINDS, BlockTensors, HeldTensor, _blocks, _largest_lists, _like, block_tensors, tensor_names
 
 LENT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # paddle tensors made on lent storage
 
@@ -140,12 +140,12 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> St
                         "or made from a parameter); make it on the CPU in the model's code, or save it in the "
                         "checkpoint")
     streamed = lambda t: t.is_meta or checkpoint.holds(names[id(t)])  # a CPU tensor held: the checkpoint's values
-    records: dict[int, Held] = {}
+    records: dict[int, HeldTensor] = {}
 
     def held(t):
         key = names[id(t)]
         make = lambda: _like(t, checkpoint.tensor(key))
-        return records.setdefault(id(t), Held(make, t, t.numel() * t.element_size()))
+        return records.setdefault(id(t), HeldTensor(make, t, t.numel() * t.element_size()))
 
     block_of = _block_index(_blocks(model), lambda b: b.modules())
     places = [(m, block_of.get(id(m), []), [(kind, name, held(t)) for kind in KINDS
@@ -175,12 +175,12 @@ def stream_paddle_arrays(model, arrays: dict, keep: int = STREAMED_KEEP, dtype: 
     """The paddle model (built under LazyGuard) with each tensor whose state-dict key `arrays` has
     made by it (a function returning its storage array) as its layers run; `dtype`: as in
     stream_paddle; `storages`: the pool lending the floating tensors' storage on the CPU."""
-    records: dict[int, Held] = {}
+    records: dict[int, HeldTensor] = {}
     width = 1 if dtype is None else np.dtype(dtype).itemsize
 
     def held(t, array):
         size = int(np.prod(t.shape)) * (t.element_size() if dtype is None or not t.is_floating_point() else width)
-        return records.setdefault(id(t), Held(lambda: _paddle_tensor(t, array(), dtype, storages), t, size))
+        return records.setdefault(id(t), HeldTensor(lambda: _paddle_tensor(t, array(), dtype, storages), t, size))
 
     layers = [(prefix, layer) for prefix, layer in model.named_sublayers(include_self=True)]
     blocks = _paddle_blocks(model)

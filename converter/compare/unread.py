@@ -17,7 +17,7 @@ MODEL = ""  # the path of the model itself
 
 
 @dataclass
-class Reading:
+class Perturbation:
     """What perturbing one tensor did. `read`: None where it could not be measured (`why` says
     why). `change`: the largest change of an output element it made (inf where one became NaN or
     infinite). `at`: the layer whose output changed, MODEL for the model's outputs; the tensor's
@@ -155,7 +155,7 @@ class _Pass:
         self.calls: dict[str, list] = {}
         self.ran: set[str] = set()
         self.busy = False
-        self.readings: dict[str, Reading] = {}
+        self.readings: dict[str, Perturbation] = {}
 
     def hooks(self) -> list:
         handles = []
@@ -203,10 +203,10 @@ class _Pass:
             if change and key in self.exact:
                 steady = _change(before, run()) == 0.0 if steady is None else steady
                 if not steady:
-                    self.readings[key] = Reading(key, path, True, None, why=f"its layer '{path or '<model>'}' gives "
+                    self.readings[key] = Perturbation(key, path, True, None, why=f"its layer '{path or '<model>'}' gives "
                                                  "other outputs when run again on the same inputs")
                     continue
-            self.readings[key] = Reading(key, path, True, bool(change), change, path)
+            self.readings[key] = Perturbation(key, path, True, bool(change), change, path)
 
     def _at_model(self, before: list[np.ndarray], run) -> None:
         """Those not read at their own layer, or whose layer never ran, at the model's outputs: all
@@ -216,22 +216,22 @@ class _Pass:
         if not pending or _change(before, self._rerun(pending, run)) == 0.0:
             for key in pending:
                 ran = _owner(key) in self.ran
-                self.readings[key] = Reading(key, _owner(key), ran, False, at=_owner(key) if ran else MODEL)
+                self.readings[key] = Perturbation(key, _owner(key), ran, False, at=_owner(key) if ran else MODEL)
             return
         steady = _change(before, run()) == 0.0
         for key in pending:
             ran = _owner(key) in self.ran
             if not steady:
-                self.readings[key] = Reading(key, _owner(key), ran, None, why="the model gives other outputs when "
+                self.readings[key] = Perturbation(key, _owner(key), ran, None, why="the model gives other outputs when "
                                              "run again on the same inputs")
                 continue
             change = _change(before, self._rerun([key], run))
-            self.readings[key] = Reading(key, _owner(key), ran, bool(change), change, MODEL)
+            self.readings[key] = Perturbation(key, _owner(key), ran, bool(change), change, MODEL)
 
 
 def measure_reads(adapter, model, inputs, device: str, state: dict, keys: list[str],
-                  exact: set[str] = frozenset()) -> dict[str, Reading]:
-    """A Reading for each of `keys` (entries of `state`, the model's tensors by state-dict key,
+                  exact: set[str] = frozenset()) -> dict[str, Perturbation]:
+    """A Perturbation for each of `keys` (entries of `state`, the model's tensors by state-dict key,
     each floating), from one run of the model on `inputs` (see the module's docstring). `exact`:
     keys for which a change must be the tensor's and not the layer's own randomness (a re-run
     without the perturbation is compared too). The model's forward raising: every key unmeasured,
@@ -244,12 +244,12 @@ def measure_reads(adapter, model, inputs, device: str, state: dict, keys: list[s
         adapter.forward(model, inputs, device)
     except Exception as exc:  # noqa: BLE001 - said in each reading; the check's own run reports the model's error
         why = f"the model's forward raised {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
-        return {k: Reading(k, _owner(k), False, None, why=why) for k in keys}
+        return {k: Perturbation(k, _owner(k), False, None, why=why) for k in keys}
     finally:
         for handle in handles:
             handle.remove()
     for key in keys:
-        measuring.readings.setdefault(key, Reading(key, _owner(key), _owner(key) in measuring.ran, None,
+        measuring.readings.setdefault(key, Perturbation(key, _owner(key), _owner(key) in measuring.ran, None,
                                                    why="the model itself was not run through its own call"))
         measuring.readings[key].written = side.checksum(key) != before[key]
     return measuring.readings

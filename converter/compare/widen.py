@@ -38,7 +38,7 @@ KINDS = ("_parameters", "_buffers")
 
 
 @dataclass(eq=False)
-class Held:
+class HeldTensor:
     """One tensor held block by block: how to make it, what stands in for it, and its places."""
 
     make: Callable[[], object]
@@ -50,11 +50,11 @@ class Held:
 
 
 class BlockTensors:
-    """The tensors of `blocks` (per block, its Held records) made when a block is entered and put
+    """The tensors of `blocks` (per block, its HeldTensor records) made when a block is entered and put
     back to their placeholders when it is dropped (`keep` blocks held); those of `pinned` made
     for the whole run. `close()` puts every place back to its placeholder."""
 
-    def __init__(self, blocks: list[list[Held]], pinned: list[Held], keep: int = KEEP):
+    def __init__(self, blocks: list[list[HeldTensor]], pinned: list[HeldTensor], keep: int = KEEP):
         self.keep = keep
         self._lock = threading.Lock()
         self._blocks = blocks
@@ -148,14 +148,14 @@ class BlockTensors:
         if dropped:
             give_back_freed()
 
-    def _acquire(self, record: Held) -> None:
+    def _acquire(self, record: HeldTensor) -> None:
         if record.users == 0:
             record.tensor = record.make()
             for module, kind, name in record.slots:
                 getattr(module, kind)[name] = record.tensor
         record.users += 1
 
-    def _release(self, record: Held) -> None:
+    def _release(self, record: HeldTensor) -> None:
         record.users -= 1
         if record.users == 0:
             for module, kind, name in record.slots:
@@ -234,10 +234,10 @@ def _malloc_trim():
 
 def block_tensors(places, count: int, hook, keep: int = KEEP) -> BlockTensors:
     """BlockTensors over a module tree of `count` blocks. `places`: for every module whose places a
-    tensor fills, (that module, the indices of the blocks it is in, [(kind, name, Held)]), one Held
+    tensor fills, (that module, the indices of the blocks it is in, [(kind, name, HeldTensor)]), one HeldTensor
     for a tensor the tree shares; `hook(module, pre_hook)` registers the hook on a module of a block."""
-    held: list[dict[int, Held]] = [{} for _ in range(count)]
-    pinned: dict[int, Held] = {}
+    held: list[dict[int, HeldTensor]] = [{} for _ in range(count)]
+    pinned: dict[int, HeldTensor] = {}
     for place, owners, records in places:
         for kind, name, record in records:
             record.slots.append((place, kind, name))
@@ -266,7 +266,7 @@ class Float64Reference:
         self.keep = keep
         nan = torch.full((), float("nan"), dtype=torch.float64)
         names = tensor_names(model)
-        records: dict[int, Held] = {}  # id of a tensor of the model -> its record
+        records: dict[int, HeldTensor] = {}  # id of a tensor of the model -> its record
         memo = {}
         for module in model.modules():
             for kind in KINDS:
@@ -276,7 +276,7 @@ class Float64Reference:
                     if t.is_floating_point():
                         memo[id(t)] = _like(t, nan.expand(t.shape))
                         make = _widened(t, module, kind, name) if read is None else _read_wide(t, names[id(t)], read)
-                        records[id(t)] = Held(make, memo[id(t)], 8 * t.numel())
+                        records[id(t)] = HeldTensor(make, memo[id(t)], 8 * t.numel())
                     else:  # integer and boolean tensors are copied as they are (a count, a causal mask)
                         data = t.detach() if read is None else read(names[id(t)])
                         memo[id(t)] = _like(t, data.to("cpu", copy=True))

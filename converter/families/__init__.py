@@ -96,7 +96,7 @@ class WhatIf(Protocol):
         (`where` is its torch path; ctx the diagnosis context, see verify/diagnose.py)."""
 
 
-class Reading(Protocol):
+class OutputReading(Protocol):
     """How a paddle layer's outputs read as its torch module's (align.LayerPair.part): the slice
     of a fused layer's output one module computes (compare/fused.py Slice), or a family's reading
     (a gate's logits as a router's softmax and top-k weights; a BatchNorm whose activation paddle
@@ -132,9 +132,9 @@ class Family:
     # the entry covers its torch types only where the paddle layer is one of its paddle types (a torch
     # Linear ported as PaddleFormers' LMHead): it stands beside the torch type's own entry
     paddle_specific: bool = False
-    # how the paddle layer's outputs read as the torch module's (a Reading), made from the torch module
+    # how the paddle layer's outputs read as the torch module's (an OutputReading), made from the torch module
     # and the paddle layer; None where they compare as they are
-    reads: Callable[[object, object], Reading | None] | None = None
+    reads: Callable[[object, object], OutputReading | None] | None = None
 
     @property
     def pairing_kind(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnosis import Diagnosis
-from . import Family, PortedLayer, Reading, register
+from . import Family, PortedLayer, OutputReading, register
 
 EPSILON = ("eps", "_epsilon", "epsilon")
 
@@ -97,7 +97,7 @@ def torch_batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
 
 
 @dataclass(frozen=True)
-class FusedActivation(Reading):
+class FusedActivation(OutputReading):
     """paddle's legacy `nn.BatchNorm(act=...)` applies its activation inside the layer, where torch
     runs it as a module of its own after the norm: the two are compared after the activation,
     torch's output put through it (`of_torch`), paddle's as it is."""

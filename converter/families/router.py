@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Family, Reading, register
+from . import Family, OutputReading, register
 
 # HF transformers 5's routers of this form: softmax over the experts, then top-k (norm_topk_prob
 # where the class has it; the others always normalise)
@@ -63,7 +63,7 @@ def _like(arrays: list, as_paddle: bool) -> list:
 
 
 @dataclass(frozen=True)
-class RouterReading(Reading):
+class RouterReading(OutputReading):
     """How a gate's logits read as a top-k router's outputs: [softmax, top-k weights]."""
 
     top_k: int
@@ -99,7 +99,7 @@ register(Family("hf-topk-router", TOPK_ROUTERS, ("Linear",), paddle_specific=Tru
 
 
 @dataclass(frozen=True)
-class ScatteredTopK(Reading):
+class ScatteredTopK(OutputReading):
     """How a router's weights scattered to [tokens, experts] (zero where an expert is not chosen)
     read as its top-k weights, largest first: [top-k weights]."""
 
@@ -130,7 +130,7 @@ register(Family("hf-scattered-topk-router", ("GptOssTopKRouter",), ("GptOssTopKR
 
 
 @dataclass(frozen=True)
-class GroupedRouting(Reading):
+class GroupedRouting(OutputReading):
     """How a grouped router's outputs read as its routing weights, largest first: [top-k weights].
     HF's logits are routed as its MoE block routes them (`of_torch`); paddle's router returns the
     routing weights already (`of`)."""

@@ -31,7 +31,7 @@ SAME_WEIGHT = 1e-3  # relative spread of the weights read for one class that sti
 
 
 @dataclass(frozen=True)
-class Setting:
+class LossSetting:
     """One way of computing a cross-entropy, in torch's terms."""
 
     axis: int = 1  # the classes' axis of the logits
@@ -42,7 +42,7 @@ class Setting:
     label_smoothing: float = 0.0
     shift: int = 0  # labels from this many positions on scored against the logits before them (causal LMs)
 
-    def changed(self, **kw) -> Setting:
+    def changed(self, **kw) -> LossSetting:
         return dataclasses.replace(self, **kw)
 
 
@@ -62,7 +62,7 @@ def read_output(*grads: list) -> int | None:
     return read.pop() if len(read) == 1 else None
 
 
-def _targets(logits: np.ndarray, target: np.ndarray, s: Setting):
+def _targets(logits: np.ndarray, target: np.ndarray, s: LossSetting):
     """Torch's target for `s` on logits with the classes moved to axis 1, or None where it does not fit."""
     import torch
     if np.issubdtype(target.dtype, np.floating):
@@ -77,7 +77,7 @@ def _targets(logits: np.ndarray, target: np.ndarray, s: Setting):
     return torch.from_numpy(target).long()
 
 
-def cross_entropy(logits: np.ndarray, target: np.ndarray, s: Setting) -> Side | None:
+def cross_entropy(logits: np.ndarray, target: np.ndarray, s: LossSetting) -> Side | None:
     """Torch's cross-entropy in float64 under setting `s`, or None where `s` does not apply."""
     import torch
     import torch.nn.functional as F
@@ -119,7 +119,7 @@ def lands(got: Side | None, side: Side, gradient: bool = True) -> bool:
     return float(np.max(np.abs(got.grad - side.grad), initial=0.0)) <= LANDS * g + 1e-12
 
 
-def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: Setting) -> tuple | None:
+def class_weights(logits: np.ndarray, target: np.ndarray, grad: np.ndarray, s: LossSetting) -> tuple | None:
     """The per-class weights a side's gradient shows under setting `s` (hard targets), scaled so that
     the smallest non-zero one is 1; None where the gradient is no weighted cross-entropy's, or where
     every class present has the same weight. A class absent from the batch has no weight to read:
@@ -171,7 +171,7 @@ def _bases(logits: np.ndarray, target: np.ndarray):
     target and reduction; then with the labels shifted by one (a causal LM); then ignoring one of
     the labels present (a padding label) instead of -100."""
     soft_choices = (False, True) if np.issubdtype(target.dtype, np.floating) else (False,)
-    plain = [Setting(axis=axis, soft=soft, reduction=reduction) for axis in range(1, logits.ndim)
+    plain = [LossSetting(axis=axis, soft=soft, reduction=reduction) for axis in range(1, logits.ndim)
              for soft in soft_choices for reduction in ("mean", "sum")]
     shifts = (0, 1) if logits.ndim >= 3 else (0,)
     for shift in shifts:
@@ -182,7 +182,7 @@ def _bases(logits: np.ndarray, target: np.ndarray):
                 yield from (s.changed(shift=shift, ignore_index=label) for shift in shifts)
 
 
-def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> Setting | None:
+def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> LossSetting | None:
     """The cross-entropy setting that reproduces torch's loss and gradient (with the class weights
     read from its gradient, or the label smoothing fitted to its loss, where the plain one does
     not), or None (not a cross-entropy we can vary)."""
@@ -201,7 +201,7 @@ def torch_setting(logits: np.ndarray, target: np.ndarray, torch_side: Side) -> S
     return None
 
 
-def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
+def _labels(logits: np.ndarray, target: np.ndarray, s: LossSetting) -> list:
     """The labels present, the most frequent first (a padding label usually is), at most IGNORED_TRIED."""
     t = _targets(logits, target, s)
     if t is None or s.soft:
@@ -211,7 +211,7 @@ def _labels(logits: np.ndarray, target: np.ndarray, s: Setting) -> list:
     return [int(labels[i]) for i in order[:IGNORED_TRIED]]
 
 
-def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: Side):
+def changes(logits: np.ndarray, target: np.ndarray, base: LossSetting, paddle_side: Side):
     """(what changed, the setting) for each one-setting change of torch's, in the order they are tried."""
     yield "reduction", base.changed(reduction="sum" if base.reduction == "mean" else "mean")
     if base.reduction == "mean" and not base.soft and base.weight is None and ignored(target, base):
@@ -238,7 +238,7 @@ def changes(logits: np.ndarray, target: np.ndarray, base: Setting, paddle_side: 
             yield "axis", base.changed(axis=axis)
 
 
-def ignored(target: np.ndarray, s: Setting) -> int:
+def ignored(target: np.ndarray, s: LossSetting) -> int:
     """How many of the labels setting `s` scores are its ignore_index (class-index targets)."""
     if s.soft or not np.issubdtype(target.dtype, np.integer):
         return 0
@@ -246,7 +246,7 @@ def ignored(target: np.ndarray, s: Setting) -> int:
     return int(np.count_nonzero(scored == s.ignore_index))
 
 
-def scored(target: np.ndarray, s: Setting) -> int:
+def scored(target: np.ndarray, s: LossSetting) -> int:
     """How many labels setting `s` scores, the ignored ones included."""
     return int(np.size(target[:, s.shift:] if s.shift and target.ndim >= 2 else target))
 
@@ -257,7 +257,7 @@ def _same_weights(a: tuple | None, b: tuple | None) -> bool:
     return np.allclose(a, b, rtol=SAME_WEIGHT, equal_nan=True)
 
 
-def _fitted_smoothing(logits, target, base: Setting, side: Side) -> float | None:
+def _fitted_smoothing(logits, target, base: LossSetting, side: Side) -> float | None:
     """The label smoothing s whose loss is `side`'s, where `base` has none: the loss is linear in s."""
     if base.soft or base.label_smoothing:
         return None
@@ -295,7 +295,7 @@ def _weights(weight: tuple | None) -> str:
     return shown + ("; ? a class absent from the batch)" if np.isnan(weight).any() else ")")
 
 
-def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: bool = True,
+def explain(what: str, base: LossSetting, changed: LossSetting, shape: tuple, gradient: bool = True,
             target: np.ndarray | None = None) -> tuple[str, str]:
     """(cause, hint) for the one setting in which paddle's cross-entropy differs from torch's (`target`:
     the labels, for the counts a cause says)."""
@@ -310,7 +310,7 @@ def explain(what: str, base: Setting, changed: Setting, shape: tuple, gradient: 
     return cause, hint
 
 
-def _ignored(s: Setting) -> str:
+def _ignored(s: LossSetting) -> str:
     """What an ignore_index that lands ignores: one of the labels present (only those are tried
     besides the default), or the default's labels, if any."""
     if s.ignore_index == DEFAULT_IGNORE:
@@ -318,7 +318,7 @@ def _ignored(s: Setting) -> str:
     return f"label {s.ignore_index} (ignore_index={s.ignore_index})"
 
 
-def _counted(base: Setting, target: np.ndarray | None) -> tuple[str, str]:
+def _counted(base: LossSetting, target: np.ndarray | None) -> tuple[str, str]:
     from ..compare.upstream import CROSS_ENTROPY_IGNORED
     n = scored(target, base) if target is not None else 0
     m = n - ignored(target, base) if target is not None else 0
@@ -332,7 +332,7 @@ def _counted(base: Setting, target: np.ndarray | None) -> tuple[str, str]:
             f"losses.sum() / (labels != {base.ignore_index}).sum()")
 
 
-def _explain(what: str, base: Setting, changed: Setting, shape: tuple) -> tuple[str, str]:
+def _explain(what: str, base: LossSetting, changed: LossSetting, shape: tuple) -> tuple[str, str]:
     if what == "reduction":
         return (f"reduction: paddle's cross-entropy is reduced by '{changed.reduction}', torch's by "
                 f"'{base.reduction}'; torch's with reduction='{changed.reduction}' is paddle's loss",

@@ -26,17 +26,17 @@ import sys
 from dataclasses import dataclass
 
 from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, went
-from .counterfactual_wrapping import NAMESPACES, Recorded, _signature, _unpatched
+from .counterfactual_wrapping import NAMESPACES, RecordedCall, _signature, _unpatched
 from .counterfactual_wrapping import wrapped as _wrapped
 
-__all__ = ["NAMESPACES", "CallChange", "Recorded", "_wrapped", "call_causes", "candidates"]
+__all__ = ["NAMESPACES", "CallChange", "RecordedCall", "_wrapped", "call_causes", "candidates"]
 
 KIND = "call argument"
 
 
 @dataclass(frozen=True)
 class CallChange:
-    call: Recorded
+    call: RecordedCall
     parameter: str
     to: object
     ratio: float
@@ -110,7 +110,7 @@ def _source(module_name: str) -> str:
         return ""
 
 
-def candidates(call: Recorded, parameter: str) -> list:
+def candidates(call: RecordedCall, parameter: str) -> list:
     value = call.arguments[parameter]
     if isinstance(value, bool):
         return [not value]

@@ -25,7 +25,7 @@ _MISSING = object()
 
 
 @dataclass(frozen=True)
-class Measured:
+class MeasuredSetting:
     """A whole-number setting that is not structure: the attribute, its value, the constructor's
     argument and the value tried for it, and every attribute the changed build sets otherwise."""
 
@@ -57,7 +57,7 @@ class Rebuilder:
                     self._same_build = build
         return self._same_build
 
-    def measured(self, name: str, was, parameter: str, to) -> Measured | None:
+    def measured(self, name: str, was, parameter: str, to) -> MeasuredSetting | None:
         """The setting `name` (the constructor's `parameter`) at `to`, where the layer built with it
         holds weights of the same shapes; None where it is structure, or cannot be told."""
         same = self._as_it_is()
@@ -73,4 +73,4 @@ class Rebuilder:
         differ = [k for k in before if k in after and not _same(before[k], after[k])]
         if name not in differ or any(k not in live or not _same(live[k], before[k]) for k in differ):
             return None  # the build does not keep the setting as the live layer does
-        return Measured(name, was, parameter, to, tuple((k, live[k], after[k]) for k in differ))
+        return MeasuredSetting(name, was, parameter, to, tuple((k, live[k], after[k]) for k in differ))

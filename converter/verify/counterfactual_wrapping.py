@@ -28,7 +28,7 @@ TENSOR = {"paddle": ("paddle", "Tensor"), "torch": ("torch", "Tensor")}
 
 
 @dataclass(frozen=True)
-class Recorded:
+class RecordedCall:
     """One call a forward made: which function, its k-th call by that layer's own code, from which layer."""
 
     function: str  # namespace.name (paddle.Tensor.name for a Tensor method)
@@ -40,7 +40,7 @@ class Recorded:
 
 
 @dataclass
-class Held:
+class HeldFunction:
     """A function of the framework's namespaces a layer holds as an attribute."""
 
     path: str  # the holding layer's path
@@ -123,12 +123,12 @@ class Wrapped:
         self.thread = threading.get_ident()  # calls from other threads pass straight through
         # the layers running, innermost last, below them the root: a function called around its forward is its
         self.stack: list[str] = [root_path]
-        self.calls: list[Recorded] = []
+        self.calls: list[RecordedCall] = []
         self.inputs: dict[tuple, object] = {}  # (path, attribute) -> a held function's first tensor input
         self.counts: dict[tuple, int] = {}
         self.inside = 0  # wrapped functions running: the calls they make are theirs, not the layer's
 
-    def wrap(self, qualified: str, f, method: bool = False, held: Held | None = None):
+    def wrap(self, qualified: str, f, method: bool = False, held: HeldFunction | None = None):
         def call(*args, **kwargs):
             if threading.get_ident() != self.thread or self.inside or \
                     (method and (len(self.stack) < 2 or _from_library(self.framework))):  # another thread's, one
@@ -146,7 +146,7 @@ class Wrapped:
             else:
                 arguments.apply_defaults()
                 first = next((v for v in arguments.arguments.values() if _tensor(v)), None)
-                self.calls.append(Recorded(qualified, k, layer, {p: v for p, v in arguments.arguments.items()
+                self.calls.append(RecordedCall(qualified, k, layer, {p: v for p, v in arguments.arguments.items()
                                                                  if _plain(v)},
                                            int(first.ndim) if first is not None else 0,
                                            held.attribute if held is not None else ""))
@@ -259,7 +259,7 @@ def _known(framework: str) -> dict:
     return out
 
 
-def held_functions(layer, root_path: str) -> list[Held]:
+def held_functions(layer, root_path: str) -> list[HeldFunction]:
     """The functions of the framework's namespaces that `layer` and the layers inside it hold as
     attributes of their own (an activation chosen at construction)."""
     known = _known(framework_of(layer))
@@ -268,5 +268,5 @@ def held_functions(layer, root_path: str) -> list[Held]:
         for attribute, value in vars(sub).items():
             hit = known.get(id(value))
             if hit is not None and hit[1] is value:
-                out.append(Held(path, sub, attribute, hit[0], value))
+                out.append(HeldFunction(path, sub, attribute, hit[0], value))
     return out

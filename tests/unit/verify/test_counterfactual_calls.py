@@ -11,7 +11,7 @@ import torch.nn.functional as TF
 
 from converter import VerifyOptions, verify_port
 from converter.spec import spec_from_functions
-from converter.verify.counterfactual_calls import Recorded, _literals, candidates
+from converter.verify.counterfactual_calls import RecordedCall, _literals, candidates
 
 
 def torch_block(h, kind):
@@ -108,9 +108,9 @@ def test_words_come_from_the_annotation_and_the_aliases_it_names():
 
 
 def test_candidates_of_a_recorded_call():
-    call = Recorded("paddle.nn.functional.softmax", 0, "block", {"axis": -1, "dtype": None, "name": None}, 3)
+    call = RecordedCall("paddle.nn.functional.softmax", 0, "block", {"axis": -1, "dtype": None, "name": None}, 3)
     assert candidates(call, "axis") == [-3, -2]  # the other axes of its input, counted from the end as it counts
     assert candidates(call, "dtype") == []
-    interp = Recorded("paddle.nn.functional.interpolate", 0, "", {"mode": "nearest", "align_corners": False}, 4)
+    interp = RecordedCall("paddle.nn.functional.interpolate", 0, "", {"mode": "nearest", "align_corners": False}, 4)
     assert candidates(interp, "align_corners") == [True]
     assert "bilinear" in candidates(interp, "mode") and "nearest" not in candidates(interp, "mode")

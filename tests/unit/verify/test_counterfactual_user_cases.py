@@ -13,7 +13,7 @@ import torch.nn.functional as TF
 from converter import VerifyOptions, verify_port
 from converter.errors import UserError
 from converter.spec import spec_from_functions
-from converter.verify.counterfactual_calls import Recorded, _wrapped, candidates
+from converter.verify.counterfactual_calls import RecordedCall, _wrapped, candidates
 from converter.verify.counterfactual_rebuild import Rebuilder
 
 IMAGES = np.random.RandomState(0).randn(2, 4, 10, 10).astype("float32")
@@ -121,10 +121,10 @@ def test_axes_of_a_call_in_the_root_model_s_forward(strategy):
 
 
 def test_tuples_of_axes_are_other_axes_of_the_input_as_many():
-    call = Recorded("paddle.fft.fft2", 0, "", {"axes": (1, 2)}, 4)
+    call = RecordedCall("paddle.fft.fft2", 0, "", {"axes": (1, 2)}, 4)
     assert candidates(call, "axes") == [(0, 1), (0, 2), (0, 3), (1, 3), (2, 3)]
-    assert candidates(Recorded("paddle.fft.fft2", 0, "", {"axes": [-2, -1]}, 3), "axes") == [[-3, -2], [-3, -1]]
-    assert candidates(Recorded("paddle.nn.functional.max_pool2d", 0, "", {"kernel_size": (2, 2)}, 4),
+    assert candidates(RecordedCall("paddle.fft.fft2", 0, "", {"axes": [-2, -1]}, 3), "axes") == [[-3, -2], [-3, -1]]
+    assert candidates(RecordedCall("paddle.nn.functional.max_pool2d", 0, "", {"kernel_size": (2, 2)}, 4),
                       "kernel_size") == []  # the same number twice: sizes, not axes
 
 
