@@ -33,7 +33,7 @@ from ..frameworks import paddle_side, torch_side
 from .replay import PLAIN
 from ..tree import _children, flatten, is_tensor, replace
 
-from .port import Session
+from .port import FORCED_PASS, Session
 
 
 @dataclass
@@ -91,7 +91,7 @@ def returning_recorded(session: Session, units, recorded: Recorded, forced: bool
         is_float = paddle_side.is_float_tensor if isinstance(module, paddle.nn.Layer) else torch_side.is_float_tensor
 
         def forward(*args, **kwargs):
-            made = forced_outputs if forced_outputs is not None and session.forcing else outputs
+            made = forced_outputs if forced_outputs is not None and FORCED_PASS.get() else outputs
             return replace(call.returned, [make() for make in made], is_float)
         forward.returns_recorded = True  # a streamed model's block is not made for it (widen.BlockTensors.hook)
         patched.append((module, module.__dict__.get("forward")))
@@ -139,7 +139,7 @@ def recording_forced(session: Session, units, recorded: Recorded):
         return post
     for unit in units:
         handles += paddle_side.add_hooks(_paddle_layer(session.paddle_model, unit.paddle),
-                                         post=keep(unit.torch, "paddle", paddle_side, lambda: session.forcing))
+                                         post=keep(unit.torch, "paddle", paddle_side, FORCED_PASS.get))
         handles += torch_side.add_hooks(session.torch64_module(unit.torch), post=keep(unit.torch, "float64", torch_side))
     try:
         yield

@@ -6,7 +6,12 @@ nothing else of the package, so that any module may annotate with it."""
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any, Protocol
+
+# whether the paddle pass running on this thread is a forced one (Session.run_paddle(forced=True)):
+# the hooks that serve both passes of a chunk (compare/known.py) read it; each thread has its own
+FORCED_PASS = contextvars.ContextVar("forced_paddle_pass", default=False)
 
 
 class Session(Protocol):
@@ -25,7 +30,6 @@ class Session(Protocol):
     precision: dict  # side -> what it computes in (precision.py)
     weight_check: Any  # with mapping 'loaded': the loaded weights against torch's, else None
     returned: dict  # side -> what its forward returned, in words
-    forcing: bool  # a forced paddle pass is running (run_paddle(forced=True))
     skipped: list  # results.Skipped: the measurements not taken, counted in the report's notes
 
     @property

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..lazy import import_paddle, import_torch
+from .port import FORCED_PASS
 from ..results import Skipped
 from . import precision as prec
 from . import restore
@@ -166,7 +167,6 @@ class PortSession:
         from .onesided import measured_in_session
         self.plan.notes.extend(measured_in_session(self))  # tensors that count on one side only
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
-        self.forcing = False  # a forced paddle pass is running (run_paddle(forced=True))
 
     def _emulation_on(self) -> None:
         """The forward check's emulation of --emulate: every forward of the torch model under
@@ -282,12 +282,12 @@ class PortSession:
         which, hint = ("paddle_model() with torch's inputs handed to its layers", "this is a limit of teacher "
                        "forcing for this model: run with --strategy binary, and report it") if forced \
             else ("paddle_model()", "fix the model or the inputs")
-        self.forcing = forced
+        running = FORCED_PASS.set(forced)
         try:
             with forward_errors(which, self.spec.path, hint, ours=not forced):  # forcing's own errors: said so
                 out = paddle_side.forward(self.paddle_model, self.inputs, self.device)
         finally:
-            self.forcing = False
+            FORCED_PASS.reset(running)
         self.returned.setdefault("paddle", returned(out, paddle_side))
         return out
 

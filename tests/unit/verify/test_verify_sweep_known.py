@@ -14,6 +14,7 @@ import torch
 
 from converter.compare import spill
 from converter.compare.precision import ROUNDING_DRAWS
+from converter.compare.port import FORCED_PASS
 from converter.compare.session import Options, PortSession
 from converter.spec import spec_from_functions
 from converter.verify import sweep
@@ -113,7 +114,7 @@ def _search(session, limit):
         handles.append(layer.register_forward_pre_hook(count))
 
     def forced_paddle(layer, args, out):
-        if session.forcing:
+        if FORCED_PASS.get():
             handed["paddle"].append(_output(out).numpy())
     handles.append(session.paddle_model.blocks[3].register_forward_post_hook(forced_paddle))
     handles.append(session.torch64_module("blocks.3").register_forward_hook(
