@@ -114,12 +114,6 @@ class Budget:
         judged = self.judge(diff)
         return judged.ratio, judged.tolerance
 
-    def ratio_of_squares(self, q: np.ndarray) -> tuple[float, float]:
-        """The same from the squared differences (float32 or var's dtype, laid out as var), which it
-        overwrites."""
-        ratio, tolerance, _ = self._worst(q)
-        return ratio, tolerance
-
     def judge(self, diff: np.ndarray) -> Judgement:
         """The Judgement of an elementwise |difference|: ratio, tolerance and the terms at the worst element."""
         diff = np.asarray(diff).reshape(self.var.shape)
@@ -127,7 +121,7 @@ class Budget:
             return self.judge_squares(np.square(diff, dtype=self.var.dtype))
 
     def judge_squares(self, q: np.ndarray) -> Judgement:
-        """judge() from the squared differences, which it overwrites (see ratio_of_squares)."""
+        """judge() from the squared differences (float32 or var's dtype, laid out as var), which it overwrites."""
         ratio, tolerance, worst = self._worst(q)
         return Judgement(ratio, tolerance, self.terms_at(worst) if worst is not None else Breakdown())
 

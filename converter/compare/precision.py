@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UserError
 
 U32 = 2.0 ** -24
 UNIT_ROUNDOFF = {"fp32": 0.0, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -178,16 +177,6 @@ def set_strict(device: str) -> None:
             paddle.set_flags({name: False})
         except (ValueError, RuntimeError):
             pass
-
-
-def parse_emulate(values) -> dict[str, str]:
-    out = {}
-    for value in values or ():
-        side, _, fmt = value.partition("=")
-        if side not in ("torch", "paddle") or fmt not in ("tf32", "bf16", "fp16"):
-            raise UserError(f"--emulate takes SIDE=MODE with SIDE torch or paddle and MODE tf32, bf16 or fp16; got '{value}'")
-        out[side] = fmt
-    return out
 
 
 def cpu_has_native_bf16() -> bool:
