@@ -369,7 +369,7 @@ def setting_causes(ctx) -> list[Diagnosis]:
     p_layer = ctx.paddle_layer
     run, judge = (lambda: run_paddle(p_layer, *forced)), target.paddle_ratio
     from .counterfactual_child import child_of
-    child = child_of(ctx)  # the row is worst at an input the layer's code computed for a child: judged there
+    child = child_of(ctx, judge)  # the row is worst at an input the layer's code computed for a child: judged there
     if child is not None:
         run, judge = child.run(run), child.ratio
     hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys), run,

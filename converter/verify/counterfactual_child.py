@@ -15,8 +15,8 @@ import numpy as np
 from ..compare.budget import INPUT, budget_for
 
 
-def _child_inputs(run, child, side) -> list[np.ndarray]:
-    """The floating inputs of `child`'s first call while `run()` runs, as numpy arrays."""
+def _child_inputs(run, child, side) -> tuple[list[np.ndarray], object]:
+    """(the floating inputs of `child`'s first call while `run()` runs, as numpy arrays; what `run()` gave)."""
     from ..compare.capture import call_tensors
     seen = []
 
@@ -25,48 +25,56 @@ def _child_inputs(run, child, side) -> list[np.ndarray]:
             seen.append([side.to_numpy(t) for t in call_tensors(args, kwargs, side.is_float_tensor)])
     handles = side.add_hooks(child, pre)
     try:
-        run()
+        given = run()
     finally:
         for h in handles:
             h.remove()
-    return seen[0] if seen else []
+    return (seen[0] if seen else []), given
 
 
 class ChildInputs:
     """Torch's inputs of the culprit's child `pair` (fp32, as recorded, and their float64 reference),
     the budget of each, and paddle's child inputs on a re-run judged against them."""
 
-    def __init__(self, ctx, pair):
+    def __init__(self, ctx, pair, output_ratio):
         from ..compare.replay import run_torch64, run_torch_module
         from ..frameworks import paddle_side, torch_side
         session, call = ctx.session, ctx.t_call
         self.paddle_child = session.paddle_layer(pair.paddle)
         self.side = paddle_side
-        t = _child_inputs(lambda: run_torch_module(session.torch_module(ctx.result.torch), call),
-                          session.torch_module(pair.torch), torch_side)
-        t64 = _child_inputs(lambda: run_torch64(session.torch64_module(ctx.result.torch), call),
-                            session.torch64_module(pair.torch), torch_side)
+        self.output_ratio = output_ratio
+        t, _ = _child_inputs(lambda: run_torch_module(session.torch_module(ctx.result.torch), call),
+                             session.torch_module(pair.torch), torch_side)
+        t64, _ = _child_inputs(lambda: run_torch64(session.torch64_module(ctx.result.torch), call),
+                               session.torch64_module(pair.torch), torch_side)
         self.torch = [a for a, b in zip(t, t64) if a.shape == b.shape]
         self.budgets = [budget_for(INPUT, session.formats, a, np.subtract(b, a, dtype=np.float64).astype(np.float32))
                         for a, b in zip(t, t64) if a.shape == b.shape]
 
     def run(self, run):
-        """`run` (which runs the paddle culprit) made to give its child's floating inputs instead."""
+        """`run` (which runs the paddle culprit) made to give its child's floating inputs too."""
         return lambda: _child_inputs(run, self.paddle_child, self.side)
 
-    def ratio(self, inputs: list) -> float | None:
-        """The worst of the child's inputs against torch's under their budgets; None where they do not
-        pair (another count, another shape)."""
+    def ratio(self, ran: tuple) -> float | None:
+        """The worst of the child's inputs against torch's under their budgets, and of the layer's
+        outputs under theirs (a change that mends the child's input and breaks the output, an
+        activation held once and called in two places, is no cause); None where they do not pair
+        (another count, another shape)."""
+        inputs, outputs = ran
         if not self.torch or len(inputs) != len(self.torch) or any(a.shape != b.shape for a, b in zip(inputs, self.torch)):
             return None
+        output = self.output_ratio(outputs)
+        if output is None:
+            return None
         diffs = (np.abs(np.nan_to_num(np.subtract(a, b, dtype=np.float64), nan=np.inf)) for a, b in zip(inputs, self.torch))
-        return max(budget.judge(d.astype(np.float32)).ratio for budget, d in zip(self.budgets, diffs))
+        return max([output] + [budget.judge(d.astype(np.float32)).ratio for budget, d in zip(self.budgets, diffs)])
 
 
-def child_of(ctx) -> ChildInputs | None:
-    """The child input the culprit's row was judged at, where it was one; None otherwise."""
+def child_of(ctx, output_ratio) -> ChildInputs | None:
+    """The child input the culprit's row was judged at, where it was one (`output_ratio(outputs)`
+    judges the layer's own outputs beside it); None otherwise."""
     where = ctx.result.worst_input
     if not where or ctx.t_call is None:
         return None
     pair = next((p for p in ctx.pairs if p.torch == where), None)
-    return None if pair is None else ChildInputs(ctx, pair)
+    return None if pair is None else ChildInputs(ctx, pair, output_ratio)

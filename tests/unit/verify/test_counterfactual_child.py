@@ -61,3 +61,44 @@ def test_a_cause_at_a_child_s_input_is_found_judged_there(strategy):
 def test_the_clean_twin_passes():
     report = verify_port(_spec(approximate=True), VerifyOptions(bisect=True))
     assert report.exit_code == 0 and not report.forward.diagnosis
+
+
+class TorchGated(torch.nn.Module):
+    """GELU inside the MLP, a ReLU on a gate after the norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = torch.nn.Linear(D, 2 * D), torch.nn.Linear(2 * D, D), torch.nn.LayerNorm(D)
+        self.gate = torch.nn.Linear(D, D)
+
+    def forward(self, x):
+        h = self.norm(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+        return h + torch.nn.functional.relu(self.gate(h))
+
+
+class PaddleGatedSharing(paddle.nn.Layer):
+    """One held activation (relu) used at both places: the MLP's is wrong, the gate's right."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = paddle.nn.Linear(D, 2 * D), paddle.nn.Linear(2 * D, D), paddle.nn.LayerNorm(D)
+        self.gate = paddle.nn.Linear(D, D)
+        self.activation = paddle.nn.functional.relu
+
+    def forward(self, x):
+        h = self.norm(x + self.fc2(self.activation(self.fc1(x))))
+        return h + self.activation(self.gate(h))
+
+
+def test_a_change_that_mends_the_child_s_input_and_breaks_the_output_is_no_cause():
+    """Swapping the held relu for gelu mends fc2's input and breaks the gate: the layer's output
+    under the change is judged too, and no cause is said to be confirmed."""
+    def torch_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(TorchGated(), torch.nn.Linear(D, 2)).eval()
+    x = (np.random.RandomState(0).randn(2, 5, D) * 2).astype("float32")
+    spec = spec_from_functions(torch_model, lambda: paddle.nn.Sequential(PaddleGatedSharing(), paddle.nn.Linear(D, 2)),
+                               lambda: (x,))
+    report = verify_port(spec, VerifyOptions(bisect=True))
+    assert report.exit_code == 1 and report.forward.first_bad.torch == "0", report.forward.first_bad
+    assert not [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause], report.forward.diagnosis
