@@ -35,8 +35,8 @@ class FieldApart:
         if _plain_number(self.paddle) and _plain_number(self.hf):
             said = [float(n) for n in _NUMBER.findall(text)]
             return any(_close(n, self.paddle) for n in said) and any(_close(n, self.hf) for n in said)
-        if isinstance(self.paddle, str) and isinstance(self.hf, str):
-            words = set(re.findall(r"[\w.-]+", text))
+        if isinstance(self.paddle, str) and isinstance(self.hf, str):  # a word, alone or the last of a dotted
+            words = set(re.findall(r"[\w-]+", text))  # name (paddle.nn.functional.relu)
             return self.paddle in words and self.hf in words
         return False
 
