@@ -4,8 +4,8 @@ settings nor its calls' arguments reproduce torch (counterfactual.py).
 
 The forms come from the values alone, never from names:
 * a mask of booleans: its negation (True where it was False: "keep" read as "masked");
-* a mask of 0 and 1 (1 = attend): its additive form, 0 where 1 and a large negative where 0,
-  and its complement (1 = masked);
+* a mask of 0 and 1 (1 = attend; floating, or integers as HF's int64 masks): its additive form,
+  0 where 1 and a large negative where 0 (floating), and its complement (1 = masked);
 * an additive mask (0, and large negatives): the 0 and 1 form it stands for, and that form's
   complement;
 * a tensor whose last two axes are as long: those axes swapped (a square attention mask or
@@ -41,15 +41,16 @@ def forms(value: np.ndarray, where: int | str) -> list[Form]:
     if value.dtype == np.bool_:
         out.append(Form(where, "negated (True where it is False)", "negate it (~mask, or paddle.logical_not)",
                         ~value))
-    elif np.issubdtype(value.dtype, np.floating) and value.size:
+    elif (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)) and value.size:
         seen = np.unique(value)
-        if len(seen) <= 2 and set(seen.tolist()) <= {0.0, 1.0}:
-            additive = np.where(value > 0.5, 0.0, LARGE_NEGATIVE).astype(value.dtype)
+        floating = np.issubdtype(value.dtype, np.floating)
+        if len(seen) <= 2 and set(seen.tolist()) <= {0.0, 1.0}:  # HF's masks are int64 0/1
+            additive = np.where(value > 0.5, 0.0, LARGE_NEGATIVE).astype(value.dtype if floating else np.float32)
             out += [Form(where, f"in additive form (0 where it is 1, {LARGE_NEGATIVE:g} where it is 0)",
                          f"turn it into an additive mask before adding it to the logits: (1 - mask) * {LARGE_NEGATIVE:g}",
                          additive),
                     Form(where, "complemented (1 where it is 0)", "use 1 - mask", (1.0 - value).astype(value.dtype))]
-        elif np.all((value == 0) | (value <= MASKED_BELOW)) and np.any(value <= MASKED_BELOW):
+        elif floating and np.all((value == 0) | (value <= MASKED_BELOW)) and np.any(value <= MASKED_BELOW):
             keep = (value == 0).astype(value.dtype)
             out += [Form(where, "as the 0 and 1 mask it stands for (1 where it is 0)",
                          "pass the mask as 1 = attend, 0 = masked, or add it to the logits as it is", keep),

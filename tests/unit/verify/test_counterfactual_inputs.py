@@ -120,4 +120,7 @@ def test_the_forms_come_from_the_values():
     additive = np.array([[0.0, -1e9, 0.0]], "float32")
     assert np.array_equal(forms(additive, 0)[0].value, [[1.0, 0.0, 1.0]])
     assert forms(np.array([[0.5, 0.0]], "float32"), 0) == []  # neither a mask nor square
+    ids = forms(np.array([[1, 1, 0]], "int64"), "attention_mask")  # HF's masks are int64
+    assert [f.what.split(" (")[0] for f in ids] == ["in additive form", "complemented"]
+    assert ids[0].value.dtype == np.float32 and np.array_equal(ids[1].value, [[0, 0, 1]])
     assert [f.what for f in forms(np.zeros((2, 3, 3), "float32") + 0.5, "bias")] == ["with its last two axes swapped"]
