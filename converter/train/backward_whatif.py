@@ -11,6 +11,7 @@ leaves it, is the cause."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from dataclasses import dataclass
@@ -84,16 +85,34 @@ def _rerun(layer, setting, run):
         setattr(layer, setting.name, setting.was)
 
 
-def setting_causes(session, local, pairs, fb) -> list:
-    """The confirmed causes of `fb`, a per-layer backward row over budget, among the settings of the
-    paddle layer it compares (see the module's docstring); [] where no change reproduces torch's
-    gradient, or the layer cannot be re-run."""
+@contextlib.contextmanager
+def culprit_layer(session, local, fb):
+    """(torch's half of the culprit's local backward, the paddle layer in a copy of the model at the
+    initial weights, as the per-layer backward's copy was, and `run()`: its local backward's rows
+    again) while inside; None where the culprit is no unit of the per-layer backward."""
     from .backward import TorchLocal, layer_rows
     layer = layer_of(fb)
     half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
     if half is None:
-        return []
-    ppath = half.unit.ppath
+        yield None
+        return
+    model = session.paddle_copy()
+    try:
+        root = dict(model.named_sublayers(include_self=True))[half.unit.ppath]
+        p_call = local.p_calls.get(half.unit.ppath)
+
+        def run():
+            rows, _, _ = layer_rows(session, half, root, None, p_call)
+            return rows
+        yield half, root, run
+    finally:
+        session.done_with(model, "paddle")
+
+
+def setting_causes(session, local, pairs, fb) -> list:
+    """The confirmed causes of `fb`, a per-layer backward row over budget, among the settings of the
+    paddle layer it compares (see the module's docstring); [] where no change reproduces torch's
+    gradient, or the layer cannot be re-run."""
     torch_of = {p: t for t, p in pairs.modules.items()}
 
     def counterpart(path):
@@ -102,22 +121,16 @@ def setting_causes(session, local, pairs, fb) -> list:
             return None
         return session.torch_model.get_submodule(t) if t else session.torch_model
 
-    model = session.paddle_copy()  # at the initial weights, as the per-layer backward's copy was
-    try:
-        root = dict(model.named_sublayers(include_self=True))[ppath]
-        p_call = local.p_calls.get(ppath)
-
-        def run():
-            rows, _, _ = layer_rows(session, half, root, None, p_call)
-            return rows
+    with culprit_layer(session, local, fb) as found:
+        if found is None:
+            return []
+        half, root, run = found
         before = {(r.torch, r.paddle): r for r in run()}
         mine = before.get((fb.torch, fb.paddle))
         if mine is None or not mine.bad:  # (a Row is false when it fails)
             return []
-        hits = _search(_options(root, ppath, counterpart), run, fb, before)
-    finally:
-        session.done_with(model, "paddle")
-    return [_diagnosis(h, fb, layer) for h in hits[:2]]
+        hits = _search(_options(root, half.unit.ppath, counterpart), run, fb, before)
+    return [_diagnosis(h, fb, layer_of(fb)) for h in hits[:2]]
 
 
 def _search(options: list, run, fb, before: dict) -> list:
@@ -152,44 +165,3 @@ def _diagnosis(found: Found, fb, layer: str) -> Diagnosis:
         hint = f"make paddle's {where} compute with {to}"
     return Diagnosis(layer, cause, hint, kind=KIND)
 
-
-PYLAYER_NODE = "GradNodePyLayer_"  # the name paddle gives a custom backward's node in its gradient graph
-
-
-def custom_backwards(session, local, fb) -> list[str]:
-    """The paddle.autograd.PyLayer classes in paddle's gradient graph of the culprit layer, from its
-    outputs back to its inputs, re-run on torch's recorded inputs: read from the graph paddle builds
-    (each node's name()), not from the layer's code. [] where it holds none or cannot be re-run."""
-    from .backward import TorchLocal
-    from .local_runs import paddle_call
-    from ..tree import flatten
-    from ..frameworks import paddle_side
-    layer = layer_of(fb)
-    half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
-    if half is None:
-        return []
-    model = session.paddle_copy()
-    try:
-        root = dict(model.named_sublayers(include_self=True))[half.unit.ppath]
-        args, kwargs, _ = paddle_call(half.unit.call, local.p_calls.get(half.unit.ppath))
-        for t in flatten((args, kwargs), paddle_side.is_tensor):
-            if paddle_side.is_float_tensor(t):
-                t.stop_gradient = False
-        outs = flatten(root(*args, **kwargs), paddle_side.is_tensor)
-        return _pylayers([o.grad_fn for o in outs if getattr(o, "grad_fn", None) is not None])
-    finally:
-        session.done_with(model, "paddle")
-
-
-def _pylayers(nodes: list) -> list[str]:
-    found, seen, todo = [], set(), list(nodes)
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        name = node.name()
-        if name.startswith(PYLAYER_NODE) and name[len(PYLAYER_NODE):] not in found:
-            found.append(name[len(PYLAYER_NODE):])
-        todo.extend(node.next_functions)
-    return found

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnosis import Diagnosis as D  # the forward check's: a layer (or parameter), a cause, a hint
+from ..diagnosis import confirmed_cause, went
 from .loop import RunRecord
 from .loss import LossProbe
 from .optimizer import subclass_note, torch_class
@@ -131,18 +132,23 @@ def _backward(session: TrainSession, tspec, rows: list, fb, runs: Runs):
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
                   f"forward of '{fb.paddle.split(' ')[0]}'", kind="stopped gradient")]
     if layer_of(fb) and runs.local is not None and runs.pairs is not None:
-        from .backward_whatif import custom_backwards, setting_causes
+        from .backward_whatif import setting_causes
+        from .custom_backward import custom_backwards
         found = setting_causes(session, runs.local, runs.pairs, fb)
         if found:
             return found
-        custom = custom_backwards(session, runs.local, fb) if not fb.note.endswith(FORWARD_DIFFERS) else []
-        if custom:  # read from the gradient graph paddle builds for the layer: a fact, not a guess
+        custom, ratio = custom_backwards(session, runs.local, fb) if not fb.note.endswith(FORWARD_DIFFERS) \
+            else ([], None)
+        if custom and ratio is not None and ratio <= 1:  # its forward under autograd gives torch's gradient
             where = layer_of(fb)
-            return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and "
-                      f"output gradient while its forward agrees, and its gradient runs through the custom backward "
-                      f"{', '.join(custom)} (paddle.autograd.PyLayer)", f"check {custom[0]}.backward against the "
-                      "gradient of its forward (paddle.grad on the same ops, or torch's autograd)",
-                      kind="custom backward")]
+            return [D(layer, confirmed_cause(f"paddle's backward of '{where}' differs from torch's while its forward "
+                                             f"agrees, and its gradient runs through the custom backward "
+                                             f"{', '.join(custom)} (paddle.autograd.PyLayer)", "its backward re-run on "
+                                             "torch's recorded inputs and output gradient", f"{', '.join(custom)} "
+                                             "differentiated by autograd from its forward", "gives torch's gradient",
+                                             went(fb.ratio, ratio)),
+                      f"check {custom[0]}.backward against the gradient of its forward (paddle.grad on the same ops, "
+                      "or torch's autograd)", kind="custom backward")]
     if layer_of(fb) and not fb.note.endswith(FORWARD_DIFFERS):
         where = layer_of(fb)
         return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and output "

@@ -431,3 +431,56 @@ def test_tied_weights_kept_pass_and_a_lost_tie_is_named_in_structure(tmp_path):
     assert set(fb.paddle.split(" , ")) == {"emb.weight", "head.weight"}
     assert "tied in torch, separate tensors in paddle" in lost.diagnosis[0].cause
     assert "share the weight in paddle" in lost.diagnosis[0].hint
+
+
+class _Tanh(paddle.autograd.PyLayer):
+    """tanh with its own backward, correct."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = paddle.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensor()
+        return dy * (1 - y * y)
+
+
+def test_a_correct_custom_backward_beside_a_detach_is_not_blamed():
+    """paddle's act is tanh(x) * x with tanh a correct PyLayer and the second x detached; torch's
+    tanh(x) * x. The gradient runs through the PyLayer, but run under autograd it changes nothing:
+    the custom backward is not named, the place is."""
+    spec = _mlp()
+    module = spec.module
+
+    class Act(paddle.nn.Layer):
+        def forward(self, x):
+            return _Tanh.apply(x) * x.detach()
+
+    class TorchAct(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * x
+
+    class TorchWithAct(module.TorchMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = TorchAct()
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+
+    class PaddleWithAct(module.PaddleMLP):
+        def __init__(self):
+            super().__init__()
+            self.act = Act()
+
+        def forward(self, x):
+            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
+    module.torch_model = lambda: (torch.manual_seed(0), TorchWithAct())[1]
+    module.paddle_model = PaddleWithAct
+    report = train_check(spec, steps=STEPS, device="cpu")
+    assert report.exit_code == 1 and report.first_bad.phase == "backward" and report.first_bad.torch.startswith("act")
+    assert not [d for d in report.diagnosis if d.kind == "custom backward"], report.diagnosis
+    assert [d.kind for d in report.diagnosis if d.layer == "act"] == ["backward"], report.diagnosis
