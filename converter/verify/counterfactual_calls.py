@@ -41,18 +41,20 @@ class CallChange:
     to: object
     ratio: float
     side: str = "paddle"  # whose call was changed
+    of: int = 1  # the calls of that function the layer's own code makes in one run
 
     def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
         """`other`: where the change is torch's, the paddle layer that computes otherwise."""
         c = self.call
         was = c.arguments[self.parameter]
-        nth = f" (its call {c.index + 1} there)" if c.index else ""
+        nth = f" (its call {c.index + 1} of {self.of} there)" if self.of > 1 else ""
         moved = went(before, self.ratio)
         short = c.function.rsplit('.', 1)[-1]
         if self.side == "paddle":
             through = f" through its attribute {c.held}" if c.held else ""
             where = f"where {c.layer or 'the model'}'s forward calls self.{c.held} ({short})" if c.held else \
                 f"to {short} in {c.layer or 'the model'}'s forward"
+            where += f", in its call {c.index + 1} of {self.of} there alone" if self.of > 1 else ""
             return Diagnosis(culprit, confirmed_cause(f"paddle's {c.layer or '<model>'} calls {c.function}(..., "
                                                       f"{self.parameter}={was!r}){through}{nth}", "re-run on torch's "
                                                       "recorded inputs", f"{self.parameter}={self.to!r}",
@@ -161,7 +163,8 @@ def call_causes(layer, root_path: str, run, judge, runs, side: str = "paddle") -
                 except Exception:  # noqa: BLE001 - an argument the function refuses is not the cause
                     ratio = None
                 if ratio is not None and ratio <= 1.0:
-                    hits.append(CallChange(call, parameter, new, ratio, side))
+                    of = sum(1 for c in seen.calls if c.function == call.function and c.layer == call.layer)
+                    hits.append(CallChange(call, parameter, new, ratio, side, of))
     if hits or side != "paddle":
         return sorted(hits, key=lambda c: c.ratio)
     from .counterfactual_held import held_causes

@@ -102,3 +102,42 @@ def test_a_change_that_mends_the_child_s_input_and_breaks_the_output_is_no_cause
     report = verify_port(spec, VerifyOptions(bisect=True))
     assert report.exit_code == 1 and report.forward.first_bad.torch == "0", report.forward.first_bad
     assert not [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause], report.forward.diagnosis
+
+
+class TorchHalves(torch.nn.Module):
+    """tanh GELU on the first half of the features, exact GELU on the second."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(D, 2 * D), torch.nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        a, b = h[..., :D], h[..., D:]
+        F = torch.nn.functional
+        return self.fc2(torch.cat([F.gelu(a, approximate="tanh"), F.gelu(b)], -1))
+
+
+class PaddleHalves(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = paddle.nn.Linear(D, 2 * D), paddle.nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        a, b = h[..., :D], h[..., D:]
+        F = paddle.nn.functional
+        return self.fc2(paddle.concat([F.gelu(a, approximate=True), F.gelu(b, approximate=True)], -1))
+
+
+def test_a_call_among_several_of_one_function_is_named_by_its_place():
+    def torch_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(TorchHalves(), torch.nn.Linear(D, 2)).eval()
+    x = (np.random.RandomState(0).randn(2, 5, D) * 3).astype("float32")
+    spec = spec_from_functions(torch_model, lambda: paddle.nn.Sequential(PaddleHalves(), paddle.nn.Linear(D, 2)),
+                               lambda: (x,))
+    report = verify_port(spec, VerifyOptions(bisect=True))
+    [found] = [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause]
+    assert "gelu(..., approximate=True) (its call 2 of 2 there)" in found.cause, found.cause
+    assert found.hint.endswith("pass approximate=False to gelu in 0's forward, in its call 2 of 2 there alone"), found.hint
