@@ -6,8 +6,9 @@ The forms come from the values alone, never from names:
 * a mask of booleans: its negation (True where it was False: "keep" read as "masked");
 * a mask of 0 and 1 (1 = attend; floating, or integers as HF's int64 masks): its additive form,
   0 where 1 and a large negative where 0 (floating), and its complement (1 = masked);
-* an additive mask (0, and large negatives): the 0 and 1 form it stands for, and that form's
-  complement;
+* an additive mask (0, and large negatives): the 0 and 1 form it stands for, that form's
+  complement, and the additive mask of the positions it keeps (a boolean mask read the other way
+  round before it was made additive);
 * a tensor whose last two axes are as long: those axes swapped (a square attention mask or
   score matrix read transposed).
 A form is a cause only where the re-run lands within the layer's own budget."""
@@ -54,7 +55,11 @@ def forms(value: np.ndarray, where: int | str) -> list[Form]:
             keep = (value == 0).astype(value.dtype)
             out += [Form(where, "as the 0 and 1 mask it stands for (1 where it is 0)",
                          "pass the mask as 1 = attend, 0 = masked, or add it to the logits as it is", keep),
-                    Form(where, "as a 0 and 1 mask with 1 where it masks", "pass the mask as 1 = masked", 1.0 - keep)]
+                    Form(where, "as a 0 and 1 mask with 1 where it masks", "pass the mask as 1 = masked", 1.0 - keep),
+                    Form(where, "with its masked and kept positions swapped",
+                         "build the mask the other way round (a boolean mask's True means the opposite on the two "
+                         "sides: negate it before it is made additive)",
+                         np.where(value == 0, value.min(), 0.0).astype(value.dtype))]
     if value.ndim >= 2 and value.shape[-1] == value.shape[-2] and value.shape[-1] > 1:
         out.append(Form(where, "with its last two axes swapped", "swap its last two axes (transpose(-1, -2))",
                         np.ascontiguousarray(np.swapaxes(value, -1, -2))))

@@ -373,6 +373,10 @@ def check_mask(ctx) -> list[Diagnosis]:
         masked = masked_positions(a)
         if masked is None or is_causal(masked) or any(same_mask(a, t) or _same_as_keep_mask(masked, t) for t in t_in):
             continue
+        from .counterfactual_inputs import input_form_causes
+        read = input_form_causes(ctx)  # torch's mask read the other way round (True = masked), confirmed
+        if read:
+            return read
         where = np.argwhere(masked)
         return [Diagnosis(ctx.name, f"paddle's layer receives a mask [{'x'.join(map(str, a.shape))}] that masks "
                           f"{int(masked.sum())} position(s) (first at index {tuple(int(i) for i in where[0])}) where "

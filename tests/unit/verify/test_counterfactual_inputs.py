@@ -124,3 +124,46 @@ def test_the_forms_come_from_the_values():
     assert [f.what.split(" (")[0] for f in ids] == ["in additive form", "complemented"]
     assert ids[0].value.dtype == np.float32 and np.array_equal(ids[1].value, [[0, 0, 1]])
     assert [f.what for f in forms(np.zeros((2, 3, 3), "float32") + 0.5, "bias")] == ["with its last two axes swapped"]
+
+
+@pytest.mark.parametrize("inverted", [True, False])
+def test_a_padding_mask_passed_on_with_the_other_meaning_is_named(inverted):
+    """torch's TransformerEncoder takes src_key_padding_mask (True = pad); paddle's takes src_mask
+    (True = attend), which it makes additive inside. A port that passes the padding mask on as it
+    is reaches paddle's attention as an additive mask of the kept positions: named with the form
+    that reproduces torch, not as a mask built from pad_token_id."""
+    H, FF = 2, 32
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True)
+            self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+        def forward(self, x, pad):
+            return self.enc(x, src_key_padding_mask=pad)
+
+    class PaddleNet(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.enc = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0), 1)
+
+        def forward(self, x, pad):
+            return self.enc(x, src_mask=(pad if inverted else paddle.logical_not(pad)).unsqueeze([1, 2]))
+
+    def torch_model():
+        torch.manual_seed(0)
+        return TorchNet().eval()
+
+    def inputs():
+        pad = np.zeros((2, T), bool)
+        pad[0, 4:], pad[1, 5] = True, True
+        return {"x": np.random.default_rng(0).standard_normal((2, T, D)).astype("float32"), "pad": pad}
+    report = verify_port(spec_from_functions(torch_model, PaddleNet, inputs), VerifyOptions(bisect=True))
+    if not inverted:
+        assert report.exit_code == 0 and not report.forward.diagnosis
+        return
+    assert report.exit_code == 1 and report.forward.first_bad.torch == "enc.layers.0.self_attn", report.forward.first_bad
+    [found] = report.forward.diagnosis
+    assert found.kind == "input form" and "with its masked and kept positions swapped it gives torch's output" in \
+        found.cause and found.cause.endswith("confirmed by re-running"), found
