@@ -7,6 +7,8 @@ values, moved alike, when its input's elements are shuffled into one axis), ever
 `paddle.nn.functional` that measures elementwise on that input (and gives other values than the
 held one) is put in its place in turn, nearest first, and the layer re-run: a function under which
 paddle's output lands within the layer's budget of torch's is a cause, confirmed by re-running.
+Where no held function is, a paddle.nn.functional function the layers call directly on one tensor
+(`F.relu(h)`) is searched the same way, in that one call's place.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..diagnosis import GIVES_OUTPUT, Diagnosis, confirmed_cause, went
 from .counterfactual_wrapping import _unpatched, held_functions
 
 KIND = "held function"
+CALLED = "call"  # Replaced.attribute of a function called directly (its k-th call of n: "call k of n")
 NAMESPACE = "paddle.nn.functional"
 MOST_ELEMENTS = 1 << 16  # a larger input is measured on its first rows: an elementwise function is so on any
 
@@ -35,7 +38,15 @@ class Replaced:
     ratio: float
 
     def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
-        return Diagnosis(culprit, confirmed_cause(f"paddle's {self.path or '<model>'} holds {self.was} as its "
+        where = self.path or "<model>"
+        if self.attribute.startswith(CALLED):  # called directly in the layer's forward, as its k-th call of n
+            nth = f" ({self.attribute} there)" if self.attribute != CALLED else ""
+            return Diagnosis(culprit, confirmed_cause(f"paddle's {where} calls {self.was}{nth}",
+                                                      "re-run on torch's recorded inputs", f"{self.to} in its place",
+                                                      gives, went(before, self.ratio)),
+                             f"call {self.to.rsplit('.', 1)[-1]} where {self.path or 'the model'}'s forward calls "
+                             f"{self.was.rsplit('.', 1)[-1]}{nth}", kind=KIND)
+        return Diagnosis(culprit, confirmed_cause(f"paddle's {where} holds {self.was} as its "
                                                   f"{self.attribute}", "re-run on torch's recorded inputs",
                                                   f"{self.to} in its place", gives,
                                                   went(before, self.ratio)),
@@ -65,7 +76,36 @@ def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]
                 setattr(h.layer, h.attribute, h.original)
             if ratio is not None and ratio <= 1.0:
                 hits.append(Replaced(h.path, h.attribute, h.function, f"{NAMESPACE}.{name}", ratio))
-    return sorted(hits, key=lambda c: c.ratio)
+    return sorted(hits + ([] if hits else _called_causes(layer, root_path, seen, run, judge, runs)),
+                  key=lambda c: c.ratio)
+
+
+def _called_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]:
+    """held_causes for the elementwise functions of paddle.nn.functional the layers call directly
+    (`F.relu(h)` in a forward): each call re-run with the others in its place."""
+    from .counterfactual_wrapping import wrapped
+    hits = []
+    for key, x in seen.inputs.items():
+        if len(key) != 3:  # a held function's, searched by held_causes
+            continue
+        path, function, index = key
+        original = functools.reduce(getattr, function.split(".")[1:], __import__("paddle"))
+        mine = _elementwise(_unpatched(original), x)
+        if mine is None:
+            continue
+        of = sum(1 for c in seen.calls if c.function == function and c.layer == path)
+        for name, f in _others(mine[0], mine[1]):
+            if not runs.take():
+                return hits
+            try:
+                with wrapped(layer, root_path, (function, path, index, None, f)):
+                    ratio = judge(run())
+            except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
+                ratio = None
+            if ratio is not None and ratio <= 1.0:
+                which = f"{CALLED} {index + 1} of {of}" if of > 1 else CALLED
+                hits.append(Replaced(path, which, function, f"{NAMESPACE}.{name}", ratio))
+    return hits
 
 
 def _sample(x) -> np.ndarray:

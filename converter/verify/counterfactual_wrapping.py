@@ -102,6 +102,7 @@ def bound(f, args, kwargs):
         return None
 
 
+DIRECT = "paddle.nn.functional."  # calls whose one tensor input is kept: activations called directly
 _PATCHES = frozenset({"converter.patches", __name__})
 
 
@@ -116,7 +117,8 @@ def _from_library(framework: str) -> bool:
 
 class Wrapped:
     """The calls of one run: each recorded (layer from the running layers' stack), and the call picked
-    by `change` ((function, layer, index, parameter, value)) made with that argument changed."""
+    by `change` ((function, layer, index, parameter, value)) made with that argument changed, or, with
+    parameter None, `value` (a function) called on the call's first tensor in its place."""
 
     def __init__(self, framework: str, root_path: str, change=None):
         self.framework, self.change = framework, change
@@ -124,7 +126,9 @@ class Wrapped:
         # the layers running, innermost last, below them the root: a function called around its forward is its
         self.stack: list[str] = [root_path]
         self.calls: list[RecordedCall] = []
-        self.inputs: dict[tuple, object] = {}  # (path, attribute) -> a held function's first tensor input
+        # (path, attribute) -> a held function's first tensor input; (layer, function, index) -> that of a
+        # paddle.nn.functional call with one tensor argument (an activation called directly)
+        self.inputs: dict[tuple, object] = {}
         self.counts: dict[tuple, int] = {}
         self.inside = 0  # wrapped functions running: the calls they make are theirs, not the layer's
 
@@ -140,6 +144,13 @@ class Wrapped:
             layer = self.stack[-1]
             k = self.counts.get((layer, qualified), 0)
             self.counts[layer, qualified] = k + 1
+            if self.change is not None and self.change[:3] == (qualified, layer, k) and self.change[3] is None:
+                first = next((v for v in arguments.arguments.values() if _tensor(v)), None)
+                self.inside += 1
+                try:
+                    return self.change[4](first)  # another function in this call's place
+                finally:
+                    self.inside -= 1
             if self.change is not None and self.change[:3] == (qualified, layer, k):
                 arguments.arguments[self.change[3]] = self.change[4]
                 args, kwargs = arguments.args, arguments.kwargs
@@ -152,6 +163,9 @@ class Wrapped:
                                            held.attribute if held is not None else ""))
                 if held is not None and first is not None and (held.path, held.attribute) not in self.inputs:
                     self.inputs[held.path, held.attribute] = first.clone()
+                elif held is None and first is not None and qualified.startswith(DIRECT) and \
+                        sum(map(_tensor, arguments.arguments.values())) == 1:
+                    self.inputs[layer, qualified, k] = first.clone()
             self.inside += 1
             try:
                 return f(*args, **kwargs)

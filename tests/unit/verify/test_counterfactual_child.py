@@ -141,3 +141,43 @@ def test_a_call_among_several_of_one_function_is_named_by_its_place():
     [found] = [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause]
     assert "gelu(..., approximate=True) (its call 2 of 2 there)" in found.cause, found.cause
     assert found.hint.endswith("pass approximate=False to gelu in 0's forward, in its call 2 of 2 there alone"), found.hint
+
+
+class PaddleReluMLP(paddle.nn.Layer):
+    """relu called directly where torch's MLP has GELU."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.fc1, self.fc2 = paddle.nn.Linear(D, 2 * D), paddle.nn.Linear(2 * D, D)
+        self.act = act
+
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.fc2(paddle.nn.functional.relu(h) if self.act == "relu" else paddle.nn.functional.gelu(h))
+
+
+class TorchGeluMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(D, 2 * D), torch.nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_an_activation_called_directly_is_tried_replaced_by_the_others(act):
+    def torch_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(TorchGeluMLP(), torch.nn.Linear(D, 2)).eval()
+    x = np.random.RandomState(0).randn(2, 5, D).astype("float32")
+    spec = spec_from_functions(torch_model, lambda: paddle.nn.Sequential(PaddleReluMLP(act), paddle.nn.Linear(D, 2)),
+                               lambda: (x,))
+    report = verify_port(spec, VerifyOptions(bisect=True))
+    if act == "gelu":
+        assert report.exit_code == 0 and not report.forward.diagnosis
+        return
+    [found] = [d for d in report.forward.diagnosis if "confirmed by re-running" in d.cause]
+    assert found.cause.startswith("paddle's 0 calls paddle.nn.functional.relu; re-run on torch's recorded inputs with "
+                                  "paddle.nn.functional.gelu in its place"), found.cause
+    assert found.hint == "call gelu where 0's forward calls relu", found.hint
