@@ -381,7 +381,7 @@ def setting_causes(ctx) -> list[Diagnosis]:
     calls = call_causes(p_layer, ctx.result.paddle, run, judge, _Runs())
     if calls:
         return [c.diagnosis(ctx.name, before, gives=gives) for c in calls[:2]]
-    if ev is None or ev.y_local is None or child is not None:  # torch's side is judged at the layer's output
+    if ev is None or ev.y_local is None:  # torch's side is judged at the layer's output (against paddle's)
         return []
     module64 = ctx.session.torch64_module(pair.torch)
     run64 = lambda: run_torch64(module64, ctx.t_call)  # noqa: E731 - one re-run, handed to both searches

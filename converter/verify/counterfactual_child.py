@@ -77,4 +77,7 @@ def child_of(ctx, output_ratio) -> ChildInputs | None:
     if not where or ctx.t_call is None:
         return None
     pair = next((p for p in ctx.pairs if p.torch == where), None)
-    return None if pair is None else ChildInputs(ctx, pair, output_ratio)
+    if pair is None:
+        return None
+    child = ChildInputs(ctx, pair, output_ratio)
+    return child if child.torch else None  # no floating input there (bucket ids): judged at the outputs
