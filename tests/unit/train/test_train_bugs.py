@@ -76,15 +76,21 @@ class _StraightThroughGelu(paddle.autograd.PyLayer):
 
 
 def _custom_backward(spec, pylayer=_HalfGradGelu):
+    return _with_act(spec, lambda x: pylayer.apply(x), torch.nn.functional.gelu)  # apply looked up at the call
+
+
+def _with_act(spec, paddle_act, torch_act):
+    """The MLP of `spec` with its activation a layer of its own on each side, computing `paddle_act`
+    and `torch_act`."""
     module = spec.module
 
     class Act(paddle.nn.Layer):
         def forward(self, x):
-            return pylayer.apply(x)
+            return paddle_act(x)
 
     class TorchAct(torch.nn.Module):
         def forward(self, x):
-            return torch.nn.functional.gelu(x)
+            return torch_act(x)
 
     class TorchWithAct(module.TorchMLP):
         def __init__(self):
@@ -452,34 +458,7 @@ def test_a_correct_custom_backward_beside_a_detach_is_not_blamed():
     """paddle's act is tanh(x) * x with tanh a correct PyLayer and the second x detached; torch's
     tanh(x) * x. The gradient runs through the PyLayer, but run under autograd it changes nothing:
     the custom backward is not named, the place is."""
-    spec = _mlp()
-    module = spec.module
-
-    class Act(paddle.nn.Layer):
-        def forward(self, x):
-            return _Tanh.apply(x) * x.detach()
-
-    class TorchAct(torch.nn.Module):
-        def forward(self, x):
-            return torch.tanh(x) * x
-
-    class TorchWithAct(module.TorchMLP):
-        def __init__(self):
-            super().__init__()
-            self.act = TorchAct()
-
-        def forward(self, x):
-            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
-
-    class PaddleWithAct(module.PaddleMLP):
-        def __init__(self):
-            super().__init__()
-            self.act = Act()
-
-        def forward(self, x):
-            return self.fc2(self.drop(self.act(self.norm(self.fc1(x)))))
-    module.torch_model = lambda: (torch.manual_seed(0), TorchWithAct())[1]
-    module.paddle_model = PaddleWithAct
+    spec = _with_act(_mlp(), lambda x: _Tanh.apply(x) * x.detach(), lambda x: torch.tanh(x) * x)
     report = train_check(spec, steps=STEPS, device="cpu")
     assert report.exit_code == 1 and report.first_bad.phase == "backward" and report.first_bad.torch.startswith("act")
     assert not [d for d in report.diagnosis if d.kind == "custom backward"], report.diagnosis
