@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -406,65 +407,44 @@ def _round_paddle_value(value, fmt: str):
 def emulate_paddle(fmt: str):
     """Every float32 matmul, batched matmul and convolution paddle runs on the calling thread, in any
     layer or function, rounds its inputs to `fmt` until the returned function is called. paddle's
-    operators are module functions: they are replaced while any thread emulates, and each replaced
-    operator rounds for the threads that asked alone (another verification on another thread keeps
-    its own arithmetic). Calls nest on a thread; a nested call in another format is an error of
-    the caller."""
-    import threading
-
+    operators are module functions: they are replaced for the calling thread alone
+    (patches.thread_patch), so another verification on another thread keeps its own arithmetic.
+    Calls nest on a thread; a nested call in another format is an error of the caller."""
     import paddle
+
+    from ..patches import thread_patch
     me = threading.get_ident()
-    with _PADDLE_EMULATION.lock:
-        held = _PADDLE_EMULATION.threads.get(me)
-        if held is not None and held[0] != fmt:
-            raise RuntimeError(f"paddle already emulates {held[0]}, not {fmt}")
-        _PADDLE_EMULATION.threads[me] = (fmt, 1 + (held[1] if held else 0))
-        if not _PADDLE_EMULATION.saved:
-            ops = paddle._C_ops
-            saved = [(ops, name, getattr(ops, name)) for name in _PADDLE_ROUNDED if hasattr(ops, name)]
-            saved += [(paddle.Tensor, name, getattr(paddle.Tensor, name)) for name in _PADDLE_TENSOR_ROUNDED]
-            for owner, name, op in saved:
-                setattr(owner, name, _rounding(op, _PADDLE_ROUNDED.get(name, (0, 1))))
-            _PADDLE_EMULATION.saved = saved
-    return lambda: _leave_paddle_emulation(me)
+    with _EMULATING_LOCK:
+        formats = _EMULATING.setdefault(me, [])
+        if formats and formats[-1] != fmt:
+            raise RuntimeError(f"paddle already emulates {formats[-1]}, not {fmt}")
+        formats.append(fmt)
+    stack = contextlib.ExitStack()
+    targets = [(paddle._C_ops, name, where) for name, where in _PADDLE_ROUNDED.items() if hasattr(paddle._C_ops, name)]
+    targets += [(paddle.Tensor, name, (0, 1)) for name in _PADDLE_TENSOR_ROUNDED]
+    for owner, name, where in targets:
+        stack.enter_context(thread_patch(owner, name).patched(lambda op, w=where: _rounding(op, w, fmt)))
+
+    restored = []
+
+    def restore() -> None:
+        if restored:  # a second call undoes nothing
+            return
+        restored.append(True)
+        stack.close()
+        with _EMULATING_LOCK:
+            formats.pop()
+            if not formats:
+                del _EMULATING[me]
+    return restore
 
 
-def _rounding(op, where):
-    """`op`, rounding its float32 tensor arguments at positions `where` on the threads that emulate."""
-    import threading
-
+def _rounding(op, where, fmt: str):
+    """`op`, rounding its float32 tensor arguments at positions `where` to `fmt`."""
     def call(*args, **kwargs):
-        held = _PADDLE_EMULATION.threads.get(threading.get_ident())
-        if held is not None:
-            args = tuple(_round_paddle_value(a, held[0]) if i in where else a for i, a in enumerate(args))
-        return op(*args, **kwargs)
+        return op(*(_round_paddle_value(a, fmt) if i in where else a for i, a in enumerate(args)), **kwargs)
     return call
 
 
-class _Emulation:
-    """While paddle's operators are replaced: the originals, and the threads that emulate (thread ->
-    (format, depth))."""
-
-    def __init__(self):
-        import threading
-        self.lock = threading.Lock()
-        self.threads: dict[int, tuple[str, int]] = {}
-        self.saved: list = []
-
-
-_PADDLE_EMULATION = _Emulation()
-
-
-def _leave_paddle_emulation(thread: int) -> None:
-    with _PADDLE_EMULATION.lock:
-        held = _PADDLE_EMULATION.threads.get(thread)
-        if held is None:
-            return
-        if held[1] > 1:
-            _PADDLE_EMULATION.threads[thread] = (held[0], held[1] - 1)
-            return
-        del _PADDLE_EMULATION.threads[thread]
-        if not _PADDLE_EMULATION.threads:
-            for owner, name, op in _PADDLE_EMULATION.saved:
-                setattr(owner, name, op)
-            _PADDLE_EMULATION.saved = []
+_EMULATING: dict[int, list[str]] = {}  # thread -> the formats it emulates, innermost last
+_EMULATING_LOCK = threading.Lock()
