@@ -12,7 +12,6 @@ leaves it, is the cause."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from dataclasses import dataclass
 
@@ -37,14 +36,6 @@ def _bare(name: str) -> str:
     return name.lstrip("_").lower()
 
 
-def _constructor_parameter(layer, setting: str) -> str | None:
-    try:
-        names = inspect.signature(type(layer).__init__).parameters
-    except (TypeError, ValueError):
-        return None
-    return setting.lstrip("_") if setting.lstrip("_") in names else None
-
-
 def _options(root, root_path: str, counterpart) -> list:
     """(layer, [Setting]) for `root` and each layer inside it; `counterpart(path)`: the paired torch
     module of a paddle layer, or None."""
@@ -52,6 +43,7 @@ def _options(root, root_path: str, counterpart) -> list:
     import torch
 
     from ..verify.counterfactual import Setting, candidates, settings
+    from ..verify.counterfactual_settings import constructor_parameter
     paddle_keys, torch_keys = frozenset(vars(paddle.nn.Layer())), frozenset(vars(torch.nn.Module()))
     out = []
     for rel, layer in [("", root)] + list(root.named_sublayers()):
@@ -65,11 +57,11 @@ def _options(root, root_path: str, counterpart) -> list:
             same = by_name.get(_bare(name))  # torch's value of the setting of the same name
             if same is not None and type(same) is type(value) and same != value and same not in tried:
                 tried.append(same)
-            here += [Setting(name, value, new, _constructor_parameter(layer, name)) for new in tried]
+            here += [Setting(name, value, new, constructor_parameter(layer, name)) for new in tried]
         for name, value in vars(layer).items():  # unset on paddle's side (None), set on torch's
             same = by_name.get(_bare(name))
             if value is None and name not in paddle_keys and same is not None:
-                here.append(Setting(name, None, same, _constructor_parameter(layer, name)))
+                here.append(Setting(name, None, same, constructor_parameter(layer, name)))
         if here:
             out.append((join(root_path, rel), layer, here))
     return out

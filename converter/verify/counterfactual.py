@@ -22,7 +22,7 @@ import numpy as np
 
 from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, gives_input_of, went
 from ..paths import join
-from .counterfactual_settings import same as _same, settings
+from .counterfactual_settings import constructor_parameter, same as _same, settings
 
 MAX_RUNS = 160  # re-runs per side: the search is for one layer, and a block holds a few hundred settings
 MAX_SECONDS = 30.0
@@ -114,16 +114,6 @@ def candidates(value, suggested: list, sizes: bool = True) -> list:
     return distinct
 
 
-def _constructor_parameter(layer, setting: str) -> str | None:
-    import inspect
-    try:
-        names = inspect.signature(type(layer).__init__).parameters
-    except (TypeError, ValueError):
-        return None
-    bare = setting.lstrip("_")
-    return bare if bare in names else None
-
-
 class _Runs:
     """The re-runs' shared limits: a count and a time per side."""
 
@@ -156,7 +146,7 @@ def _search(side: str, root, root_path: str, framework_keys: frozenset, suggeste
     for rel, layer in named:
         path = join(root_path, rel)
         sizes = not any(True for _ in _own_parameters(layer))
-        here = [Setting(name, value, new, _constructor_parameter(layer, name))
+        here = [Setting(name, value, new, constructor_parameter(layer, name))
                 for name, value in settings(layer, framework_keys).items()
                 for new in candidates(value, suggested(path).values, sizes)]
         options.append((path, layer, here))
@@ -193,7 +183,7 @@ def _measured(layer, framework_keys: frozenset, counterpart) -> list[Setting]:
     from .counterfactual_rebuild import Rebuilder
     rebuilder, out = None, []
     for name, value in settings(layer, framework_keys).items():
-        parameter = _constructor_parameter(layer, name)
+        parameter = constructor_parameter(layer, name)
         theirs = counterpart.arguments.get(parameter, None) if parameter else None
         if isinstance(value, bool) or not _whole(value) or not _whole(theirs) or _same(value, theirs):
             continue
@@ -259,7 +249,7 @@ class Counterpart:
     def __init__(self, layer, keys: frozenset):
         kept = settings(layer, keys) if layer is not None else {}
         self.values = list(kept.values())
-        named = ((_constructor_parameter(layer, k), v) for k, v in kept.items()) if layer is not None else ()
+        named = ((constructor_parameter(layer, k), v) for k, v in kept.items()) if layer is not None else ()
         self.arguments = {p: v for p, v in named if p}
 
 

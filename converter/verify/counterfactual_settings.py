@@ -22,3 +22,15 @@ def same(a, b) -> bool:
         a, b = (tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in (a, b))
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str) and a == b
+
+
+def constructor_parameter(layer, setting: str) -> str | None:
+    """The argument of the layer's constructor that sets `setting` (its name less leading
+    underscores), or None where the constructor takes none of that name."""
+    import inspect
+    try:
+        names = inspect.signature(type(layer).__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    bare = setting.lstrip("_")
+    return bare if bare in names else None
