@@ -161,9 +161,10 @@ class Wrapped:
                                                                  if _plain(v)},
                                            int(first.ndim) if first is not None else 0,
                                            held.attribute if held is not None else ""))
-                if held is not None and first is not None and (held.path, held.attribute) not in self.inputs:
+                keep = first is not None and self.change is None  # inputs are kept from the unchanged run alone
+                if keep and held is not None and (held.path, held.attribute) not in self.inputs:
                     self.inputs[held.path, held.attribute] = first.clone()
-                elif held is None and first is not None and qualified.startswith(DIRECT) and \
+                elif keep and held is None and qualified.startswith(DIRECT) and \
                         sum(map(_tensor, arguments.arguments.values())) == 1:
                     self.inputs[layer, qualified, k] = first.clone()
             self.inside += 1
