@@ -236,23 +236,10 @@ def _tables_per_type(module) -> dict:
     return out
 
 
-@contextlib.contextmanager
 def _type_table_built_from(module, layer_type: str, rope_init, params: dict):
     """The rotary table of `module`'s `layer_type` rebuilt from `params` as that type's rope
     parameters."""
-    import copy
-    config = copy.deepcopy(module.config)
-    config.rope_parameters = dict(config.rope_parameters, **{layer_type: dict(params)})
-    held = getattr(module, f"{layer_type}_inv_freq")
-    inv_freq, scaling = rope_init(config, held.device, layer_type=layer_type)
-    saved = held, getattr(module, f"{layer_type}_attention_scaling")
-    setattr(module, f"{layer_type}_inv_freq", inv_freq.to(held.dtype))
-    setattr(module, f"{layer_type}_attention_scaling", scaling)
-    try:
-        yield
-    finally:
-        setattr(module, f"{layer_type}_inv_freq", saved[0])
-        setattr(module, f"{layer_type}_attention_scaling", saved[1])
+    return _rope_built_from(module, rope_init, {layer_type: dict(params)}, layer_type)
 
 
 def _said(params: dict, names) -> str:
@@ -299,9 +286,10 @@ def check_rotary_per_type(ctx) -> list[Diagnosis]:
 
 
 @contextlib.contextmanager
-def _rope_built_from(module, rope_init, changes: dict):
-    """The rotary table of `module` rebuilt from its config with `changes` made to its
-    rope_parameters (max_position_embeddings: to the config itself)."""
+def _rope_built_from(module, rope_init, changes: dict, layer_type: str | None = None):
+    """The rotary table of `module` (of its `layer_type`, where it holds one per type) rebuilt from
+    its config with `changes` made to its rope_parameters (max_position_embeddings: to the config
+    itself)."""
     import copy
     config = copy.deepcopy(module.config)
     config.rope_parameters = dict(config.rope_parameters)
@@ -310,13 +298,17 @@ def _rope_built_from(module, rope_init, changes: dict):
             config.max_position_embeddings = value
         else:
             config.rope_parameters[name] = value
-    inv_freq, scaling = rope_init(config, module.inv_freq.device)
-    saved = module.inv_freq, module.attention_scaling
-    module.inv_freq, module.attention_scaling = inv_freq.to(module.inv_freq.dtype), scaling
+    prefix = f"{layer_type}_" if layer_type else ""
+    held = getattr(module, f"{prefix}inv_freq"), getattr(module, f"{prefix}attention_scaling")
+    typed = {"layer_type": layer_type} if layer_type else {}
+    inv_freq, scaling = rope_init(config, held[0].device, **typed)
+    setattr(module, f"{prefix}inv_freq", inv_freq.to(held[0].dtype))
+    setattr(module, f"{prefix}attention_scaling", scaling)
     try:
         yield
     finally:
-        module.inv_freq, module.attention_scaling = saved
+        setattr(module, f"{prefix}inv_freq", held[0])
+        setattr(module, f"{prefix}attention_scaling", held[1])
 
 
 def check_rotary(ctx) -> list[Diagnosis]:
