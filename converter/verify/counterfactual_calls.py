@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, went
-from .counterfactual_wrapping import NAMESPACES, RecordedCall, _signature, _unpatched
+from .counterfactual_wrapping import NAMESPACES, RecordedCall, _signature, resolved
 from .counterfactual_wrapping import wrapped as _wrapped
 
 __all__ = ["NAMESPACES", "CallChange", "RecordedCall", "_wrapped", "call_causes", "candidates"]
@@ -85,17 +85,6 @@ def _words(function: str, parameter: str) -> tuple[str, ...]:
             if m:
                 found += _quoted(m.group(1))
     return tuple(dict.fromkeys(found))
-
-
-def resolved(function: str):
-    """The function a qualified name names: a module's function, or a Tensor method's."""
-    import importlib
-    namespace, name = function.rsplit(".", 1)
-    owner = sys.modules.get(namespace)
-    if owner is None:  # paddle.Tensor.softmax: a class of a module
-        module, cls = namespace.rsplit(".", 1)
-        owner = getattr(importlib.import_module(module), cls)
-    return _unpatched(getattr(owner, name))
 
 
 def _quoted(text: str) -> list[str]:

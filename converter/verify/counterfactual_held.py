@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..diagnosis import GIVES_OUTPUT, Diagnosis, confirmed_cause, went
-from .counterfactual_wrapping import _unpatched, held_functions
+from .counterfactual_wrapping import _unpatched, held_functions, resolved, wrapped
 
 KIND = "held function"
 CALLED = "call"  # Replaced.attribute of a function called directly (its k-th call of n: "call k of n")
@@ -57,58 +58,64 @@ class Replaced:
 def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]:
     """For each elementwise function `layer` or a layer inside it holds and called in the run `seen`
     recorded, the other elementwise functions of paddle.nn.functional put in its place that reproduce
-    torch (see the module's docstring), best first."""
+    torch (see the module's docstring), best first; where none does, the same for the functions the
+    layers call directly."""
     hits = []
+    for places in (_held, _called):
+        for x, original, put, replaced in places(layer, root_path, seen):
+            mine = _elementwise(original, _sample(x))
+            if mine is None:  # not elementwise on its input: no activation to swap
+                continue
+            for name, f in _others(*mine):
+                if not runs.take():
+                    return sorted(hits, key=lambda c: c.ratio)
+                try:
+                    with put(f):
+                        ratio = judge(run())
+                except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
+                    ratio = None
+                if ratio is not None and ratio <= 1.0:
+                    hits.append(replaced(f"{NAMESPACE}.{name}", ratio))
+        if hits:
+            return sorted(hits, key=lambda c: c.ratio)
+    return []
+
+
+def _held(layer, root_path: str, seen):
+    """(its input, the function, a context that puts another in its place, the Replaced it makes) for
+    each function `layer` or a layer inside it holds and called in the run `seen` recorded."""
     for h in held_functions(layer, root_path):
         x = seen.inputs.get((h.path, h.attribute))
-        mine = _elementwise(h.original, x) if x is not None else None
-        if mine is None:  # never called, or not elementwise on its input: no activation to swap
-            continue
-        for name, f in _others(mine[0], mine[1]):
-            if not runs.take():
-                return sorted(hits, key=lambda c: c.ratio)
-            setattr(h.layer, h.attribute, f)
-            try:
-                ratio = judge(run())
-            except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
-                ratio = None
-            finally:
-                setattr(h.layer, h.attribute, h.original)
-            if ratio is not None and ratio <= 1.0:
-                hits.append(Replaced(h.path, h.attribute, h.function, f"{NAMESPACE}.{name}", ratio))
-    return sorted(hits + ([] if hits else _called_causes(layer, root_path, seen, run, judge, runs)),
-                  key=lambda c: c.ratio)
+        if x is not None:  # never called: no activation to swap
+            yield x, h.original, functools.partial(_holding, h), functools.partial(Replaced, h.path, h.attribute,
+                                                                                  h.function)
 
 
-def _called_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]:
-    """held_causes for the elementwise functions of paddle.nn.functional the layers call directly
-    (`F.relu(h)` in a forward): each call re-run with the others in its place."""
-    from .counterfactual_wrapping import wrapped
-    hits = []
+@contextmanager
+def _holding(h, f):
+    setattr(h.layer, h.attribute, f)
+    try:
+        yield
+    finally:
+        setattr(h.layer, h.attribute, h.original)
+
+
+def _called(layer, root_path: str, seen):
+    """_held for the elementwise functions of paddle.nn.functional the layers call directly (`F.relu(h)`
+    in a forward): each call re-run with another in its place."""
     for key, x in seen.inputs.items():
-        if len(key) != 3:  # a held function's, searched by held_causes
+        if len(key) != 3:  # a held function's, searched by _held
             continue
         path, function, index = key
-        original = functools.reduce(getattr, function.split(".")[1:], __import__("paddle"))
-        mine = _elementwise(_unpatched(original), x)
-        if mine is None:
-            continue
         of = sum(1 for c in seen.calls if c.function == function and c.layer == path)
-        for name, f in _others(mine[0], mine[1]):
-            if not runs.take():
-                return hits
-            try:
-                with wrapped(layer, root_path, (function, path, index, None, f)):
-                    ratio = judge(run())
-            except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
-                ratio = None
-            if ratio is not None and ratio <= 1.0:
-                which = f"{CALLED} {index + 1} of {of}" if of > 1 else CALLED
-                hits.append(Replaced(path, which, function, f"{NAMESPACE}.{name}", ratio))
-    return hits
+        which = f"{CALLED} {index + 1} of {of}" if of > 1 else CALLED
+        change = (function, path, index, None)
+        yield (x, resolved(function), lambda f, change=change: wrapped(layer, root_path, (*change, f)),
+               functools.partial(Replaced, path, which, function))
 
 
 def _sample(x) -> np.ndarray:
+    """`x`'s values as numpy, its first rows where it is large."""
     values = x.numpy()
     if values.size > MOST_ELEMENTS and values.ndim > 1:
         rows = values.reshape(-1, values.shape[-1])
@@ -116,9 +123,8 @@ def _sample(x) -> np.ndarray:
     return values
 
 
-def _elementwise(f, x):
-    """(the sample of `x` measured, `f`'s output on it) where `f` is elementwise on it; None elsewhere."""
-    values = _sample(x)
+def _elementwise(f, values: np.ndarray):
+    """(`values`, `f`'s output on them) where `f` is elementwise on them; None elsewhere."""
     y = _applied(f, values)
     if y is None or y.shape != values.shape or y.dtype != values.dtype or values.ndim < 2:
         return None
@@ -150,7 +156,7 @@ def _others(values: np.ndarray, mine: np.ndarray) -> list[tuple[str, object]]:
     differ from `mine` and from each other's, nearest to `mine` first."""
     found = []  # (distance, name, function, output)
     for name, f in _one_tensor_functions():
-        measured = _elementwise(f, _Values(values))
+        measured = _elementwise(f, values)
         if measured is None:
             continue
         y = measured[1]
@@ -159,16 +165,6 @@ def _others(values: np.ndarray, mine: np.ndarray) -> list[tuple[str, object]]:
             continue
         found.append((float(np.nanmax(np.abs(y.astype(np.float64) - mine))), name, f, y))
     return [(name, f) for _, name, f, _ in sorted(found, key=lambda t: t[0])]
-
-
-class _Values:
-    """An array handed where a tensor's `numpy()` is read."""
-
-    def __init__(self, values: np.ndarray):
-        self.values = values
-
-    def numpy(self) -> np.ndarray:
-        return self.values
 
 
 @functools.cache

@@ -237,6 +237,17 @@ def _unpatched(f):
     return f.__wrapped__ if inspect.isfunction(f) and f.__code__.co_filename == patches.__file__ else f
 
 
+def resolved(function: str):
+    """The function a qualified name names: a module's function, or a Tensor method's."""
+    import importlib
+    namespace, name = function.rsplit(".", 1)
+    owner = sys.modules.get(namespace)
+    if owner is None:  # paddle.Tensor.softmax: a class of a module
+        module, cls = namespace.rsplit(".", 1)
+        owner = getattr(importlib.import_module(module), cls)
+    return _unpatched(getattr(owner, name))
+
+
 @functools.cache
 def _tensor_methods(framework: str) -> tuple[tuple[str, str], ...]:
     """(method, qualified name) for every Tensor method that is a Python function of the framework's
