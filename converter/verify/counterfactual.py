@@ -189,9 +189,9 @@ def _measured(layer, framework_keys: frozenset, counterpart) -> list[Setting]:
             continue
         rebuilder = rebuilder or Rebuilder(layer, framework_keys)
         for to in candidates(value, [theirs]) or [theirs]:
-            m = rebuilder.measured(name, value, parameter, to)
-            if m is not None:
-                out.append(Setting(name, value, to, parameter, m.assigned))
+            assigned = rebuilder.measured(name, parameter, to)
+            if assigned is not None:
+                out.append(Setting(name, value, to, parameter, assigned))
     return out
 
 

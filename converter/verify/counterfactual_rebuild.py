@@ -16,24 +16,10 @@ process (an LSTM's num_layers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 from ..frameworks.rebuild import arguments, built, holds, shapes
 from .counterfactual_settings import same as _same, settings
-
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class MeasuredSetting:
-    """A whole-number setting that is not structure: the attribute, its value, the constructor's
-    argument and the value tried for it, and every attribute the changed build sets otherwise."""
-
-    name: str
-    was: object
-    parameter: str
-    to: object
-    assigned: tuple  # ((attribute, live value, value under the change), ...)
 
 
 class Rebuilder:
@@ -43,24 +29,22 @@ class Rebuilder:
     def __init__(self, layer, framework_keys: frozenset):
         self.layer, self.keys = layer, framework_keys
         self.found = arguments(layer)
-        self._same_build = _MISSING
 
+    @cached_property
     def _as_it_is(self):
-        if self._same_build is _MISSING:
-            self._same_build = None
-            if self.found is not None:
-                try:
-                    build = built(self.layer, self.found[1], self.found[0])
-                except Exception:  # noqa: BLE001 - a layer not built again from what it keeps: its whole numbers stay untried
-                    build = None
-                if build is not None and holds(build, self.layer):
-                    self._same_build = build
-        return self._same_build
+        if self.found is None:
+            return None
+        try:
+            build = built(self.layer, self.found[1], self.found[0])
+        except Exception:  # noqa: BLE001 - a layer not built again from what it keeps: its whole numbers stay untried
+            return None
+        return build if holds(build, self.layer) else None
 
-    def measured(self, name: str, was, parameter: str, to) -> MeasuredSetting | None:
+    def measured(self, name: str, parameter: str, to) -> tuple | None:
         """The setting `name` (the constructor's `parameter`) at `to`, where the layer built with it
-        holds weights of the same shapes; None where it is structure, or cannot be told."""
-        same = self._as_it_is()
+        holds weights of the same shapes: ((attribute, live value, value under the change), ...) for
+        every attribute the changed build sets otherwise; None where it is structure, or cannot be told."""
+        same = self._as_it_is
         if same is None:
             return None
         try:
@@ -73,4 +57,4 @@ class Rebuilder:
         differ = [k for k in before if k in after and not _same(before[k], after[k])]
         if name not in differ or any(k not in live or not _same(live[k], before[k]) for k in differ):
             return None  # the build does not keep the setting as the live layer does
-        return MeasuredSetting(name, was, parameter, to, tuple((k, live[k], after[k]) for k in differ))
+        return tuple((k, live[k], after[k]) for k in differ)

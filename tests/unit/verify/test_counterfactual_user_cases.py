@@ -73,17 +73,17 @@ def test_structure_is_never_a_candidate_and_a_stride_is():
     value gives weights of the same shapes: counts of layers and features change them."""
     keys = frozenset(vars(paddle.nn.Layer()))
     lstm = Rebuilder(paddle.nn.LSTM(6, 5), keys)
-    assert lstm.measured("num_layers", 1, "num_layers", 5) is None  # the value that once crashed paddle's kernel
-    assert lstm.measured("hidden_size", 5, "hidden_size", 4) is None
+    assert lstm.measured("num_layers", "num_layers", 5) is None  # the value that once crashed paddle's kernel
+    assert lstm.measured("hidden_size", "hidden_size", 4) is None
     conv = Rebuilder(paddle.nn.Conv2D(4, 2, 3), keys)
-    assert conv.measured("_groups", 1, "groups", 2) is None and conv.measured("_out_channels", 2, "out_channels", 4) is None
-    padding = conv.measured("_padding", 0, "padding", 1)
+    assert conv.measured("_groups", "groups", 2) is None and conv.measured("_out_channels", "out_channels", 4) is None
+    padding = conv.measured("_padding", "padding", 1)
     # paddle's Conv2D runs with a padding derived from the argument: the re-run sets both
-    assert padding is not None and dict((k, v) for k, _, v in padding.assigned) == {"_padding": 1, "_updated_padding": [1, 1]}
+    assert padding is not None and dict((k, v) for k, _, v in padding) == {"_padding": 1, "_updated_padding": [1, 1]}
     torch_keys = frozenset(vars(torch.nn.Module()))
-    stride = Rebuilder(torch.nn.Conv2d(4, 2, 3, bias=False).double(), torch_keys).measured("stride", (1, 1), "stride", (2, 2))
-    assert stride is not None and stride.assigned == (("stride", (1, 1), (2, 2)),)
-    assert Rebuilder(torch.nn.LSTM(6, 5), torch_keys).measured("num_layers", 1, "num_layers", 2) is None
+    stride = Rebuilder(torch.nn.Conv2d(4, 2, 3, bias=False).double(), torch_keys).measured("stride", "stride", (2, 2))
+    assert stride is not None and stride == (("stride", (1, 1), (2, 2)),)
+    assert Rebuilder(torch.nn.LSTM(6, 5), torch_keys).measured("num_layers", "num_layers", 2) is None
 
 
 # ------------------------------------------------------------------ calls in the root model's forward
