@@ -21,8 +21,8 @@ from functools import cached_property
 import numpy as np
 
 from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, gives_input_of, went
-from ..paths import join
 from .counterfactual_settings import constructor_parameter, same as _same, settings
+from .counterfactual_wrapping import framework_of, named_layers
 
 MAX_RUNS = 160  # re-runs per side: the search is for one layer, and a block holds a few hundred settings
 MAX_SECONDS = 30.0
@@ -140,19 +140,15 @@ def _search(side: str, root, root_path: str, framework_keys: frozenset, suggeste
     unchanged = float("inf") if unchanged is None else unchanged  # None: its outputs do not pair with torch's
     if unchanged <= 1.0:  # re-run unchanged it is within its budget: nothing to explain here
         return []
-    named = [("", root)] + list(root.named_sublayers() if hasattr(root, "named_sublayers") else
-                                 (kv for kv in root.named_modules() if kv[0]))
-    options = []  # per layer: [(setting, candidate)]
-    for rel, layer in named:
-        path = join(root_path, rel)
-        sizes = not any(True for _ in _own_parameters(layer))
+    options = []  # per layer: (path, layer, [each setting changed])
+    for path, layer in named_layers(root, root_path):
+        weighted = _weighted(layer)
         here = [Setting(name, value, new, constructor_parameter(layer, name))
                 for name, value in settings(layer, framework_keys).items()
-                for new in candidates(value, suggested(path).values, sizes)]
-        options.append((path, layer, here))
-    for path, layer, here in options:
-        here.extend(_measured(layer, framework_keys, suggested(path)))
-    options = [(path, layer, here) for path, layer, here in options if here]
+                for new in candidates(value, suggested(path).values, not weighted)]
+        here += _measured(layer, framework_keys, suggested(path)) if weighted else []
+        if here:
+            options.append((path, layer, here))
     for together in (1, 2):
         hits = []
         for path, layer, here in options:
@@ -178,7 +174,7 @@ def _measured(layer, framework_keys: frozenset, counterpart) -> list[Setting]:
     """The whole-number settings of a layer that holds weights, changed to the counterpart's value
     for the same constructor argument, where building the layer with it measures them as no part
     of its structure (see counterfactual_rebuild.py)."""
-    if not any(True for _ in _own_parameters(layer)) or not counterpart.arguments:
+    if not counterpart.arguments:
         return []
     from .counterfactual_rebuild import Rebuilder
     rebuilder, out = None, []
@@ -223,10 +219,11 @@ def _framework_keys(framework: str) -> frozenset:
     return frozenset(vars(torch.nn.Module()))
 
 
-def _own_parameters(layer):
-    named = layer.named_parameters(include_sublayers=False) if hasattr(layer, "named_sublayers") \
+def _weighted(layer) -> bool:
+    """Whether the layer holds parameters of its own."""
+    named = layer.named_parameters(include_sublayers=False) if framework_of(layer) == "paddle" \
         else layer.named_parameters(recurse=False)
-    return (p for _, p in named)
+    return any(True for _ in named)
 
 
 def _counterparts(ctx, side: str, keys: frozenset):
