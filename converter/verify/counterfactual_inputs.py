@@ -96,34 +96,28 @@ def _with(args: tuple, kwargs: dict, form: Form):
     return args, {**kwargs, form.where: value}
 
 
-def input_causes(layer, where: str, forced, judge, before: float, culprit: str) -> list[Diagnosis]:
-    """Confirmed causes among the forms of the paddle `layer`'s inputs (`forced`: (args, kwargs),
-    torch's recorded inputs handed to it; `judge(outputs)`: the ratio of its outputs to torch's
-    under the layer's budget)."""
+def input_form_causes(ctx) -> list[Diagnosis]:
+    """Confirmed causes among the forms of the culprit paddle layer's inputs (verify/diagnose.py):
+    torch's recorded inputs handed to it, one in another form, judged as the setting search judges
+    its re-runs."""
     from ..compare.replay import run_paddle
-    args, kwargs = forced
+    from .counterfactual import Culprit
+    culprit = Culprit.of(ctx)
+    if culprit is None:
+        return []
+    layer, where = ctx.paddle_layer, ctx.result.paddle
+    args, kwargs = culprit.forced
     for position, value in _inputs(args, kwargs):
         for form in forms(value, position):
             try:
-                ratio = judge(run_paddle(layer, *_with(args, kwargs, form)))
+                ratio = culprit.target.paddle_ratio(run_paddle(layer, *_with(args, kwargs, form)))
             except (ValueError, TypeError, RuntimeError, IndexError, AssertionError):  # a form the layer refuses
                 continue
             if ratio is not None and ratio <= 1.0:
                 which = f"input {_name(layer, position)!r}"
                 cause = confirmed_cause(f"paddle's {where or '<model>'} ({type(layer).__name__}) reads its {which} "
                                         "otherwise than torch's", "re-run on torch's recorded inputs", f"that input "
-                                        f"{form.what}", GIVES_OUTPUT, went(before, ratio))
-                return [Diagnosis(culprit, cause, f"give paddle's {where or 'model'} its {which} as torch's module "
+                                        f"{form.what}", GIVES_OUTPUT, went(culprit.before, ratio))
+                return [Diagnosis(ctx.name, cause, f"give paddle's {where or 'model'} its {which} as torch's module "
                                   f"reads it: {form.hint}", kind=KIND)]
     return []
-
-
-def input_form_causes(ctx) -> list[Diagnosis]:
-    """input_causes for the diagnosis context's culprit (verify/diagnose.py), judged as the
-    setting search judges its re-runs."""
-    from .counterfactual import Culprit
-    culprit = Culprit.of(ctx)
-    if culprit is None:
-        return []
-    return input_causes(ctx.paddle_layer, ctx.result.paddle, culprit.forced, culprit.target.paddle_ratio,
-                        culprit.before, ctx.name)
