@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnosis import GIVES_OUTPUT, Diagnosis, confirmed_cause, went
-from .counterfactual_wrapping import _unpatched, held_functions, resolved, wrapped
+from .counterfactual_wrapping import held_functions, public_functions, resolved, wrapped
 
 KIND = "held function"
 CALLED = "call"  # Replaced.attribute of a function called directly (its k-th call of n: "call k of n")
@@ -171,13 +171,8 @@ def _others(values: np.ndarray, mine: np.ndarray) -> list[tuple[str, object]]:
 def _one_tensor_functions() -> tuple[tuple[str, object], ...]:
     """(name, function) of paddle.nn.functional's public Python functions a call with one tensor
     alone can take: a first positional parameter, every other one with a default."""
-    import importlib
-    module = importlib.import_module(NAMESPACE)
     out = []
-    for name in sorted(dir(module)):
-        f = _unpatched(getattr(module, name))
-        if name.startswith("_") or not inspect.isfunction(f):
-            continue
+    for name, f in public_functions(NAMESPACE):
         try:
             parameters = list(inspect.signature(f).parameters.values())
         except (TypeError, ValueError):  # no signature: what it takes cannot be read

@@ -200,9 +200,10 @@ def wrapped(layer, root_path: str, change=None):
                 lambda _l, _a, _o: _popped(seen.stack))
             stack.callback(pre.remove)
             stack.callback(post.remove)
-        for module, name in _functions(framework):
-            stack.enter_context(thread_patch(module, name).patched(
-                lambda f, q=f"{module.__name__}.{name}": seen.wrap(q, f)))
+        for namespace in NAMESPACES[framework]:
+            for name, _ in public_functions(namespace):
+                stack.enter_context(thread_patch(sys.modules[namespace], name).patched(
+                    lambda f, q=f"{namespace}.{name}": seen.wrap(q, f)))
         owner = sys.modules[TENSOR[framework][0]]
         tensor = getattr(owner, TENSOR[framework][1])
         for name, qualified in _tensor_methods(framework):
@@ -220,14 +221,16 @@ def _popped(stack: list) -> None:
 
 
 @functools.cache
-def _functions(framework: str) -> tuple[tuple[object, str], ...]:
-    """(namespace module, name) for every public Python function of the framework's namespaces."""
+def public_functions(namespace: str) -> tuple[tuple[str, object], ...]:
+    """(name, function) for every public Python function of a module, in the order of their names,
+    each as it is without another thread's dispatcher."""
     import importlib
+    module = importlib.import_module(namespace)
     out = []
-    for namespace in NAMESPACES[framework]:
-        module = importlib.import_module(namespace)
-        out.extend((module, name) for name in dir(module)
-                   if not name.startswith("_") and inspect.isfunction(getattr(module, name)))
+    for name in dir(module):
+        f = _unpatched(getattr(module, name, None))
+        if not name.startswith("_") and inspect.isfunction(f):
+            out.append((name, f))
     return tuple(out)
 
 
@@ -274,14 +277,10 @@ def _tensor_methods(framework: str) -> tuple[tuple[str, str], ...]:
 @functools.cache
 def _known(framework: str) -> dict:
     """id of each public Python function of the framework's namespaces -> its qualified name."""
-    import importlib
     out = {}
     for namespace in NAMESPACES[framework] + METHOD_NAMESPACES[framework]:
-        module = importlib.import_module(namespace)
-        for name in dir(module):
-            f = _unpatched(getattr(module, name, None))
-            if not name.startswith("_") and inspect.isfunction(f):
-                out.setdefault(id(f), (f"{namespace}.{name}", f))
+        for name, f in public_functions(namespace):
+            out.setdefault(id(f), (f"{namespace}.{name}", f))
     return out
 
 
