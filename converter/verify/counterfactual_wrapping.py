@@ -60,6 +60,10 @@ def _tensor(value) -> bool:
     return not _plain(value) and hasattr(value, "ndim") and hasattr(value, "shape")
 
 
+def _first_tensor(arguments: inspect.BoundArguments):
+    return next((v for v in arguments.arguments.values() if _tensor(v)), None)
+
+
 @functools.cache
 def _signature(f) -> inspect.Signature:
     """A function's signature, read once: every re-run wraps every function of the namespaces."""
@@ -144,19 +148,16 @@ class Wrapped:
             layer = self.stack[-1]
             k = self.counts.get((layer, qualified), 0)
             self.counts[layer, qualified] = k + 1
-            if self.change is not None and self.change[:3] == (qualified, layer, k) and self.change[3] is None:
-                first = next((v for v in arguments.arguments.values() if _tensor(v)), None)
-                self.inside += 1
-                try:
-                    return self.change[4](first)  # another function in this call's place
-                finally:
-                    self.inside -= 1
-            if self.change is not None and self.change[:3] == (qualified, layer, k):
+            target = f
+            picked = self.change is not None and self.change[:3] == (qualified, layer, k)
+            if picked and self.change[3] is None:  # another function in this call's place, on its first tensor
+                target, args, kwargs = self.change[4], (_first_tensor(arguments),), {}
+            elif picked:
                 arguments.arguments[self.change[3]] = self.change[4]
                 args, kwargs = arguments.args, arguments.kwargs
             else:
                 arguments.apply_defaults()
-                first = next((v for v in arguments.arguments.values() if _tensor(v)), None)
+                first = _first_tensor(arguments)
                 self.calls.append(RecordedCall(qualified, k, layer, {p: v for p, v in arguments.arguments.items()
                                                                  if _plain(v)},
                                            int(first.ndim) if first is not None else 0,
@@ -169,7 +170,7 @@ class Wrapped:
                     self.inputs[layer, qualified, k] = first.clone()
             self.inside += 1
             try:
-                return f(*args, **kwargs)
+                return target(*args, **kwargs)
             finally:
                 self.inside -= 1
         return call
