@@ -26,10 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from ..diagnosis import CONFIRMED, GIVES_OUTPUT, Diagnosis, confirmed_cause, went
-from .counterfactual_wrapping import NAMESPACES, RecordedCall, _signature, resolved
-from .counterfactual_wrapping import wrapped as _wrapped
-
-__all__ = ["NAMESPACES", "CallChange", "RecordedCall", "_wrapped", "call_causes", "candidates"]
+from .counterfactual_wrapping import RecordedCall, _signature, resolved, wrapped
 
 KIND = "call argument"
 
@@ -132,7 +129,7 @@ def call_causes(layer, root_path: str, run, judge, runs, side: str = "paddle") -
     best first: `run()` runs `layer` (on torch's recorded inputs) and gives its outputs, `judge(outputs)`
     their ratio against the other side's."""
     try:
-        with _wrapped(layer, root_path) as seen:
+        with wrapped(layer, root_path) as seen:
             before = judge(run())
     except Exception:  # noqa: BLE001 - a layer that cannot re-run on torch's inputs has no call to find
         return []
@@ -147,7 +144,7 @@ def call_causes(layer, root_path: str, run, judge, runs, side: str = "paddle") -
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
                 try:
-                    with _wrapped(layer, root_path, (call.function, call.layer, call.index, parameter, new)):
+                    with wrapped(layer, root_path, (call.function, call.layer, call.index, parameter, new)):
                         ratio = judge(run())
                 except Exception:  # noqa: BLE001 - an argument the function refuses is not the cause
                     ratio = None

@@ -16,7 +16,7 @@ import torch.nn.functional as TF
 
 from converter import VerifyOptions, verify_port
 from converter.spec import spec_from_functions
-from converter.verify.counterfactual_calls import _wrapped
+from converter.verify.counterfactual_wrapping import wrapped
 
 TOKENS = np.random.RandomState(0).randn(2, 6, 16).astype("float32")
 IMAGES = np.random.RandomState(0).randn(2, 3, 12, 12).astype("float32")
@@ -116,7 +116,7 @@ def test_a_written_out_softmax_s_sum_is_found_on_paddle_s_side():
 def test_a_tensor_method_a_library_layer_calls_is_not_the_port_s():
     attention = paddle.nn.MultiHeadAttention(8, 2)
     x = paddle.to_tensor(TOKENS[:, :, :8])
-    with _wrapped(attention, "attn") as seen:
+    with wrapped(attention, "attn") as seen:
         attention(x, x, x)
         x.softmax(dim=-1)  # outside the forward: the diagnosing code's own, not the layer's
     # its reshapes and transposes are paddle's code; the functional calls inside it are recorded as before
@@ -132,7 +132,7 @@ class Scores(paddle.nn.Layer):
 def test_only_the_calling_thread_s_calls_are_recorded_and_the_others_run_the_originals():
     layer, x = Scores(), paddle.to_tensor(TOKENS)
     other: list = []
-    with _wrapped(layer, "s") as seen:
+    with wrapped(layer, "s") as seen:
         thread = threading.Thread(target=lambda: other.append(layer(x).numpy()))
         thread.start()
         thread.join()
@@ -292,7 +292,7 @@ class PaddleDecoderClean(PaddleDecoder):
 
 def test_a_call_is_counted_among_its_own_layer_s_calls():
     layer = PaddleDecoder()
-    with _wrapped(layer, "") as seen:
+    with wrapped(layer, "") as seen:
         layer(paddle.to_tensor(IMAGES))
     # Upsample's interpolate is its own; the root's forward makes its first
     assert [(c.layer, c.index) for c in seen.calls if c.function.endswith(".interpolate")] == [("up", 0), ("", 0)]

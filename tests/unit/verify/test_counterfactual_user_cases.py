@@ -13,8 +13,9 @@ import torch.nn.functional as TF
 from converter import VerifyOptions, verify_port
 from converter.errors import UserError
 from converter.spec import spec_from_functions
-from converter.verify.counterfactual_calls import RecordedCall, _wrapped, candidates
+from converter.verify.counterfactual_calls import RecordedCall, candidates
 from converter.verify.counterfactual_rebuild import Rebuilder
+from converter.verify.counterfactual_wrapping import wrapped
 
 IMAGES = np.random.RandomState(0).randn(2, 4, 10, 10).astype("float32")
 TOKENS = np.random.RandomState(0).randn(2, 5, 16).astype("float32")
@@ -130,7 +131,7 @@ def test_tuples_of_axes_are_other_axes_of_the_input_as_many():
 
 def test_calls_a_function_makes_inside_are_not_the_layer_s():
     layer = paddle.nn.Linear(3, 3)
-    with _wrapped(layer, "x") as seen:
+    with wrapped(layer, "x") as seen:
         paddle.fft.fft2(paddle.ones([2, 3, 3]), axes=(1, 2))
     assert [c.function for c in seen.calls] == ["paddle.fft.fft2"]
 
