@@ -204,10 +204,9 @@ def candidates(layer, parameter, value, counterpart=None) -> list:
     theirs = getattr(counterpart, parameter.name, _MISSING) if counterpart is not None else _MISSING
     if theirs is not _MISSING and _scalar(theirs):
         out.append(theirs)
-    seen, kept = [], []
+    kept = []
     for v in out:
-        if not _same(v, value) and not any(_same(v, s) for s in seen):
-            seen.append(v)
+        if not _same(v, value) and not any(_same(v, k) for k in kept):
             kept.append(v)
     return kept
 
