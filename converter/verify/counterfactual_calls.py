@@ -64,14 +64,10 @@ class CallChange:
                          f"{short} computes with {self.parameter}={was!r}", kind=KIND)
 
 
-def _literals(function: str, parameter: str) -> list[str]:
+@functools.cache
+def _literals(function: str, parameter: str) -> tuple[str, ...]:
     """The words a parameter's annotation allows: quoted in it, or in a Literal alias it names
     (defined in the function's module, or in paddle._typing)."""
-    return list(_words(function, parameter))
-
-
-@functools.cache
-def _words(function: str, parameter: str) -> tuple[str, ...]:
     f = resolved(function)
     annotation = str(_signature(f).parameters[parameter].annotation)
     found = _quoted(annotation)

@@ -102,8 +102,8 @@ def test_a_functional_call_s_argument_is_confirmed_by_re_running(kind, strategy)
 
 
 def test_words_come_from_the_annotation_and_the_aliases_it_names():
-    assert _literals("paddle.nn.functional.interpolate", "mode") == ["linear", "area", "nearest", "bilinear",
-                                                                       "bicubic", "trilinear"]
+    assert _literals("paddle.nn.functional.interpolate", "mode") == ("linear", "area", "nearest", "bilinear",
+                                                                       "bicubic", "trilinear")
     assert set(_literals("paddle.nn.functional.max_pool2d", "data_format")) == {"NCHW", "NHWC"}
 
 
