@@ -246,7 +246,7 @@ class Counterpart:
     def __init__(self, layer, keys: frozenset):
         kept = settings(layer, keys) if layer is not None else {}
         self.values = list(kept.values())
-        named = ((constructor_parameter(layer, k), v) for k, v in kept.items()) if layer is not None else ()
+        named = ((constructor_parameter(layer, k), v) for k, v in kept.items())
         self.arguments = {p: v for p, v in named if p}
 
 
