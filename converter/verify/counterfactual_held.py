@@ -39,20 +39,17 @@ class Replaced:
     ratio: float
 
     def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
-        where = self.path or "<model>"
+        where, short = self.path or "<model>", self.was.rsplit('.', 1)[-1]
         if self.attribute.startswith(CALLED):  # called directly in the layer's forward, as its k-th call of n
             nth = f" ({self.attribute} there)" if self.attribute != CALLED else ""
-            return Diagnosis(culprit, confirmed_cause(f"paddle's {where} calls {self.was}{nth}",
-                                                      "re-run on torch's recorded inputs", f"{self.to} in its place",
-                                                      gives, went(before, self.ratio)),
-                             f"call {self.to.rsplit('.', 1)[-1]} where {self.path or 'the model'}'s forward calls "
-                             f"{self.was.rsplit('.', 1)[-1]}{nth}", kind=KIND)
-        return Diagnosis(culprit, confirmed_cause(f"paddle's {where} holds {self.was} as its "
-                                                  f"{self.attribute}", "re-run on torch's recorded inputs",
-                                                  f"{self.to} in its place", gives,
-                                                  went(before, self.ratio)),
-                         f"make {self.path or 'the model'}'s {self.attribute} {self.to} (it holds "
-                         f"{self.was.rsplit('.', 1)[-1]})", kind=KIND)
+            what = f"calls {self.was}{nth}"
+            hint = f"call {self.to.rsplit('.', 1)[-1]} where {self.path or 'the model'}'s forward calls {short}{nth}"
+        else:
+            what = f"holds {self.was} as its {self.attribute}"
+            hint = f"make {self.path or 'the model'}'s {self.attribute} {self.to} (it holds {short})"
+        return Diagnosis(culprit, confirmed_cause(f"paddle's {where} {what}", "re-run on torch's recorded inputs",
+                                                  f"{self.to} in its place", gives, went(before, self.ratio)),
+                         hint, kind=KIND)
 
 
 def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]:
