@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 NAMESPACES = {"paddle": ("paddle.nn.functional", "paddle.fft"), "torch": ("torch.nn.functional", "torch.fft")}
 # where a Tensor method's function is also found: a method recorded is one of these modules' functions
 METHOD_NAMESPACES = {"paddle": ("paddle", "paddle.nn.functional"), "torch": ()}
-TENSOR = {"paddle": ("paddle", "Tensor"), "torch": ("torch", "Tensor")}
+TENSOR = {"paddle": "paddle.Tensor", "torch": "torch.Tensor"}
 
 
 @dataclass(frozen=True)
@@ -205,8 +205,7 @@ def wrapped(layer, root_path: str, change=None):
             for name, _ in public_functions(namespace):
                 stack.enter_context(thread_patch(sys.modules[namespace], name).patched(
                     lambda f, q=f"{namespace}.{name}": seen.wrap(q, f)))
-        owner = sys.modules[TENSOR[framework][0]]
-        tensor = getattr(owner, TENSOR[framework][1])
+        tensor = resolved(TENSOR[framework])
         for name, qualified in _tensor_methods(framework):
             stack.enter_context(thread_patch(tensor, name).patched(
                 lambda f, q=qualified: seen.wrap(q, f, method=True)))
@@ -260,7 +259,7 @@ def _tensor_methods(framework: str) -> tuple[tuple[str, str], ...]:
     modules = [importlib.import_module(n) for n in METHOD_NAMESPACES[framework]]
     if not modules:
         return ()
-    tensor = getattr(sys.modules[TENSOR[framework][0]], TENSOR[framework][1])
+    tensor = resolved(TENSOR[framework])
     out = []
     for name in dir(tensor):
         f = _unpatched(getattr(tensor, name, None))
@@ -271,7 +270,7 @@ def _tensor_methods(framework: str) -> tuple[tuple[str, str], ...]:
                 _signature(f)
             except (TypeError, ValueError):  # no signature to bind a call to: never recorded
                 continue
-            out.append((name, f"{'.'.join(TENSOR[framework])}.{name}"))
+            out.append((name, f"{TENSOR[framework]}.{name}"))
     return tuple(out)
 
 
