@@ -57,7 +57,8 @@ class Change:
     settings: tuple[Setting, ...]
     ratio: float  # the layer's error against the other side, re-run with the change
 
-    def diagnosis(self, culprit: str, before: float, other_type: str, gives: str = GIVES_OUTPUT) -> Diagnosis:
+    def diagnosis(self, culprit: str, before: float, other_type: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
+        """`other_type`: where the change is torch's, the type of the paddle layer that computes otherwise."""
         moved = went(before, self.ratio)
         was = ", ".join(f"{s.name}={s.was!r}" for s in self.settings)
         to = ", ".join(f"{s.name}={s.to!r}" for s in self.settings)
@@ -359,17 +360,12 @@ def setting_causes(ctx) -> list[Diagnosis]:
     child = child_of(ctx, judge)  # the row is worst at an input the layer's code computed for a child: judged there
     if child is not None:
         run, judge = child.run(run), child.ratio
-    hits = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys), run,
-                   judge)
-    gives = GIVES_OUTPUT if child is None else gives_input_of(ctx.result.worst_input)
-    if hits:
-        return [c.diagnosis(ctx.name, before, type(p_layer).__name__, gives) for c in hits[:2]]
     from .counterfactual_calls import call_causes
-    calls = call_causes(p_layer, ctx.result.paddle, run, judge, _Runs())
-    if calls:
-        return [c.diagnosis(ctx.name, before, gives=gives) for c in calls[:2]]
-    if ev is None or ev.y_local is None:  # torch's side is judged at the layer's output (against paddle's)
-        return []
+    found = _search("paddle", p_layer, ctx.result.paddle, paddle_keys, _counterparts(ctx, "paddle", torch_keys), run,
+                    judge) or call_causes(p_layer, ctx.result.paddle, run, judge, _Runs())
+    gives = GIVES_OUTPUT if child is None else gives_input_of(ctx.result.worst_input)
+    if found or ev is None or ev.y_local is None:  # torch's side is judged at the layer's output (against paddle's)
+        return [c.diagnosis(ctx.name, before, gives=gives) for c in found[:2]]
     module64 = ctx.session.torch64_module(pair.torch)
     run64 = lambda: run_torch64(module64, ctx.t_call)  # noqa: E731 - one re-run, handed to both searches
     hits = _search("torch", module64, ctx.result.torch, torch_keys, _counterparts(ctx, "torch", paddle_keys), run64,
