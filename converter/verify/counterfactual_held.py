@@ -60,10 +60,11 @@ def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]
     hits = []
     for places in (_held, _called):
         for x, original, put, replaced in places(layer, root_path, seen):
-            mine = _elementwise(original, _sample(x))
+            values = _sample(x)
+            mine = _elementwise(original, values)
             if mine is None:  # not elementwise on its input: no activation to swap
                 continue
-            for name, f in _others(*mine):
+            for name, f in _others(values, mine):
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
                 try:
@@ -121,7 +122,7 @@ def _sample(x) -> np.ndarray:
 
 
 def _elementwise(f, values: np.ndarray):
-    """(`values`, `f`'s output on them) where `f` is elementwise on them; None elsewhere."""
+    """`f`'s output on `values` where it is elementwise on them; None elsewhere."""
     y = _applied(f, values)
     if y is None or y.shape != values.shape or y.dtype != values.dtype or values.ndim < 2:
         return None
@@ -129,7 +130,7 @@ def _elementwise(f, values: np.ndarray):
     shuffled = _applied(f, values.ravel()[order])
     if shuffled is None or not np.allclose(shuffled, y.ravel()[order], rtol=1e-6, atol=1e-7, equal_nan=True):
         return None
-    return values, y
+    return y
 
 
 def _applied(f, values: np.ndarray) -> np.ndarray | None:
@@ -153,10 +154,9 @@ def _others(values: np.ndarray, mine: np.ndarray) -> list[tuple[str, object]]:
     differ from `mine` and from each other's, nearest to `mine` first."""
     found = []  # (distance, name, function, output)
     for name, f in _one_tensor_functions():
-        measured = _elementwise(f, values)
-        if measured is None:
+        y = _elementwise(f, values)
+        if y is None:
             continue
-        y = measured[1]
         if np.allclose(y, mine, rtol=1e-6, atol=1e-7, equal_nan=True) or \
                 any(np.allclose(y, o, rtol=1e-6, atol=1e-7, equal_nan=True) for *_, o in found):
             continue
