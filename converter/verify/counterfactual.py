@@ -181,8 +181,8 @@ def _measured(layer, framework_keys: frozenset, counterpart) -> list[Setting]:
     rebuilder, out = None, []
     for name, value in settings(layer, framework_keys).items():
         parameter = constructor_parameter(layer, name)
-        theirs = counterpart.arguments.get(parameter, None) if parameter else None
-        if isinstance(value, bool) or not _whole(value) or not _whole(theirs) or _same(value, theirs):
+        theirs = counterpart.arguments.get(parameter)
+        if not _whole(value) or not _whole(theirs) or _same(value, theirs):
             continue
         rebuilder = rebuilder or Rebuilder(layer, framework_keys)
         for to in candidates(value, [theirs]) or [theirs]:
