@@ -39,7 +39,7 @@ class Replaced:
     ratio: float
 
     def diagnosis(self, culprit: str, before: float, other: str = "", gives: str = GIVES_OUTPUT) -> Diagnosis:
-        where, short = self.path or "<model>", self.was.rsplit('.', 1)[-1]
+        where, short = self.path or "<model>", self.was.rsplit(".", 1)[-1]
         if self.attribute.startswith(CALLED):  # called directly in the layer's forward, as its k-th call of n
             nth = f" ({self.attribute} there)" if self.attribute != CALLED else ""
             what = f"calls {self.was}{nth}"
@@ -85,8 +85,8 @@ def _held(layer, root_path: str, seen):
     for h in held_functions(layer, root_path):
         x = seen.inputs.get((h.path, h.attribute))
         if x is not None:  # never called: no activation to swap
-            yield x, h.original, functools.partial(_holding, h), functools.partial(Replaced, h.path, h.attribute,
-                                                                                  h.function)
+            replaced = functools.partial(Replaced, h.path, h.attribute, h.function)
+            yield x, h.original, functools.partial(_holding, h), replaced
 
 
 @contextmanager
