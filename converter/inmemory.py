@@ -304,6 +304,15 @@ def _compare_buffer(t_key: str, t_value, p_value) -> str:
     return _compare_arrays(f"torch's '{t_key}'", t, to_numpy(p_value))
 
 
+def worst_gap(a: np.ndarray, b: np.ndarray, differ: np.ndarray | None = None) -> tuple[np.ndarray, tuple]:
+    """|a - b| per element of two float64 arrays (inf where one of the two is NaN, 0 where both
+    are; -1 outside `differ` where it is given), and the index of the largest (() for a scalar)."""
+    gap = np.where(np.isnan(a) != np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b), nan=0.0))
+    if differ is not None:
+        gap = np.where(differ, gap, -1.0)
+    return gap, (np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ())
+
+
 def _compare_arrays(what: str, t: np.ndarray, p: np.ndarray) -> str:
     """'equal to WHAT', or where paddle's array `p` differs from torch's `t`, with the worst element."""
     if t.shape != p.shape:
@@ -311,9 +320,7 @@ def _compare_arrays(what: str, t: np.ndarray, p: np.ndarray) -> str:
     floating = t.dtype.kind == "f" or p.dtype.kind == "f"
     if np.array_equal(t, p, equal_nan=floating):
         return f"equal to {what}"
-    a, b = t.astype(np.float64), p.astype(np.float64)
-    gap = np.where(np.isnan(a) != np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b), nan=0.0))
-    at = np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ()
+    gap, at = worst_gap(t.astype(np.float64), p.astype(np.float64))
     shown = lambda v: f"{v.item():.9g}" if isinstance(v.item(), float) else repr(v.item())
     where = f" (the worst at {list(map(int, at))})" if gap.ndim else ""
     return (f"differs from {what} in {int(np.count_nonzero(gap))} of {gap.size} element(s){where}: "

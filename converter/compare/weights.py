@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..inmemory import worst_gap
+
 
 @dataclass
 class WeightDiff:
@@ -87,9 +89,7 @@ def weight_difference(name: str, torch_keys: str, actual: np.ndarray, expected: 
         return WeightDiff(name, torch_keys, tuple(actual.shape), a.size, a.size, float("inf"), (), float("nan"),
                           float("nan"), f"torch's is {list(expected.shape)}")
     mask = _bits(actual) != _bits(expected) if same_kind else a != e
-    gap = np.where(np.isnan(a) != np.isnan(e), np.inf, np.nan_to_num(np.abs(a - e), nan=0.0))
-    gap = np.where(mask, gap, -1.0)
-    at = np.unravel_index(int(np.argmax(gap)), gap.shape) if gap.ndim else ()
+    gap, at = worst_gap(a, e, mask)
     note = ""
     if a.ndim == 2 and a.shape[0] == a.shape[1] and np.array_equal(a, e.T, equal_nan=True):
         note = "it holds torch's tensor transposed"
