@@ -30,6 +30,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from ..frameworks import paddle_side, torch_side
+from .paddle_own import _layer_at
 from .replay import PLAIN
 from ..tree import _children, flatten, is_tensor, replace
 
@@ -106,7 +107,7 @@ def returning_recorded(session: Session, units, recorded: Recorded, forced: bool
             returning(session.torch_model.get_submodule(unit.torch), t_call,
                       [lambda t=t: t.clone() for t in t_call.outputs])
             own = recorded.forced.get(unit.torch, {}) if forced else {}
-            returning(_paddle_layer(session.paddle_model, unit.paddle), p_call,
+            returning(_layer_at(session.paddle_model, unit.paddle), p_call,
                       [lambda t=t: t.clone() for t in p_call.outputs],
                       [paddle_tensor(a, t) for a, t in zip(own["paddle"], p_call.outputs)] if forced else None)
             if float64_returned(session):
@@ -138,7 +139,7 @@ def recording_forced(session: Session, units, recorded: Recorded):
                 own[kind] = [side.to_numpy(t).copy() for t in flatten(out, side.is_float_tensor)]
         return post
     for unit in units:
-        handles += paddle_side.add_hooks(_paddle_layer(session.paddle_model, unit.paddle),
+        handles += paddle_side.add_hooks(_layer_at(session.paddle_model, unit.paddle),
                                          post=keep(unit.torch, "paddle", paddle_side, FORCED_PASS.get))
         handles += torch_side.add_hooks(session.torch64_module(unit.torch), post=keep(unit.torch, "float64", torch_side))
     try:
@@ -146,11 +147,3 @@ def recording_forced(session: Session, units, recorded: Recorded):
     finally:
         for h in handles:
             h.remove()
-
-
-def _paddle_layer(model, path: str):
-    """The paddle layer at `path`, its block's weights not made (session.paddle_layer makes them)."""
-    layer = model
-    for part in filter(None, path.split(".")):
-        layer = layer._sub_layers[part]
-    return layer

@@ -395,9 +395,8 @@ class PortSession:
         return self.torch64.get_submodule(path) if path else self.torch64
 
     def paddle_layer(self, path: str):
-        layer = self.paddle_model
-        for part in filter(None, module_path(path).split(".")):
-            layer = layer._sub_layers[part]
+        from .paddle_own import _layer_at
+        layer = _layer_at(self.paddle_model, module_path(path))
         if "paddle" in self.streams:
             self.streams["paddle"].enter_module(layer)
         return layer
