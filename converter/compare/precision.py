@@ -18,7 +18,6 @@ import numpy as np
 U32 = 2.0 ** -24
 UNIT_ROUNDOFF = {"fp32": 0.0, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 MANTISSA_BITS = {"tf32": 10, "fp16": 10, "bf16": 7}
-FORMATS = tuple(UNIT_ROUNDOFF)
 # the unit roundoff of what a matmul computed in each format stores: TF32 is a compute format
 # with fp32 results, while bf16 and fp16 kernels (autocast, AMP) return their own format
 STORED_UNIT = {"fp32": U32, "tf32": U32, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -114,17 +113,8 @@ def torch_precision(device: str) -> SidePrecision:
 
 def paddle_precision(device: str) -> SidePrecision:
     import paddle
-    flags = {"NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE")}
-    for name in ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32"):
-        try:
-            flags[name] = bool(paddle.get_flags([name])[name])
-        except (ValueError, KeyError, RuntimeError):
-            pass
-    for name in ALIGNED_KERNEL_FLAGS:  # paddle 3.3's kernels aligned with torch's (GPU; nothing changes on CPU)
-        try:
-            flags[name] = paddle.get_flags([name])[name]
-        except (ValueError, KeyError, RuntimeError):  # not in this build, or not readable on it
-            pass
+    flags = {"NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE"), **_paddle_flags(PADDLE_TF32_FLAGS, bool),
+             **_paddle_flags(ALIGNED_KERNEL_FLAGS)}  # paddle 3.3's kernels aligned with torch's (GPU; nothing changes on CPU)
     core = getattr(getattr(paddle, "base", None), "core", None)
     if "FLAGS_cublas_allow_tf32" not in flags and core is not None and hasattr(core, "get_cublas_switch"):
         flags["cublas_switch"] = bool(core.get_cublas_switch())
@@ -142,6 +132,18 @@ ALIGNED_KERNEL_FLAGS = ("FLAGS_use_accuracy_compatible_kernel", "FLAGS_use_legac
 PADDLE_TF32_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
 
 
+def _paddle_flags(names, kind=lambda value: value) -> dict:
+    """paddle's flags `names` as `kind` makes them, those this build has and can read."""
+    import paddle
+    flags = {}
+    for name in names:
+        try:
+            flags[name] = kind(paddle.get_flags([name])[name])
+        except (ValueError, KeyError, RuntimeError):  # not in this build, or not readable on it (CPU)
+            pass
+    return flags
+
+
 @contextlib.contextmanager
 def fp32_arithmetic():
     """TF32 off on both sides inside the block (torch's matmul and cuDNN switches and float32
@@ -150,14 +152,9 @@ def fp32_arithmetic():
     import torch
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     saved = (matmul.allow_tf32, cudnn.allow_tf32, torch.get_float32_matmul_precision())
-    flags = {}
-    for name in PADDLE_TF32_FLAGS:
-        try:
-            flags[name] = bool(paddle.get_flags([name])[name])
-        except (ValueError, KeyError, RuntimeError):  # not readable on this build (CPU): left alone
-            pass
+    flags = _paddle_flags(PADDLE_TF32_FLAGS, bool)  # one not readable is left alone
     try:
-        set_strict("")
+        set_strict()
         yield
     finally:
         matmul.allow_tf32, cudnn.allow_tf32 = saved[0], saved[1]
@@ -166,14 +163,14 @@ def fp32_arithmetic():
             paddle.set_flags({name: value})
 
 
-def set_strict(device: str) -> None:
+def set_strict() -> None:
     """Turn TF32 off on both sides."""
     import paddle
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    for name in ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32"):
+    for name in PADDLE_TF32_FLAGS:
         try:
             paddle.set_flags({name: False})
         except (ValueError, RuntimeError):
@@ -274,8 +271,6 @@ def _on_outermost_call(model, modes) -> list:
     """Hooks under which every forward of `model` or of one of its modules runs inside the contexts
     `modes()` makes; returns the hook handles. The modes are thread-local, so they are entered by the
     outermost module call on each thread and left when that call ends, also by an exception."""
-    import contextlib
-    import threading
     state = threading.local()
 
     def enter(module, args):

@@ -151,7 +151,7 @@ class PortSession:
         if self.device == "cuda":
             self.torch_model.cuda()
         if options.precision == "strict":
-            prec.set_strict(self.device)
+            prec.set_strict()
         self.precision = {"torch": prec.torch_precision(self.device), "paddle": prec.paddle_precision(self.device)}
         if options.precision == "strict":
             for side in self.precision.values():
