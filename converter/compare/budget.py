@@ -284,14 +284,6 @@ def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulS
     return budget_for(LAYER, formats, y32, e_ref, matmul, rounding, condition)
 
 
-def budget_from_error(formats: dict, y: np.ndarray, e_ref: np.ndarray, matmul: MatmulStats | None,
-                      rounding: dict | None = None, condition: np.ndarray | None = None,
-                      e_other: np.ndarray | None = None) -> Budget:
-    """A layer's budget given the torch layer's observed fp32 error e_ref = y32 - y64 (float32 is
-    plenty): budget_for(LAYER, ...)."""
-    return budget_for(LAYER, formats, y, e_ref, matmul, rounding, condition, e_other)
-
-
 def own_errors(reference_error, difference) -> dict[str, float | None]:
     """Each side's largest error against the float64 reference, from `reference_error` (float64
     less torch's float32) and `difference` (paddle's value less torch's): torch's is the first,

@@ -83,8 +83,8 @@ def test_paddles_error_stands_in_as_torchs_unless_measured():
     y = rng.standard_normal(100).astype(np.float32)
     e_ref = (y * 1e-7).astype(np.float32)
     sides = lambda b: {(share.term, share.side) for part in b.parts for g in part.groups for share in g}
-    assert (STAND_IN, "paddle") in sides(B.budget_from_error(FP32, y, e_ref, None))
-    assert (OBSERVED, "paddle") in sides(B.budget_from_error(FP32, y, e_ref, None, e_other=e_ref * 3))
+    assert (STAND_IN, "paddle") in sides(B.budget_for(B.LAYER, FP32, y, e_ref, None))
+    assert (OBSERVED, "paddle") in sides(B.budget_for(B.LAYER, FP32, y, e_ref, None, e_other=e_ref * 3))
 
 
 def test_a_training_row_names_the_terms_a_training_comparison_adds():
@@ -93,7 +93,7 @@ def test_a_training_row_names_the_terms_a_training_comparison_adds():
     e_ref = (y * rng.standard_normal(y.shape) * 1e-7).astype(np.float32)
     condition = np.abs(y * 3e-8).astype(np.float32)
     extra = np.abs(y * 2e-6).astype(np.float32)
-    layer = B.budget_from_error(FP32, y, e_ref, None, None, condition)
+    layer = B.budget_for(B.LAYER, FP32, y, e_ref, None, None, condition)
     named = B.budget_for(B.TRAINING, FP32, y, e_ref, None, None, condition, conventions=extra)
     # a layer's terms, plus the condition's mean square for every element and the conventions' own
     expected = layer.var + np.float32(2 * np.mean(np.square(condition, dtype=np.float64))) + np.square(extra)

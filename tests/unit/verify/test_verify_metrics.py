@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from converter.compare.budget import budget_from_error
+from converter.compare.budget import LAYER, budget_for
 from converter.compare.metrics import compare
 
 
@@ -45,7 +45,7 @@ def test_budget_ratio_is_infinite_for_nan_and_zero_for_equal():
     rng = np.random.default_rng(2)
     y = rng.standard_normal(1000).astype(np.float32)
     e_ref = (y * 1e-7).astype(np.float32)
-    budget = budget_from_error({"torch": "fp32", "paddle": "fp32"}, y, e_ref, None)
+    budget = budget_for(LAYER, {"torch": "fp32", "paddle": "fp32"}, y, e_ref, None)
     assert budget.ratio(np.zeros_like(y))[0] == 0.0
     diff = np.zeros_like(y)
     diff[17] = np.nan
