@@ -95,10 +95,7 @@ class BlockTensors:
             shared = [] if made else [r for r in self._blocks[block] if r.users]  # made already: no making
             for record in shared:
                 self._acquire(record)
-            for old in dropped:
-                self._resident.remove(old)
-                for record in self._blocks[old]:
-                    self._release(record)
+            self._drop(dropped)
             if not made:
                 taken = {id(r) for r in shared}
                 for record in self._blocks[block]:
@@ -125,10 +122,7 @@ class BlockTensors:
                 return
             held = {b for t, b in self._entered.items() if t.is_alive()}
             dropped = [b for b in self._resident if b not in held]
-            for old in dropped:
-                self._resident.remove(old)
-                for record in self._blocks[old]:
-                    self._release(record)
+            self._drop(dropped)
         if dropped:
             give_back_freed()
 
@@ -141,12 +135,17 @@ class BlockTensors:
             self._entered.clear()
             if self.keep >= len(self._blocks):
                 return
-            dropped, self._resident = self._resident, []
-            for old in dropped:
-                for record in self._blocks[old]:
-                    self._release(record)
+            dropped = list(self._resident)
+            self._drop(dropped)
         if dropped:
             give_back_freed()
+
+    def _drop(self, blocks: list[int]) -> None:
+        """`blocks` held no longer, their tensors no other block holds back to their placeholders."""
+        for old in blocks:
+            self._resident.remove(old)
+            for record in self._blocks[old]:
+                self._release(record)
 
     def _acquire(self, record: HeldTensor) -> None:
         if record.users == 0:
@@ -263,7 +262,6 @@ class Float64Reference:
     def __init__(self, model, keep: int | None = None, read=None):
         torch = import_torch()
         keep = keep or (KEEP if read is None else STREAMED_KEEP)
-        self.keep = keep
         nan = torch.full((), float("nan"), dtype=torch.float64)
         names = tensor_names(model)
         records: dict[int, HeldTensor] = {}  # id of a tensor of the model -> its record
@@ -297,10 +295,6 @@ class Float64Reference:
         self.tensors = block_tensors(places, len(blocks), _torch_hook, keep)
         if read is not None:  # read from the checkpoint, as the streamed models: a whole forward done, its last block goes
             self.model.register_forward_hook(self.tensors.done_hook())
-
-    def enter(self, block: int) -> None:
-        """Block `block` widened for this thread, which holds it until it enters another."""
-        self.tensors.enter(block)
 
     @property
     def blocks(self) -> int:
