@@ -212,14 +212,12 @@ class PortSession:
             state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
                 self.torch_model, self.paddle_model, rules)
         check_dtypes(self.plan, self.paddle_model)
-        self.weight_source = "as loaded" if self.loaded else "converted in memory"
         if converted:
             from ..frameworks.paddle_side import load_into
             missing, unexpected = load_into(self.paddle_model, converted)
             if missing or unexpected:
                 raise UserError(f"--converted '{converted}' does not fit the paddle model "
                                 f"{_keys_off(missing, unexpected)}; convert it again for this model")
-            self.weight_source = converted
         elif state is not None:
             own = self.paddle_model.state_dict()  # its buffers given back as they are: paddle warns of each one left out
             self.paddle_model.set_state_dict(state | {k: v for k, v in own.items() if k not in state})
@@ -248,7 +246,7 @@ class PortSession:
         self.undo.push(weights.close)
         self.plan, self.ruleset, self.torch_state = weights.plan, weights.ruleset, self.checkpoint
         check_dtypes(self.plan, self.paddle_model)
-        self.weight_source, self.weight_check = weights.source, weights.weight_check
+        self.weight_check = weights.weight_check
         self.paddle_from_plan = weights.from_plan
         if weights.streamed is not None:
             self.streams["paddle"] = weights.streamed

@@ -206,14 +206,13 @@ class PaddleWeights:
     """The paddle model's weights in a streamed run: the plan (the torch tensors read from the
     checkpoint), its blocks streamed (None where the model holds its own weights), whether they are
     computed from the checkpoint through the plan (not read from a file nor the model's own), the check
-    of loaded weights against torch's (mapping 'loaded', else None), where they come from, and a note."""
+    of loaded weights against torch's (mapping 'loaded', else None), and a note."""
 
     plan: object
     ruleset: object
     streamed: Streamed | None
     from_plan: bool
     weight_check: object
-    source: str
     note: str
     close: Callable[[], None]
 
@@ -233,13 +232,13 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     held = "one block" if keep == 1 else f"{keep} blocks"
     where = f"'{checkpoint.path}'"
     if converted is None and loaded:
-        return PaddleWeights(plan, ruleset, None, False, check_loaded(plan, checkpoint, paddle_model), "as loaded",
+        return PaddleWeights(plan, ruleset, None, False, check_loaded(plan, checkpoint, paddle_model),
                              f"weights: torch_model() is on the meta device: its weights are streamed from {where} "
                              f"block by block ({held} held at a time), the paddle model keeps the weights it "
                              "was loaded with", lambda: None)
     if converted is None:
         streamed = stream_paddle(paddle_model, plan, checkpoint, keep)
-        return PaddleWeights(plan, ruleset, streamed, True, None, f"streamed from {where}",
+        return PaddleWeights(plan, ruleset, streamed, True, None,
                              f"weights: torch_model() is on the meta device: both models' weights are streamed from "
                              f"{where} block by block (the part outside the blocks and {held} per side held at a "
                              "time)", streamed.close)
@@ -255,7 +254,7 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     def close():
         streamed.close()
         source.close()
-    return PaddleWeights(plan, ruleset, streamed, False, check, f"streamed from '{converted}'",
+    return PaddleWeights(plan, ruleset, streamed, False, check,
                          f"weights: torch_model() is on the meta device: its weights are streamed from {where} and the "
                          f"paddle model's from '{converted}', block by block (the part outside the blocks and {held} "
                          "per side held at a time)", close)
