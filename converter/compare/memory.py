@@ -223,9 +223,7 @@ def one_block(session: Session, available: int) -> None:
     """The float64 reference widens one block at a time where a block of it is more than BLOCK_SHARE
     of the memory available (a streamed model's already does)."""
     tensors = session.reference64.tensors
-    pinned = {id(r) for r in tensors._pinned}
-    largest = max((sum(r.nbytes for r in records if id(r) not in pinned) for records in tensors._blocks), default=0)
-    if largest > BLOCK_SHARE * available:
+    if max(tensors.block_bytes(), default=0) > BLOCK_SHARE * available:
         tensors.keep = min(tensors.keep, 1)
 
 
@@ -237,10 +235,7 @@ def _torch_bytes(model) -> int:
 
 
 def _paddle_bytes(model) -> int:
-    total = 0
-    for t in [*model.parameters(), *model.buffers()]:
-        total += int(t.size) * t.element_size()
-    return total
+    return sum(int(t.size) * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
 def _forward_outputs(session: Session) -> int:

@@ -181,9 +181,7 @@ class BlockTensors:
         and again (the forward check's passes) then makes each block once instead of once per pass.
         Where they do not fit, `keep` stays as it was: passes run the blocks in order, so keeping
         some of them would only drop each before its next use. Returns the blocks kept."""
-        pinned = {id(r) for r in self._pinned}
-        total = sum(r.nbytes for records in self._blocks for r in records if id(r) not in pinned)
-        if total <= allowance:
+        if sum(self.block_bytes()) <= allowance:
             with self._lock:
                 self.keep = max(self.keep, len(self._blocks))
         return self.keep
@@ -191,10 +189,13 @@ class BlockTensors:
     def most_bytes(self) -> tuple[int, int]:
         """(bytes held for the whole run, bytes of the `keep` largest blocks besides): what one
         thread running the tree holds at most."""
-        pinned = {id(r) for r in self._pinned}
-        blocks = sorted((sum(r.nbytes for r in records if id(r) not in pinned) for records in self._blocks),
-                        reverse=True)
+        blocks = sorted(self.block_bytes(), reverse=True)
         return sum(r.nbytes for r in self._pinned), sum(blocks[:self.keep])
+
+    def block_bytes(self) -> list[int]:
+        """Each block's bytes besides those held for the whole run."""
+        pinned = {id(r) for r in self._pinned}
+        return [sum(r.nbytes for r in records if id(r) not in pinned) for records in self._blocks]
 
     def held_bytes(self) -> int:
         """Bytes of the tensors held now."""
