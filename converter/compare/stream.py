@@ -24,7 +24,7 @@ from ..io.base import Source, TensorInfo
 from ..io.torch_io import numpy_view, tensor_to_numpy
 from ..lazy import import_paddle, import_torch
 from .recycle import Storages
-from .widen import STREAMED_KEEP, KINDS, BlockTensors, HeldTensor, _blocks, _largest_lists, _like, block_tensors, tensor_names
+from .widen import STREAMED_KEEP, KINDS, BlockTensors, HeldTensor, _block_index, _blocks, _largest_lists, _like, block_tensors, tensor_names
 
 LENT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # paddle tensors made on lent storage
 
@@ -147,13 +147,14 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> St
         make = lambda: _like(t, checkpoint.tensor(key))
         return records.setdefault(id(t), HeldTensor(make, t, t.numel() * t.element_size()))
 
-    block_of = _block_index(_blocks(model), lambda b: b.modules())
+    blocks = _blocks(model)
+    block_of = _block_index(blocks, lambda b: b.modules())
     places = [(m, block_of.get(id(m), []), [(kind, name, held(t)) for kind in KINDS
                                             for name, t in getattr(m, kind).items() if t is not None and streamed(t)])
               for m in model.modules()]
     handles = []
     hook = lambda m, h: handles.append(m.register_forward_pre_hook(h, prepend=True))
-    tensors = block_tensors(places, len(_blocks(model)), hook, keep)
+    tensors = block_tensors(places, len(blocks), hook, keep)
     handles.append(model.register_forward_hook(tensors.done_hook()))  # a whole forward done: its last block goes
     return Streamed(model, tensors, handles, block_of)
 
@@ -324,14 +325,6 @@ def _named_tensors(model):
                 if t is not None:
                     seen.setdefault(id(t), (names[id(t)], t))
     return list(seen.values())
-
-
-def _block_index(blocks, inside) -> dict[int, list[int]]:
-    block_of: dict[int, list[int]] = {}
-    for i, block in enumerate(blocks):
-        for m in inside(block):
-            block_of.setdefault(id(m), []).append(i)
-    return block_of
 
 
 def _paddle_blocks(model) -> list:

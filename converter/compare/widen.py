@@ -285,10 +285,7 @@ class Float64Reference:
                 for key in [k for k, h in hooks.items() if hasattr(h, "block_tensors")]:
                     del hooks[key]
         blocks = _blocks(model)
-        block_of = {}  # id of a module of the model -> the indices of the blocks it is in
-        for i, block in enumerate(blocks):
-            for m in block.modules():
-                block_of.setdefault(id(m), []).append(i)
+        block_of = _block_index(blocks, lambda b: b.modules())
         places = [(module64, block_of.get(id(module), []),
                    [(kind, name, records[id(t)]) for kind in KINDS for name, t in getattr(module, kind).items()
                     if t is not None and id(t) in records])
@@ -355,6 +352,15 @@ def _blocks(model) -> list:
     lists = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
     return _largest_lists(lists, lambda m: sum(1 for _ in m.modules()), lambda m: list(m.modules()),
                           lambda m: list(m.children()))
+
+
+def _block_index(blocks, inside) -> dict[int, list[int]]:
+    """id of each module inside the blocks (`inside(block)`: a block's modules) -> the indices of the blocks it is in."""
+    block_of: dict[int, list[int]] = {}
+    for i, block in enumerate(blocks):
+        for m in inside(block):
+            block_of.setdefault(id(m), []).append(i)
+    return block_of
 
 
 def _largest_lists(lists, size, inside, children) -> list:
