@@ -26,9 +26,8 @@ from .capture import Call, call_tensors, stop_when_done, tensor_version
 from .identity import ByIdentity, view_of
 from .precision import ROUNDING_DRAWS, U32
 from .matching import POSITION, VALUE, common_shape, lay_out
-from .paddle_own import (LOWER_FLOATS as LOWER_FLOATS, TorchOwn, _layer_at, _own_error,
-                         _paddle_keeps_float64 as _paddle_keeps_float64, paddle_own_errors as paddle_own_errors,
-                         paddle_own_inside as paddle_own_inside)
+from .paddle_own import (TorchOwn, _layer_at, _own_error, _paddle_keeps_float64 as _paddle_keeps_float64,
+                         paddle_own_errors as paddle_own_errors, paddle_own_inside as paddle_own_inside)
 from .replay import Forcing, TorchCopies, to_float64, force_paddle_args, torch_inputs, with_own_state
 from .shapes import undone
 from ..paths import is_under
