@@ -25,7 +25,6 @@ STAND_IN = "observed error, torch's standing in"  # paddle's error taken to be t
 CONDITION = "condition"  # one unit of float32 rounding at the op's input, carried through the op
 CONVENTION = "convention"  # a difference both sides have by design (training: BatchNorm's variance, ...)
 FLOOR = "floor"  # float32's smallest normal value: a budget is never 0
-TERMS = (ACCUMULATION, INPUT_ROUNDING, STORED_FORMAT, OBSERVED, STAND_IN, CONDITION, CONVENTION, FLOOR)
 
 
 @dataclass(frozen=True)
@@ -143,23 +142,18 @@ def term_words(term: str, side: str, formats: dict) -> str:
     """A term in words, as a report says it."""
     fmt = formats.get(side, next(iter(formats.values()), "fp32") if len(set(formats.values())) == 1 else "fp32")
     who = f"{side}'s" if side else "both sides'"
-    if term == ACCUMULATION:
-        return f"{who} fp32 accumulation of the matmul sums"
     if term == INPUT_ROUNDING:
         return f"{who} rounding of products' inputs to {fmt.upper()}" if fmt != "fp32" else f"{who} input rounding"
     if term == STORED_FORMAT:
         return f"{who} output stored in {fmt.upper() if fmt in ('bf16', 'fp16') else 'float32'}"
-    if term == OBSERVED:
-        return f"{who} own fp32 error against float64, measured"
-    if term == STAND_IN:
-        return f"{who} fp32 error, taken to be torch's (not measured there)"
-    if term == CONDITION:
-        return f"{who} rounding at the op's input, carried through its condition"
-    if term == CONVENTION:
-        return "conventions that differ by design"
-    if term == FLOOR:
-        return "float32's smallest normal value"
-    return "terms added by the caller"
+    return _WORDS.get(term, "terms added by the caller").format(who=who)
+
+
+_WORDS = {ACCUMULATION: "{who} fp32 accumulation of the matmul sums",  # the other terms in words (term_words)
+          OBSERVED: "{who} own fp32 error against float64, measured",
+          STAND_IN: "{who} fp32 error, taken to be torch's (not measured there)",
+          CONDITION: "{who} rounding at the op's input, carried through its condition",
+          CONVENTION: "conventions that differ by design", FLOOR: "float32's smallest normal value"}
 
 
 def breakdown_words(breakdown: Breakdown, formats: dict, most: int = 2) -> str:
