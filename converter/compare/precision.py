@@ -113,8 +113,9 @@ def torch_precision(device: str) -> SidePrecision:
 
 def paddle_precision(device: str) -> SidePrecision:
     import paddle
-    flags = {"NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE"), **_paddle_flags(PADDLE_TF32_FLAGS, bool),
-             **_paddle_flags(ALIGNED_KERNEL_FLAGS)}  # paddle 3.3's kernels aligned with torch's (GPU; nothing changes on CPU)
+    flags = {"NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE"), **read_paddle_flags(PADDLE_TF32_FLAGS, bool),
+             # paddle 3.3's kernels aligned with torch's (GPU; nothing changes on CPU)
+             **read_paddle_flags(ALIGNED_KERNEL_FLAGS)}
     core = getattr(getattr(paddle, "base", None), "core", None)
     if "FLAGS_cublas_allow_tf32" not in flags and core is not None and hasattr(core, "get_cublas_switch"):
         flags["cublas_switch"] = bool(core.get_cublas_switch())
@@ -132,7 +133,7 @@ ALIGNED_KERNEL_FLAGS = ("FLAGS_use_accuracy_compatible_kernel", "FLAGS_use_legac
 PADDLE_TF32_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
 
 
-def _paddle_flags(names, kind=lambda value: value) -> dict:
+def read_paddle_flags(names, kind=lambda value: value) -> dict:
     """paddle's flags `names` as `kind` makes them, those this build has and can read."""
     import paddle
     flags = {}
@@ -152,7 +153,7 @@ def fp32_arithmetic():
     import torch
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     saved = (matmul.allow_tf32, cudnn.allow_tf32, torch.get_float32_matmul_precision())
-    flags = _paddle_flags(PADDLE_TF32_FLAGS, bool)  # one not readable is left alone
+    flags = read_paddle_flags(PADDLE_TF32_FLAGS, bool)  # one not readable is left alone
     try:
         set_strict()
         yield

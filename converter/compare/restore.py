@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .precision import PADDLE_TF32_FLAGS, read_paddle_flags
+
 Restore = Callable[[], None]
 
 
@@ -36,7 +38,6 @@ class Undo:
 # torch's precision settings, the broad ones before the narrow (setting a broad one sets those under it)
 _TORCH_FP32_PRECISION = ("", "cudnn", "mkldnn", "cuda.matmul", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul",
                          "mkldnn.conv", "mkldnn.rnn")
-_PADDLE_FLAGS = ("FLAGS_cublas_allow_tf32", "FLAGS_cudnn_allow_tf32")
 
 
 def _torch_backend(torch, path: str):
@@ -84,13 +85,7 @@ def record_torch_flags() -> Restore:
 def paddle_flags() -> dict:
     """paddle's TF32 flags that this build lets one read, and its current device."""
     import paddle
-    flags = {"device": paddle.get_device()}
-    for name in _PADDLE_FLAGS:
-        try:
-            flags[name] = paddle.get_flags([name])[name]
-        except (ValueError, KeyError, RuntimeError):
-            pass
-    return flags
+    return {"device": paddle.get_device(), **read_paddle_flags(PADDLE_TF32_FLAGS)}
 
 
 def record_paddle_flags() -> Restore:
@@ -99,7 +94,7 @@ def record_paddle_flags() -> Restore:
 
     def restore():
         paddle.set_device(before["device"])
-        paddle.set_flags({name: value for name, value in before.items() if name in _PADDLE_FLAGS})
+        paddle.set_flags({name: value for name, value in before.items() if name in PADDLE_TF32_FLAGS})
 
     return restore
 
