@@ -24,7 +24,8 @@ from ..io.base import Source, TensorInfo
 from ..io.torch_io import numpy_view, tensor_to_numpy
 from ..lazy import import_paddle, import_torch
 from .recycle import Storages
-from .widen import STREAMED_KEEP, KINDS, BlockTensors, HeldTensor, _block_index, _blocks, _largest_lists, _like, block_tensors, tensor_names
+from .widen import (STREAMED_KEEP, KINDS, BlockTensors, HeldTensor, _block_index, _blocks, _largest_lists, _like,
+                    block_tensors, tensor_names)
 
 LENT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # paddle tensors made on lent storage
 

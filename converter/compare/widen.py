@@ -355,7 +355,7 @@ def _blocks(model) -> list:
 
 
 def _block_index(blocks, inside) -> dict[int, list[int]]:
-    """id of each module inside the blocks (`inside(block)`: a block's modules) -> the indices of the blocks it is in."""
+    """id of each module inside the blocks (`inside(block)`: a block's modules) -> the blocks it is in."""
     block_of: dict[int, list[int]] = {}
     for i, block in enumerate(blocks):
         for m in inside(block):
