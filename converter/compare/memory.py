@@ -353,25 +353,24 @@ class Planned:
 
 
 def before_build(torch_infos: dict, available: int, torch_dtype: str | None = "float32", paddle_infos: dict | None = None,
-                 paddle_dtype: str | None = None, paddle_streams: bool = True, keep: int = KEEP,
-                 streamed_keep: int = STREAMED_KEEP) -> Planned:
+                 paddle_dtype: str | None = None, paddle_streams: bool = True) -> Planned:
     """The peaks of a run from its checkpoint's header: torch's tensors (`torch_infos`, floating
     ones held in `torch_dtype`), paddle's (`paddle_infos`, floating ones in `paddle_dtype`: a paddle
     weights file; None: converted from torch's, the same bytes), the float64 reference's part
-    outside the blocks and `keep` blocks (`streamed_keep` where streamed, as each side's), and the
+    outside the blocks and KEEP blocks (STREAMED_KEEP where streamed, as each side's), and the
     activations a run under a capture limit keeps at most. `paddle_streams`: the streamed run streams
     paddle's weights too (else it holds them all)."""
     torch_held = held_from_header(torch_infos, torch_dtype)
     paddle_held = torch_held if paddle_infos is None else held_from_header(paddle_infos, paddle_dtype)
     wide = held_from_header(torch_infos, width=8)
     reference = wide.outside
-    blocks = wide.streamed(keep) - reference
+    blocks = wide.streamed(KEEP) - reference
     models = torch_held.whole + paddle_held.whole
     activations = int(2 * CAPTURE_SHARE * max(0, available - models - reference))
     in_memory = Estimate(models, reference, blocks, activations)
-    paddle_streamed = paddle_held.streamed(streamed_keep) if paddle_streams else paddle_held.whole
-    streamed_models = torch_held.streamed(streamed_keep) + paddle_streamed
+    paddle_streamed = paddle_held.streamed(STREAMED_KEEP) if paddle_streams else paddle_held.whole
+    streamed_models = torch_held.streamed(STREAMED_KEEP) + paddle_streamed
     spare = max(wide.blocks, default=0)
-    streamed = Estimate(streamed_models, reference, wide.streamed(streamed_keep) - reference,
+    streamed = Estimate(streamed_models, reference, wide.streamed(STREAMED_KEEP) - reference,
                         int(2 * CAPTURE_SHARE * max(0, available - streamed_models - reference - spare)), spare)
     return Planned(in_memory, models + paddle_held.whole, streamed)
