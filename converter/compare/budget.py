@@ -276,12 +276,12 @@ def _training_terms(formats: dict, condition, conventions) -> list:
 
 
 def make_budget(formats: dict, y32: np.ndarray, y64: np.ndarray, matmul: MatmulStats | None,
-                rounding: dict | None = None, condition: np.ndarray | None = None) -> Budget:
+                rounding: dict | None = None) -> Budget:
     """A layer's budget from torch's fp32 and float64 outputs (see budget_for). `rounding` maps
     format -> the change of the float64 output, per element (laid out as y64), under that
     format's rounding (non-matmul layers)."""
     e_ref = np.subtract(y32, y64, dtype=np.float64).astype(np.float32)
-    return budget_for(LAYER, formats, y32, e_ref, matmul, rounding, condition)
+    return budget_for(LAYER, formats, y32, e_ref, matmul, rounding)
 
 
 def own_errors(reference_error, difference) -> dict[str, float | None]:

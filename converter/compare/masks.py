@@ -28,12 +28,11 @@ def masked_by_torch(y_t: np.ndarray, y64: np.ndarray) -> np.ndarray:
         return (y_t <= MASKED_BELOW) & ~(y64 >= -float(np.finfo(np.float32).max))
 
 
-def masked_positions(a: np.ndarray, flip: bool = False) -> np.ndarray | None:
+def masked_positions(a: np.ndarray) -> np.ndarray | None:
     """The positions a mask masks (True), or None when `a` is not mask-like: a boolean tensor
-    (True keeps a position, or masks it when `flip`), or an additive float tensor whose values
-    are all 0 or far below 0."""
+    (True keeps a position), or an additive float tensor whose values are all 0 or far below 0."""
     if a.dtype == np.bool_:
-        return a if flip else ~a
+        return ~a
     if not np.issubdtype(a.dtype, np.floating) or a.ndim < 2:
         return None
     with np.errstate(invalid="ignore"):

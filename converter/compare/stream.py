@@ -129,7 +129,7 @@ class Streamed:
         self.tensors.close()
 
 
-def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> Streamed:
+def stream_torch(model, checkpoint: Checkpoint) -> Streamed:
     """The torch model (on the meta device) with its tensors read from `checkpoint` as they run."""
     names = tensor_names(model)
     off = [names[id(t)] for m in model.modules() for kind in KINDS for t in getattr(m, kind).values()
@@ -155,7 +155,7 @@ def stream_torch(model, checkpoint: Checkpoint, keep: int = STREAMED_KEEP) -> St
               for m in model.modules()]
     handles = []
     hook = lambda m, h: handles.append(m.register_forward_pre_hook(h, prepend=True))
-    tensors = block_tensors(places, len(blocks), hook, keep)
+    tensors = block_tensors(places, len(blocks), hook, STREAMED_KEEP)
     handles.append(model.register_forward_hook(tensors.done_hook()))  # a whole forward done: its last block goes
     return Streamed(model, tensors, handles, block_of)
 
