@@ -99,17 +99,15 @@ def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -
     if len(t_shapes) == 1 and len(p_shapes) == 1 and common_shape(t_shapes[0], p_shapes[0]) is not None:
         return OutputPairs((0,), (0,), (common_shape(t_shapes[0], p_shapes[0]),))
     if len(t_shapes) == 1 and len(p_shapes) == 1 and t_values is not None and p_values is not None:
-        order = axes_order(t_values()[0], p_values()[0])
-        if order is not None:
-            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (order,))
-        span = _span_of(t_values()[0], p_values()[0])
-        if span is not None:
-            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (None,), (span,))
-        # values too far apart to say which order holds them (a bug before it): the nearest order, so
-        # that the difference is measured, not taken for one of shape
-        order = axes_order(t_values()[0], p_values()[0], rtol=np.inf)
-        if order is not None:
-            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (order,))
+        t, p = t_values()[0], p_values()[0]
+        order = axes_order(t, p)
+        span = _span_of(t, p) if order is None else None
+        if order is None and span is None:
+            # values too far apart to say which order holds them (a bug before it): the nearest order, so
+            # that the difference is measured, not taken for one of shape
+            order = axes_order(t, p, rtol=np.inf)
+        if order is not None or span is not None:
+            return OutputPairs((0,), (0,), (tuple(t_shapes[0]),), (order,), (span,) if span is not None else ())
     if t_values is None or p_values is None:
         shapes = [common_shape(a, b) for a, b in zip(t_shapes, p_shapes)]
         n = next((k for k, s in enumerate(shapes) if s is None), len(shapes))
