@@ -11,6 +11,7 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -361,25 +362,14 @@ def emulate_torch_training(model, fmt: str | None) -> list:
     return _on_outermost_call(model, lambda: [torch_straight_through(fmt), torch_rounding(fmt)])
 
 
-class _Undo:
-    """A handle whose remove() calls `undo` once."""
-
-    def __init__(self, undo):
-        self.undo = undo
-
-    def remove(self) -> None:
-        undo, self.undo = self.undo, None
-        if undo is not None:
-            undo()
-
-
 def emulate_paddle_training(fmt: str | None) -> list:
     """The emulation of a format in paddle's training runs: emulate_paddle (straight through already:
     each rounded input is the unrounded one plus a detached difference, so d(round(a) b)/da :=
-    round(b)); a handle list for remove() (none for fp32 or None)."""
+    round(b)); a handle list for remove() (none for fp32 or None): its handle's remove() is the
+    function emulate_paddle returns, which undoes it once."""
     if fmt in (None, "fp32"):
         return []
-    return [_Undo(emulate_paddle(fmt))]
+    return [SimpleNamespace(remove=emulate_paddle(fmt))]
 
 
 def remove(handles: list) -> None:
