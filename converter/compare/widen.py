@@ -290,7 +290,8 @@ class Float64Reference:
                    [(kind, name, records[id(t)]) for kind in KINDS for name, t in getattr(module, kind).items()
                     if t is not None and id(t) in records])
                   for module, module64 in zip(model.modules(), self.model.modules())]
-        self.tensors = block_tensors(places, len(blocks), _torch_hook, keep)
+        hook = lambda module, pre_hook: module.register_forward_pre_hook(pre_hook, prepend=True)
+        self.tensors = block_tensors(places, len(blocks), hook, keep)
         if read is not None:  # read from the checkpoint, as the streamed models: a whole forward done, its last block goes
             self.model.register_forward_hook(self.tensors.done_hook())
 
@@ -317,10 +318,6 @@ def tensor_names(model) -> dict[int, str]:
                 if t is not None:
                     names.setdefault(id(t), f"{prefix}.{name}" if prefix else name)
     return names
-
-
-def _torch_hook(module, hook) -> None:
-    module.register_forward_pre_hook(hook, prepend=True)
 
 
 def _widened(t, module, kind: str, name: str):
