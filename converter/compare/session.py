@@ -65,6 +65,12 @@ def _keys_off(missing, unexpected) -> str:
     return f"(missing: {', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(unexpected[:5]) or 'none'})"
 
 
+def _in_float64(inputs):
+    """The spec's inputs (a tuple or a dict of arrays) with their floating arrays in float64."""
+    widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
+    return {k: widen(v) for k, v in inputs.items()} if isinstance(inputs, dict) else tuple(widen(v) for v in inputs)
+
+
 def pick_device(requested: str) -> str:
     torch = import_torch()
     paddle = import_paddle()
@@ -310,9 +316,7 @@ class PortSession:
                 self._paddle64 = None
         if self._paddle64 is None:
             return None
-        widen = lambda v: v.astype("float64") if np.issubdtype(v.dtype, np.floating) else v
-        wide = {k: widen(v) for k, v in self.inputs.items()} if isinstance(self.inputs, dict) \
-            else tuple(widen(v) for v in self.inputs)
+        wide = _in_float64(self.inputs)
         from ..tree import flatten
         returned = {}  # what the model returns, from its first run
 
@@ -370,9 +374,7 @@ class PortSession:
         precision.torch_rounding for `draw`)."""
         from ..frameworks import torch_side
         from .replay import float64_reference
-        widen = lambda a: a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
-        x = self.inputs
-        x = {k: widen(v) for k, v in x.items()} if isinstance(x, dict) else tuple(widen(v) for v in x)
+        x = _in_float64(self.inputs)
         with forward_errors("torch_model() in float64", self.spec.path,
                              "verify-port calibrates every budget against a float64 run of the torch model: make its "
                              "forward work in float64 (masks from torch.finfo(x.dtype), no float32 constants forced)"), \
