@@ -212,10 +212,10 @@ class PortSession:
             self._stream_paddle(rules, converted)
             return
         if self.loaded:
-            self.plan, self.ruleset, self.torch_state = plan_for_loaded(self.torch_model, self.paddle_model, rules)
+            self.plan, _, self.torch_state = plan_for_loaded(self.torch_model, self.paddle_model, rules)
             state = None
         else:
-            state, self.plan, self.ruleset, self.torch_state = convert_in_memory(
+            state, self.plan, _, self.torch_state = convert_in_memory(
                 self.torch_model, self.paddle_model, rules)
         check_dtypes(self.plan, self.paddle_model)
         if converted:
@@ -250,7 +250,7 @@ class PortSession:
         from .stream import paddle_weights
         weights = paddle_weights(self.torch_model, self.paddle_model, rules, self.checkpoint, converted, self.loaded)
         self.undo.push(weights.close)
-        self.plan, self.ruleset, self.torch_state = weights.plan, weights.ruleset, self.checkpoint
+        self.plan, self.torch_state = weights.plan, self.checkpoint
         check_dtypes(self.plan, self.paddle_model)
         self.weight_check = weights.weight_check
         self.paddle_from_plan = weights.from_plan

@@ -211,7 +211,6 @@ class PaddleWeights:
     of loaded weights against torch's (mapping 'loaded', else None), and a note."""
 
     plan: object
-    ruleset: object
     streamed: Streamed | None
     from_plan: bool
     weight_check: object
@@ -229,18 +228,18 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     from ..inmemory import plan_for_loaded, plan_in_memory
     from .weights import check_loaded
     plan_for = plan_for_loaded if loaded else plan_in_memory
-    plan, ruleset, _ = plan_for(torch_model, paddle_model, rules, source=checkpoint)
+    plan = plan_for(torch_model, paddle_model, rules, source=checkpoint)[0]
     keep = STREAMED_KEEP
     held = "one block" if keep == 1 else f"{keep} blocks"
     where = f"'{checkpoint.path}'"
     if converted is None and loaded:
-        return PaddleWeights(plan, ruleset, None, False, check_loaded(plan, checkpoint, paddle_model),
+        return PaddleWeights(plan, None, False, check_loaded(plan, checkpoint, paddle_model),
                              f"weights: torch_model() is on the meta device: its weights are streamed from {where} "
                              f"block by block ({held} held at a time), the paddle model keeps the weights it "
                              "was loaded with", lambda: None)
     if converted is None:
         streamed = stream_paddle(paddle_model, plan, checkpoint, keep)
-        return PaddleWeights(plan, ruleset, streamed, True, None,
+        return PaddleWeights(plan, streamed, True, None,
                              f"weights: torch_model() is on the meta device: both models' weights are streamed from "
                              f"{where} block by block (the part outside the blocks and {held} per side held at a "
                              "time)", streamed.close)
@@ -256,7 +255,7 @@ def paddle_weights(torch_model, paddle_model, rules, checkpoint: Checkpoint, con
     def close():
         streamed.close()
         source.close()
-    return PaddleWeights(plan, ruleset, streamed, False, check,
+    return PaddleWeights(plan, streamed, False, check,
                          f"weights: torch_model() is on the meta device: its weights are streamed from {where} and the "
                          f"paddle model's from '{converted}', block by block (the part outside the blocks and {held} "
                          "per side held at a time)", close)
