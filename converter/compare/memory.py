@@ -228,10 +228,8 @@ def one_block(session: Session, available: int) -> None:
 
 
 def _torch_bytes(model) -> int:
-    seen = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        seen[t.data_ptr()] = t.numel() * t.element_size()
-    return sum(seen.values())
+    """Bytes of the model's parameters and buffers, tensors at one data pointer (tied weights) counted once."""
+    return sum({t.data_ptr(): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]}.values())
 
 
 def _paddle_bytes(model) -> int:
