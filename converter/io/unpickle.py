@@ -256,10 +256,21 @@ def _op_proto(m):
         raise Refused("an unknown pickle protocol")
 
 
+def _popped(n):
+    """The top `n` items, popped, in their order on the stack."""
+    return lambda m: [m.pop() for _ in range(n)][::-1]
+
+
 def _op_tuple(n):
+    take = _popped(n)
+    return lambda m: m.built(tuple(take(m)))
+
+
+def _onto_top(take, apply):
+    """An opcode that takes items off the stack (`take`) and applies them to the item below them."""
     def op(m):
-        items = [m.pop() for _ in range(n)][::-1]
-        m.built(tuple(items))
+        items = take(m)
+        apply(m, m.top(), items)
     return op
 
 
@@ -275,7 +286,7 @@ def _op_global(m):
     m.stack.append(m.find(module, name))
 
 
-def _op_reduce(m):
+def _op_call(m):  # REDUCE and NEWOBJ
     args = m.pop()
     func = m.pop()
     m.stack.append(m.call(func, args))
@@ -290,48 +301,11 @@ def _op_newobj_ex(m):
     m.stack.append(m.call(cls, args))
 
 
-def _op_newobj(m):
-    args = m.pop()
-    cls = m.pop()
-    m.stack.append(m.call(cls, args))
-
-
-def _op_build(m):
-    state = m.pop()
-    m.build(m.top(), state)
-
-
 def _op_persid(m):
     pid = m.pop()
     if m.persistent is None:
         raise Refused("it uses persistent ids")
     m.stack.append(m.persistent(pid))
-
-
-def _op_setitem(m):
-    value = m.pop()
-    key = m.pop()
-    m.set_items(m.top(), [key, value])
-
-
-def _op_setitems(m):
-    items = m.pop_mark()
-    m.set_items(m.top(), items)
-
-
-def _op_appends(m):
-    items = m.pop_mark()
-    m.append(m.top(), items)
-
-
-def _op_append(m):
-    value = m.pop()
-    m.append(m.top(), [value])
-
-
-def _op_additems(m):
-    items = m.pop_mark()
-    m.add_items(m.top(), items)
 
 
 def _op_dict(m):
@@ -382,14 +356,14 @@ _OPS = {
     0x87: _op_tuple(3),
     0x5D: lambda m: m.built([]),  # EMPTY_LIST
     0x6C: lambda m: m.built(list(m.pop_mark())),  # LIST
-    0x61: _op_append,
-    0x65: _op_appends,
+    0x61: _onto_top(_popped(1), _Machine.append),  # APPEND
+    0x65: _onto_top(_Machine.pop_mark, _Machine.append),  # APPENDS
     0x7D: lambda m: m.built({}),  # EMPTY_DICT
     0x64: _op_dict,
-    0x73: _op_setitem,
-    0x75: _op_setitems,
+    0x73: _onto_top(_popped(2), _Machine.set_items),  # SETITEM
+    0x75: _onto_top(_Machine.pop_mark, _Machine.set_items),  # SETITEMS
     0x8F: lambda m: m.built(set()),  # EMPTY_SET
-    0x90: _op_additems,
+    0x90: _onto_top(_Machine.pop_mark, _Machine.add_items),  # ADDITEMS
     0x91: _op_frozenset,
     0x71: lambda m: m.memo_put(m.byte()),  # BINPUT
     0x72: lambda m: m.memo_put(m.unpack(_U4)),  # LONG_BINPUT
@@ -398,10 +372,10 @@ _OPS = {
     0x6A: lambda m: m.memo_get(m.unpack(_U4)),  # LONG_BINGET
     0x63: _op_global,
     0x93: _op_stack_global,
-    0x52: _op_reduce,
-    0x81: _op_newobj,
+    0x52: _op_call,  # REDUCE
+    0x81: _op_call,  # NEWOBJ
     0x92: _op_newobj_ex,
-    0x62: _op_build,
+    0x62: _onto_top(_Machine.pop, _Machine.build),  # BUILD
     0x51: _op_persid,
 }
 
