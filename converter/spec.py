@@ -114,22 +114,20 @@ class PortSpec:
     def torch_model(self) -> torch.nn.Module:
         if self._torch is None:
             from .lazy import import_torch
-            torch = import_torch()
-            model = self._call("torch_model")
-            if not isinstance(model, torch.nn.Module):
-                raise UserError(f"spec '{self.path}': torch_model() returned {type(model).__name__}, not a torch.nn.Module")
-            self._torch = model
+            self._torch = self._model("torch_model", import_torch().nn.Module, "torch.nn.Module")
         return self._torch
 
     def paddle_model(self) -> paddle.nn.Layer:
         if self._paddle is None:
             from .lazy import import_paddle
-            paddle = import_paddle()
-            model = self._call("paddle_model")
-            if not isinstance(model, paddle.nn.Layer):
-                raise UserError(f"spec '{self.path}': paddle_model() returned {type(model).__name__}, not a paddle.nn.Layer")
-            self._paddle = model
+            self._paddle = self._model("paddle_model", import_paddle().nn.Layer, "paddle.nn.Layer")
         return self._paddle
+
+    def _model(self, name: str, kind: type, kind_name: str):
+        model = self._call(name)
+        if not isinstance(model, kind):
+            raise UserError(f"spec '{self.path}': {name}() returned {type(model).__name__}, not a {kind_name}")
+        return model
 
     def another_paddle_model(self) -> paddle.nn.Layer:
         """A second paddle model, built as paddle_model() builds the first (not the one it keeps)."""
