@@ -211,15 +211,9 @@ def _latin1(text=None, encoding=None, *rest):
         raise unpickle.Refused("bytes spelled with characters outside latin-1") from None
 
 
-def _ordered_dict(*args):
-    if args:
-        raise unpickle.Refused("an OrderedDict built with arguments")
-    return collections.OrderedDict()
-
-
 _NDARRAY = object()
 _STAND_INS = {("numpy", "ndarray"): _NDARRAY, ("numpy", "dtype"): _Dtype, ("_codecs", "encode"): _latin1,
-              ("collections", "OrderedDict"): _ordered_dict}
+              ("collections", "OrderedDict"): unpickle.ordered_dict}
 for _core in ("numpy.core", "numpy._core"):
     _STAND_INS[(_core + ".multiarray", "_reconstruct")] = _Array
     _STAND_INS[(_core + ".numeric", "_frombuffer")] = _frombuffer

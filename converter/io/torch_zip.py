@@ -24,8 +24,6 @@ unpickler never sees a hash bomb or an out-of-bounds view.
 from __future__ import annotations
 
 import math
-
-import collections
 import os
 import struct
 import sys
@@ -167,12 +165,6 @@ def _rebuild_parameter(data=None, requires_grad=False, backward_hooks=None, *res
     return data
 
 
-def _ordered_dict(*args):
-    if args:
-        raise unpickle.Refused("an OrderedDict built with arguments")
-    return collections.OrderedDict()
-
-
 class _Reading:
     """The stand-ins for one data.pkl, and what it referred to."""
 
@@ -182,7 +174,7 @@ class _Reading:
 
     def resolve(self, module: str, name: str):
         if (module, name) == ("collections", "OrderedDict"):
-            return _ordered_dict
+            return unpickle.ordered_dict
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return self.tensor
         if (module, name) == ("torch._utils", "_rebuild_parameter"):

@@ -46,6 +46,13 @@ class Opaque:
         self.name = name
 
 
+def ordered_dict(*args):
+    """The stand-in for collections.OrderedDict: an empty one, as a state dict's pickle builds it."""
+    if args:
+        raise Refused("an OrderedDict built with arguments")
+    return collections.OrderedDict()
+
+
 _CONTAINER_TYPES = frozenset({tuple, list, dict, set, frozenset, collections.OrderedDict})
 _I4, _U2, _U4, _U8, _F8 = (struct.Struct(f) for f in ("<i", "<H", "<I", "<Q", ">d"))
 
