@@ -141,6 +141,7 @@ class Source:
     """
 
     path: str
+    _file = None  # the one file a source reads (a StableFile, io/stable.py), where it reads one
 
     def __init__(self, path: str):
         self.path = path
@@ -171,9 +172,12 @@ class Source:
         inner = getattr(self, "inner", None)
         if isinstance(inner, Source):
             inner.check_unchanged()
+        if self._file is not None:
+            self._file.check_unchanged()
 
     def close(self) -> None:
-        pass
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self):
         return self

@@ -330,9 +330,3 @@ class PdparamsSource(Source):
         offset, dtype, shape, order = self._where[name]
         nbytes = math.prod(shape) * dtype.itemsize
         return (self._file, offset, nbytes) if order == "C" or len(shape) < 2 else None
-
-    def check_unchanged(self) -> None:
-        self._file.check_unchanged()
-
-    def close(self) -> None:
-        self._file.close()

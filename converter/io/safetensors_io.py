@@ -131,12 +131,6 @@ class SafetensorsSource(Source):
         offset, nbytes = self._offsets[name]
         return self._file, offset, nbytes
 
-    def check_unchanged(self) -> None:
-        self._file.check_unchanged()
-
-    def close(self) -> None:
-        self._file.close()
-
 
 def write_safetensors(file, infos: list[TensorInfo], produce, progress=None, on_data=None, copied=None) -> None:
     """Write tensors in the given order; `produce(info)` returns its storage array (`copied`:

@@ -241,9 +241,6 @@ class TorchSource(Source):
             storage = self._tensors[name].untyped_storage()
             _drop_pages(storage.data_ptr(), storage.nbytes())
 
-    def check_unchanged(self) -> None:
-        self._file.check_unchanged()
-
     def close(self) -> None:
         self._tensors = {}
         self._file.close()

@@ -382,9 +382,6 @@ class TorchZipSource(Source):
         raise CheckFailed(f"{quoted(self.path)} decodes differently by a second reading "
                           f"({type(exc).__name__}: {exc}); nothing was written") from None
 
-    def check_unchanged(self) -> None:
-        self._file.check_unchanged()
-
     def close(self) -> None:
         if getattr(self, "_reference", None) is not None:
             self._reference.close()
