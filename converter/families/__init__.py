@@ -71,6 +71,12 @@ class PortedLayer:
         self.problems.append(f"torch '{self.torch_path}' ({type(self.torch_module).__name__}): {what}")
 
 
+def same_weight_and_bias(pair: PortedLayer) -> None:
+    """The rules of a layer whose weight and bias keep their names and layouts on both sides."""
+    pair.rename("weight")
+    pair.rename("bias")
+
+
 def torch_own_keys(module) -> list[str]:
     """State-dict names of a torch module's own parameters and persistent buffers."""
     skip = getattr(module, "_non_persistent_buffers_set", set())
@@ -211,5 +217,5 @@ def _load_families() -> None:
 
 _load_families()
 
-__all__ = ["PortedLayer", "Family", "REGISTRY", "register", "lookup", "lookup_paddle", "kind_of",
+__all__ = ["PortedLayer", "Family", "REGISTRY", "register", "same_weight_and_bias", "lookup", "lookup_paddle", "kind_of",
            "paddle_type_fits"]

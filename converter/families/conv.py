@@ -4,12 +4,7 @@ sides. Paddle calls its padding mode `_padding_mode`."""
 import math
 
 from ..diagnosis import Diagnosis
-from . import Family, PortedLayer, register
-
-
-def _conv(pair: PortedLayer) -> None:
-    pair.rename("weight")
-    pair.rename("bias")
+from . import Family, register, same_weight_and_bias
 
 
 def _conv_products(module, args, weight2, square):
@@ -34,7 +29,8 @@ def padding_mode(ctx, where, torch_module, paddle_layer) -> list:
                       f"construct the paddle layer with padding_mode='{t_mode}'", kind="padding mode")]
 
 
-register(Family("conv", ("Conv1d", "Conv2d", "Conv3d"), ("Conv1D", "Conv2D", "Conv3D"), _conv, _conv_products,
+register(Family("conv", ("Conv1d", "Conv2d", "Conv3d"), ("Conv1D", "Conv2D", "Conv3D"), same_weight_and_bias, _conv_products,
                 what_ifs=(padding_mode,)))
 register(Family("conv-transpose", ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"),
-                ("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), _conv, _conv_transpose_products))
+                ("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), same_weight_and_bias,
+                _conv_transpose_products))

@@ -2,7 +2,7 @@
 [in, out]. Bilinear: weight [out, in1, in2] on both sides; paddle's bias is [1, out]."""
 
 from ..diagnosis import Diagnosis
-from . import Family, PortedLayer, register
+from . import Family, PortedLayer, register, same_weight_and_bias
 
 
 def _linear(pair: PortedLayer) -> None:
@@ -10,14 +10,8 @@ def _linear(pair: PortedLayer) -> None:
     pair.rename("bias")
 
 
-def _hf_conv1d(pair: PortedLayer) -> None:
-    pair.rename("weight")  # already [in, out]: never transpose
-    pair.rename("bias")
-
-
 def _bilinear(pair: PortedLayer) -> None:
-    pair.rename("weight")
-    pair.rename("bias")
+    same_weight_and_bias(pair)
     pair.reshape("bias", [1, pair.torch_module.out_features])
 
 
@@ -71,5 +65,6 @@ def untransposed(ctx, where, torch_module, paddle_layer) -> list:
 
 
 register(Family("linear", ("Linear", "LazyLinear"), ("Linear",), _linear, _linear_products, what_ifs=(untransposed,)))
-register(Family("hf-conv1d", ("Conv1D",), ("Linear", "Conv1D"), _hf_conv1d, _hf_conv1d_products))
+# HF's Conv1D weight is already [in, out]: never transposed
+register(Family("hf-conv1d", ("Conv1D",), ("Linear", "Conv1D"), same_weight_and_bias, _hf_conv1d_products))
 register(Family("bilinear", ("Bilinear",), ("Bilinear",), _bilinear, _bilinear_products))

@@ -6,13 +6,8 @@ F.linear(x, weight, bias) on the same tensors. It stands beside the Linear entry
 Linear ported as an LMHead only."""
 
 from ..diagnosis import Diagnosis
-from . import Family, PortedLayer, register
+from . import Family, register, same_weight_and_bias
 from .linear import _linear_products, square_weight_held_as
-
-
-def _lm_head(pair: PortedLayer) -> None:
-    pair.rename("weight")  # [vocab, hidden] on both sides: never transposed, even when square
-    pair.rename("bias")
 
 
 def transposed(ctx, where, torch_module, paddle_layer) -> list:
@@ -26,5 +21,6 @@ def transposed(ctx, where, torch_module, paddle_layer) -> list:
                       "transpose: copy the weight as it is (no transpose rule for it)", kind="transpose")]
 
 
-register(Family("paddleformers-lmhead", ("Linear",), ("LMHead",), _lm_head, _linear_products, kind="linear",
+# the weight is [vocab, hidden] on both sides: never transposed, even when square
+register(Family("paddleformers-lmhead", ("Linear",), ("LMHead",), same_weight_and_bias, _linear_products, kind="linear",
                 what_ifs=(transposed,), paddle_specific=True))

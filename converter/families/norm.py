@@ -9,22 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnosis import Diagnosis
-from . import Family, PortedLayer, OutputReading, register
+from . import Family, PortedLayer, OutputReading, register, same_weight_and_bias
 
 EPSILON = ("eps", "_epsilon", "epsilon")
 
 
 def _batch_norm(pair: PortedLayer) -> None:
-    pair.rename("weight")
-    pair.rename("bias")
+    same_weight_and_bias(pair)
     pair.rename("running_mean", "_mean")
     pair.rename("running_var", "_variance")
     pair.drop("num_batches_tracked")
-
-
-def _affine(pair: PortedLayer) -> None:
-    pair.rename("weight")
-    pair.rename("bias")
 
 
 def _instance_norm(pair: PortedLayer) -> None:
@@ -155,7 +149,7 @@ register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Syn
                 ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,
                 epsilon=EPSILON, what_ifs=(momentum_convention, batch_statistics, torch_batch_statistics),
                 reads=FusedActivation.of_module))
-register(Family("layer-norm", ("LayerNorm",), ("LayerNorm",), _affine, epsilon=EPSILON))
-register(Family("group-norm", ("GroupNorm",), ("GroupNorm",), _affine, epsilon=EPSILON))
+register(Family("layer-norm", ("LayerNorm",), ("LayerNorm",), same_weight_and_bias, epsilon=EPSILON))
+register(Family("group-norm", ("GroupNorm",), ("GroupNorm",), same_weight_and_bias, epsilon=EPSILON))
 register(Family("instance-norm", ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),
                 ("InstanceNorm1D", "InstanceNorm2D", "InstanceNorm3D"), _instance_norm, epsilon=EPSILON))
