@@ -29,21 +29,16 @@ def _bilinear_products(module, args, weight2, square):
     return F.bilinear(square(args[0]), square(args[1]), weight2), module.in1_features * module.in2_features
 
 
-def _as_numpy(tensor):
-    """A paddle tensor's values as numpy, float16 and bfloat16 widened to float32 (numpy has no bfloat16)."""
-    if str(tensor.dtype).rpartition(".")[2] in ("float16", "bfloat16"):
-        tensor = tensor.astype("float32")
-    return tensor.numpy()
-
-
 def square_weight_held_as(torch_module, paddle_layer, layout) -> list | None:
     """The shape of the paddle layer's weight when it holds torch's square weight `w` as `layout(w)`
     (a layout the port does not want), found from the two layers themselves, whatever the mapping
     says; None otherwise, and for a symmetric weight, which both layouts hold alike."""
     import numpy as np
+
+    from .router import as_numpy
     if getattr(torch_module, "weight", None) is None or getattr(paddle_layer, "weight", None) is None:
         return None
-    w, pw = torch_module.weight.detach().cpu().numpy(), _as_numpy(paddle_layer.weight)
+    w, pw = torch_module.weight.detach().cpu().numpy(), as_numpy(paddle_layer.weight)[0]
     if w.ndim != 2 or w.shape[0] != w.shape[1] or pw.shape != w.shape or not np.array_equal(pw, layout(w)) \
             or np.array_equal(w, w.T):
         return None

@@ -47,7 +47,7 @@ def _largest(x: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(-np.sort(-x, axis=-1)[..., :k])
 
 
-def _as_numpy(value) -> tuple[np.ndarray, bool]:
+def as_numpy(value) -> tuple[np.ndarray, bool]:
     """(value as numpy, whether it was a paddle tensor): readings take either and give back the same."""
     if isinstance(value, np.ndarray):
         return value, False
@@ -79,7 +79,7 @@ class RouterReading(OutputReading):
         one output of at least top_k experts, as they are."""
         if len(outputs) != 1 or not outputs[0].shape or outputs[0].shape[-1] < self.top_k:
             return outputs
-        logits, as_paddle = _as_numpy(outputs[0])
+        logits, as_paddle = as_numpy(outputs[0])
         x = logits.astype(np.float64)
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         probs = e / e.sum(axis=-1, keepdims=True)
@@ -116,7 +116,7 @@ class ScatteredTopK(OutputReading):
         floating = [o for o in outputs if "float" in str(o.dtype)]
         if len(floating) != 1 or not floating[0].shape or floating[0].shape[-1] < self.top_k:
             return outputs
-        x, as_paddle = _as_numpy(floating[0])
+        x, as_paddle = as_numpy(floating[0])
         return _like([_largest(x, self.top_k)], as_paddle)  # the chosen weights are the k largest (softmax: > 0)
 
     @property
@@ -166,7 +166,7 @@ class GroupedRouting(OutputReading):
         floating = [o for o in outputs if "float" in str(o.dtype)]
         if len(floating) != 1 or not floating[0].shape or floating[0].shape[-1] != self.top_k:
             return outputs
-        x, as_paddle = _as_numpy(floating[0])
+        x, as_paddle = as_numpy(floating[0])
         return _like([_largest(x, self.top_k)], as_paddle)
 
     def of_torch(self, outputs: list) -> list:
