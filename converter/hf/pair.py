@@ -106,12 +106,9 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
         log(f"training checks: {loss.what if loss else 'the default loss (a fixed random projection of the outputs)'}, "
             f"AdamW(lr={LEARNING_RATE})")
     label = f"{os.path.basename(os.path.normpath(hf_dir))} -> {os.path.basename(os.path.normpath(paddle_dir))}"
-    if loss is None:
-        spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, torch_optimizer=_adamw, label=label)
-    else:
-        spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw,
-                        batches=lambda: [(model_inputs(), loss.target(model_inputs()))], torch_loss=loss.torch,
-                        paddle_loss=loss.paddle)
+    training = {} if loss is None else {"batches": lambda: [(model_inputs(), loss.target(model_inputs()))],
+                                        "torch_loss": loss.torch, "paddle_loss": loss.paddle}
+    spec = PortSpec(torch_model, paddle_model, model_inputs, ruleset, label=label, torch_optimizer=_adamw, **training)
     return DirectoryRun(spec, checkpoint, paddle_dir if checkpoint is not None else None,
                         tuple(fields_apart(hf_config, paddle_config, paddle_class.library)))
 
@@ -185,10 +182,9 @@ def _meta_torch(torch_class: type, hf_dir: str, checkpoint: str):
     missing = sorted(k for k, t in state.items() if t.is_meta and not set(ids[id(t)]) & held)
     unexpected = sorted(held - set(state))
     if missing or unexpected:
-        said = [f"{', '.join(map(quoted, keys[:SHOWN]))}{f' and {len(keys) - SHOWN} more' if len(keys) > SHOWN else ''} "
-                f"{what}" for keys, what in ((missing, "are not there"), (unexpected, "are not the model's")) if keys]
+        said = _keys_said((missing, "are not there"), (unexpected, "are not the model's"))
         raise UserError(f"HF_DIR {quoted(hf_dir)}'s checkpoint does not hold {torch_class.__name__}'s tensors by its "
-                        f"names: {'; '.join(said)}; a run that streams the weights reads each by the model's name: "
+                        f"names: {said}; a run that streams the weights reads each by the model's name: "
                         "verify the pair where it fits in memory")
     return model.eval()
 
@@ -307,16 +303,10 @@ def _check_loaded_keys(model, weights: set[str], paddle_dir: str, library: str) 
     missing = sorted(parameters - weights)
     unexpected = sorted(weights - expected)
     if missing or unexpected:
-        said = []
-        if missing:
-            said.append(f"the model's {', '.join(map(quoted, missing[:SHOWN]))}"
-                        f"{f' and {len(missing) - SHOWN} more' if len(missing) > SHOWN else ''} are not there")
-        if unexpected:
-            said.append(f"{', '.join(map(quoted, unexpected[:SHOWN]))}"
-                        f"{f' and {len(unexpected) - SHOWN} more' if len(unexpected) > SHOWN else ''} are not the "
-                        "model's")
+        said = ("the model's " if missing else "") + _keys_said((missing, "are not there"),
+                                                                (unexpected, "are not the model's"))
         raise UserError(f"PADDLE_DIR {quoted(paddle_dir)}'s weights do not fit {type(model).__name__}: "
-                        f"{'; '.join(said)}; convert HF_DIR for this library (convert-weights HF_DIR OUT_DIR "
+                        f"{said}; convert HF_DIR for this library (convert-weights HF_DIR OUT_DIR "
                         f"--target {library})")
 
 
@@ -326,10 +316,15 @@ def _check_hf_loading(info: dict, hf_dir: str, name: str) -> None:
     missing = sorted(info.get("missing_keys") or [])
     mismatched = sorted(str(m[0]) if isinstance(m, (tuple, list)) else str(m) for m in info.get("mismatched_keys") or [])
     if missing or mismatched:
-        said = [f"{', '.join(map(quoted, keys[:SHOWN]))}{f' and {len(keys) - SHOWN} more' if len(keys) > SHOWN else ''} "
-                f"{what}" for keys, what in ((missing, "are not there"), (mismatched, "have another shape")) if keys]
-        raise UserError(f"HF_DIR {quoted(hf_dir)}'s weights do not fit {name}: the model's {'; '.join(said)}; give "
+        said = _keys_said((missing, "are not there"), (mismatched, "have another shape"))
+        raise UserError(f"HF_DIR {quoted(hf_dir)}'s weights do not fit {name}: the model's {said}; give "
                         "the directory this model was saved to")
+
+
+def _keys_said(*groups: tuple[list[str], str]) -> str:
+    """Each (keys, what) that has keys as its first SHOWN keys and what they are, joined by '; '."""
+    return "; ".join(f"{', '.join(map(quoted, keys[:SHOWN]))}{f' and {len(keys) - SHOWN} more' if len(keys) > SHOWN else ''} "
+                     f"{what}" for keys, what in groups if keys)
 
 
 # the inputs ---------------------------------------------------------------------------------------
