@@ -13,7 +13,7 @@ Importing this module imports neither torch nor paddle; each function imports wh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .errors import UserError
@@ -73,9 +73,10 @@ class VerifyOptions:
     threshold: float | None = None
 
     def __post_init__(self) -> None:
-        _one_of("device", "device", self.device, DEVICES)
-        _one_of("precision", "precision", self.precision, PRECISIONS)
-        _one_of("strategy", "strategy", self.strategy, STRATEGIES)
+        for option, allowed in (("device", DEVICES), ("precision", PRECISIONS), ("strategy", STRATEGIES)):
+            value = getattr(self, option)
+            if value not in allowed:
+                raise OptionError(option, value, _not_one_of(option, value, allowed))
         if not isinstance(self.emulate, dict):
             raise OptionError("emulate", self.emulate, "emulate must be a dict of side -> format, e.g. "
                               f"{{'paddle': 'tf32'}}; got {type(self.emulate).__name__}")
@@ -104,11 +105,6 @@ class VerifyOptions:
         from .compare.session import Options
         return Options(device=self.device, precision=self.precision, emulate=dict(self.emulate),
                        strategy=self.strategy, max_memory=self.max_memory, train=self.train)
-
-
-def _one_of(option: str, what: str, value, allowed: tuple) -> None:
-    if value not in allowed:
-        raise OptionError(option, value, _not_one_of(what, value, allowed))
 
 
 def _not_one_of(what: str, value, allowed: tuple) -> str:
@@ -226,8 +222,7 @@ class DirectoryConversion:
     dropped: list[str]
 
     def to_json(self) -> dict:
-        return {"output": self.output, "files": list(self.files), "mapping": self.mapping, "tensors": self.tensors,
-                "bytes": self.bytes, "dropped": list(self.dropped)}
+        return asdict(self)
 
 
 def converts_a_directory(src: str, dst: str) -> bool:
@@ -253,8 +248,7 @@ def convert_directory(src_dir: str, out_dir: str, mapping: str | None = None, dt
     check_target(target)
     done = convert_dir(src_dir, out_dir, mapping, dtype, force, max_shard_size, progress, log or _quiet,
                        json_path=json_path, target=target)
-    return DirectoryConversion(done["output"], list(done["files"]), done["mapping"], done["tensors"], done["bytes"],
-                               list(done["dropped"]))
+    return DirectoryConversion(**done)
 
 
 def check_target(target: str | None) -> None:
