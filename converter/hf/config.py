@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import UserError, one_line
-from ..rules.detect import default_target
+from ..rules.detect import LIBRARIES, default_target
 
 # Fields PaddleNLP's PretrainedConfig takes under HF's name (generation and label settings, ids).
 BASE_SAME = frozenset({
@@ -187,7 +187,6 @@ PADDLEFORMERS_FAMILIES: dict[str, ConfigFamily] = {
     "gpt_oss": _paddleformers("gpt_oss", "GptOss", ties_itself=False),
 }
 TARGET_FAMILIES = {"paddleformers": PADDLEFORMERS_FAMILIES, "paddlenlp": FAMILIES}
-TARGET_NAMES = {"paddleformers": "PaddleFormers 1.2", "paddlenlp": "PaddleNLP 2.8.1"}
 
 
 def _int(v) -> bool:
@@ -333,7 +332,7 @@ def family_of(hf: dict, where: str, target: str | None = None) -> ConfigFamily:
         other = [t for t, f in TARGET_FAMILIES.items() if t != target and named and model_type in f]
         instead = f"pass --target {other[0]}" if other else "convert the weights file alone with --mapping"
         raise UserError(f"{where}: {what} {shown(model_type)} is not one this tool translates for "
-                        f"{TARGET_NAMES[target]} ({', '.join(sorted(families))}); {instead}")
+                        f"{LIBRARIES[target]} ({', '.join(sorted(families))}); {instead}")
     return families[model_type]
 
 

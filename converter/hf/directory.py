@@ -19,12 +19,12 @@ from fractions import Fraction
 
 from .. import dtypes
 from ..errors import MAX_SIZE, UserError, quoted, shown_value
-from .config import TARGET_NAMES, Translated, shown, translate_config
+from .config import Translated, shown, translate_config
 from ..io import open_source
 from ..io.atomic import OutputGroup, check_outputs
 from ..io.base import Source
 from ..io.inputs import CONFIG_CAP, read_small_file
-from ..rules.detect import check_target
+from ..rules.detect import LIBRARIES, check_target
 from ..rules.plan import MappingPlan, build_plan
 from ..rules.ruleset import resolve_mapping
 
@@ -210,7 +210,7 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
         else:
             check_untied_head(source, translated)
             ruleset = resolve_mapping(translated.family.mapping)
-            log(f"mapping: '{ruleset.name}' for {TARGET_NAMES[translated.family.target]} (config.json's model_type is "
+            log(f"mapping: '{ruleset.name}' for {LIBRARIES[translated.family.target]} (config.json's model_type is "
                 f"'{translated.family.model_type}')")
         ruleset = ruleset.with_params(hf_config)  # the head counts a merge by groups may name
         plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
@@ -248,7 +248,7 @@ def _tied_head(source: Source, translated: Translated, log) -> Source:
         return source
     if embeddings and embeddings in source.infos:
         log(f"note: wrote '{head}' as a copy of '{embeddings}': config.json ties them, and "
-            f"{TARGET_NAMES[family.target]}'s {family.model_type} class does not tie them itself")
+            f"{LIBRARIES[family.target]}'s {family.model_type} class does not tie them itself")
         return _View(source, copies={head: embeddings})
     if head in source.infos and not embeddings:
         log(f"note: left out '{head}': config.json ties it to the word embeddings, which the model uses instead")
@@ -267,6 +267,6 @@ def check_untied_head(source: Source, translated: Translated) -> None:
     causal_lm = any(str(a).endswith("ForCausalLM") for a in config.get("architectures") or [])
     if family.tied_head and causal_lm and not _tied(translated) and family.tied_head not in source.infos:
         raise UserError(f"config.json unties the LM head (tie_word_embeddings: false) but the weights hold no "
-                        f"'{family.tied_head}': {TARGET_NAMES[family.target]} would start it from random values; set "
+                        f"'{family.tied_head}': {LIBRARIES[family.target]} would start it from random values; set "
                         "tie_word_embeddings to true in config.json if the head is the word embeddings, or add the "
                         "head's weights")
