@@ -155,7 +155,7 @@ class _Inference:
         (paddle.vision renames and nests torchvision's layers): only where there are as many, each
         pair of one family or kind, and every tensor's shape fits its counterpart's. Whether it did."""
         t_held = [(_joined(_joined(t_path, name), sub), m) for name, child in t_left
-                  for sub, m in child.named_modules() if _own_state(m)]
+                  for sub, m in child.named_modules() if torch_own_keys(m)]
         p_held = [(_joined(_joined(p_path, name), sub), layer) for name, child in p_left
                   for sub, layer in child.named_sublayers(include_self=True) if paddle_own_keys(layer)]
         if not t_held or len(t_held) != len(p_held) or any(_tied_child(m, t, self.tied) for t, m in t_held):
@@ -183,10 +183,6 @@ class _Inference:
                          f"differ (each pair of one kind, every shape fitting): {first}"
                          f"{', ...' if len(self.by_order) > 3 else ''}")
         return notes
-
-
-def _own_state(module) -> bool:
-    return bool(torch_own_keys(module))
 
 
 def _shapes_fit(pair: PortedLayer) -> bool:
