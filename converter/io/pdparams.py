@@ -185,10 +185,7 @@ def _array_from(raw, dtype, shape, order: str) -> np.ndarray:
         raise unpickle.Refused(f"an array with shape {quoted(shape)[:60]}")
     if not isinstance(raw, (bytes, memoryview)):
         raise unpickle.Refused("an array whose data is not raw bytes")
-    numel = 1
-    for d in shape:
-        numel *= d
-    if numel * dtype.dtype.itemsize != len(raw):
+    if math.prod(shape) * dtype.dtype.itemsize != len(raw):
         raise unpickle.Refused(f"an array of shape {list(shape)} with {len(raw)} bytes of data")
     return np.frombuffer(raw, dtype=dtype.dtype).reshape(shape, order=order)
 

@@ -144,19 +144,12 @@ def view_problem(shape, stride, offset: int, storage_numel: int, itemsize: int) 
         return f"a negative stride in {list(stride)}"
     if any(s >= MAX_BYTES for s in stride) or not 0 <= offset < MAX_BYTES:
         return f"stride {list(stride)} or offset {offset} out of range"
-    numel = 1
-    for d in shape:
-        numel *= d
-    if numel == 0:
+    if math.prod(shape) == 0:
         return None if offset <= storage_numel else f"offset {offset} past its storage of {storage_numel} elements"
     last = offset + sum((d - 1) * s for d, s in zip(shape, stride))
     if last >= storage_numel:
         return f"shape {list(shape)}, stride {list(stride)}, offset {offset} reach past its storage of {storage_numel} elements"
     return None  # a view that repeats elements (stride 0, overlapping strides) is valid: torch reads it
-
-
-def _rebuild_tensor(storage=None, offset=None, shape=None, stride=None, *rest):
-    return TensorRecord(storage, offset, shape, stride)
 
 
 def _rebuild_parameter(data=None, requires_grad=False, backward_hooks=None, *rest):
@@ -183,8 +176,8 @@ class _Reading:
             return StorageType(STORAGE_DTYPES[name])
         return None
 
-    def tensor(self, *args):
-        record = _rebuild_tensor(*args)
+    def tensor(self, storage=None, offset=None, shape=None, stride=None, *rest):  # _rebuild_tensor_v2
+        record = TensorRecord(storage, offset, shape, stride)
         self.tensors.append(record)
         return record
 
