@@ -18,12 +18,16 @@ MAX_BYTES = 1 << 62  # what numpy and torch can address; a shape past it is not 
 MAX_REPEATED = 1 << 30  # bytes a checkpoint's views may show beyond the elements they read (expanded views)
 
 
-def repeated_bytes(views) -> int:
-    """The bytes that views of (numel, storage numel, item size) show beyond what their storages
-    hold: 0 for views that repeat no element. An expanded view (x.expand(4, 3) saved as it is)
-    is valid torch storage and is written out as the values it shows, but a 4-byte storage viewed
-    as 2**31 elements would ask for 8 GB of output: the total is bounded by MAX_REPEATED."""
-    return sum(max(numel - held, 0) * itemsize for numel, held, itemsize in views)
+def check_repeats(path: str, views) -> None:
+    """The bytes that a file's views of (numel, storage numel, item size) show beyond what their
+    storages hold, bounded by MAX_REPEATED (0 for views that repeat no element). An expanded view
+    (x.expand(4, 3) saved as it is) is valid torch storage and is written out as the values it
+    shows, but a 4-byte storage viewed as 2**31 elements would ask for 8 GB of output."""
+    repeated = sum(max(numel - held, 0) * itemsize for numel, held, itemsize in views)
+    if repeated > MAX_REPEATED:
+        from ..errors import UserError, quoted
+        raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it stores "
+                        f"(expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them with .contiguous()")
 
 
 def shape_problem(shape, itemsize: int) -> str | None:

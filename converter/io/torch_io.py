@@ -17,7 +17,7 @@ from ..errors import UserError, quoted
 from ..lazy import import_torch
 from . import unpickle
 from .stable import StableFile
-from .base import MAX_DIMS, MAX_REPEATED, Source, TensorInfo, looks_like_text, repeated_bytes, valid_bools
+from .base import MAX_DIMS, Source, TensorInfo, check_repeats, looks_like_text, valid_bools
 
 WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's format before 1.6
@@ -179,15 +179,6 @@ def _check_tensor(path: str, name: str, t) -> None:
                         f"{list(t.stride())}; re-save it with .contiguous()")
 
 
-def _check_repeats(path: str, tensors) -> None:
-    """Views that repeat elements (expanded ones) are read as torch reads them, within MAX_REPEATED."""
-    repeated = repeated_bytes((t.numel(), t.untyped_storage().nbytes() // max(t.element_size(), 1), t.element_size())
-                              for t in tensors)
-    if repeated > MAX_REPEATED:
-        raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it stores "
-                        f"(expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them with .contiguous()")
-
-
 class TorchSource(Source):
     """A checkpoint torch.load reads. When torch maps the file, each tensor's bytes are read with
     pread from where its storage lies in the zip (see stable.py: a read of torch's map after the
@@ -204,7 +195,9 @@ class TorchSource(Source):
             for name, t in obj.items():
                 _check_tensor(path, name, t)
                 self.infos[name] = TensorInfo(name, dtypes.torch_name(t.dtype), tuple(t.shape))
-            _check_repeats(path, obj.values())
+            # views that repeat elements (expanded ones) are read as torch reads them
+            check_repeats(path, ((t.numel(), t.untyped_storage().nbytes() // max(t.element_size(), 1), t.element_size())
+                                 for t in obj.values()))
             self._places = _storage_places(self._file, obj.values()) if self._mapped else {}
         except BaseException:
             self._file.close()

@@ -38,7 +38,7 @@ from ..errors import CheckFailed, UserError, quoted
 from . import unpickle
 from .copyrange import c_ordered
 from .stable import StableFile
-from .base import MAX_BYTES, MAX_DIMS, MAX_REPEATED, Source, TensorInfo, repeated_bytes, shape_problem, valid_bools
+from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, check_repeats, shape_problem, valid_bools
 
 try:  # ISA-L's CRC-32, about four times zlib's speed: checking every storage costs little
     from isal.isal_zlib import crc32
@@ -273,11 +273,7 @@ class TorchZipSource(Source):
                                    dtypes.itemsize(record.storage.dtype))
             if problem:
                 raise _bad(path, f"a tensor has {problem}")
-        repeated = repeated_bytes((r.numel, r.storage.numel, dtypes.itemsize(r.storage.dtype)) for r in reading.tensors)
-        if repeated > MAX_REPEATED:
-            raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it "
-                            f"stores (expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them "
-                            "with .contiguous()")
+        check_repeats(path, ((r.numel, r.storage.numel, dtypes.itemsize(r.storage.dtype)) for r in reading.tensors))
         if foreign:
             raise NotPlain(f"it names {foreign[0]}")
         self._lock = threading.Lock()
