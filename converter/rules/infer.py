@@ -13,6 +13,7 @@ from dataclasses import replace
 from ..errors import UserError
 from ..families import PortedLayer, kind_of, lookup, paddle_own_keys, paddle_type_fits, torch_own_keys
 from ..families.probe import paddle_own, torch_own
+from ..paths import join
 from .orient import describe, orient
 from .ruleset import RuleSet, parse_ruleset
 
@@ -57,13 +58,9 @@ def tied_tensors(torch_model) -> dict[str, set[str]]:
 def _tied_child(child, path: str, tied: dict[str, set[str]]) -> dict[str, str] | None:
     """Each state key of a torch module whose every tensor another module holds too, with one of
     those other keys; or None."""
-    keys = [f"{path}.{k}" if path else k for k in child.state_dict(keep_vars=True)]
+    keys = [join(path, k) for k in child.state_dict(keep_vars=True)]
     elsewhere = {k: sorted(tied.get(k, set()) - set(keys)) for k in keys}
     return {k: others[0] for k, others in elsewhere.items()} if keys and all(elsewhere.values()) else None
-
-
-def _joined(path: str, name: str) -> str:
-    return ".".join(part for part in (path, name) if part)
 
 
 class _Inference:
@@ -86,7 +83,7 @@ class _Inference:
         if family is not None and family.owns_children:
             return
         for t_name, t_child, p_name, p_child in self.children(t_mod, p_layer, t_path, p_path):
-            self.walk(t_child, p_child, _joined(t_path, t_name), _joined(p_path, p_name))
+            self.walk(t_child, p_child, join(t_path, t_name), join(p_path, p_name))
 
     def pair_rules(self, t_mod, p_layer, t_path: str, p_path: str, family) -> PortedLayer | None:
         """The rules of one pair's own tensors, their layouts measured; None (a problem said) where
@@ -134,7 +131,7 @@ class _Inference:
         named = {n for n, _ in t_mod.named_children()}
         p_left = [(n, c) for n, c in p_children.items() if c.state_dict() and n not in named]
         if len(p_left) != len(t_left):  # modules whose tensors are all tied to others' need none in paddle
-            ties = [_tied_child(child, _joined(t_path, name), self.tied) for name, child in t_left]
+            ties = [_tied_child(child, join(t_path, name), self.tied) for name, child in t_left]
             if all(ties):  # only when nothing else is left over: never a cause to pair the rest by order
                 for tie in ties:
                     self.rules.extend({"kind": "drop", "key": k, "comment": f"tied to '{other}' in torch; the paddle "
@@ -145,7 +142,7 @@ class _Inference:
             return paired + [(tn, tc, pn, pc) for (tn, tc), (pn, pc) in zip(t_left, p_left)]
         if not self.by_definition_order(t_left, p_left, t_path, p_path):
             for name, _ in t_left:
-                self.problems.append(f"torch module '{_joined(t_path, name)}' has no paddle sublayer of the same name "
+                self.problems.append(f"torch module '{join(t_path, name)}' has no paddle sublayer of the same name "
                                      f"under '{p_path or '<root>'}'; name it the same or write the rules by hand")
         return paired
 
@@ -154,9 +151,9 @@ class _Inference:
         layers holding tensors under the paddle children left over, one to one in definition order
         (paddle.vision renames and nests torchvision's layers): only where there are as many, each
         pair of one family or kind, and every tensor's shape fits its counterpart's. Whether it did."""
-        t_held = [(_joined(_joined(t_path, name), sub), m) for name, child in t_left
+        t_held = [(join(t_path, name, sub), m) for name, child in t_left
                   for sub, m in child.named_modules() if torch_own_keys(m)]
-        p_held = [(_joined(_joined(p_path, name), sub), layer) for name, child in p_left
+        p_held = [(join(p_path, name, sub), layer) for name, child in p_left
                   for sub, layer in child.named_sublayers(include_self=True) if paddle_own_keys(layer)]
         if not t_held or len(t_held) != len(p_held) or any(_tied_child(m, t, self.tied) for t, m in t_held):
             return False
