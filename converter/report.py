@@ -4,11 +4,10 @@ function each, and read back from its JSON."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .results import Verdict, finite_or_null
+from .results import Verdict
 
 if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     from .train.result import TrainReport
@@ -91,10 +90,9 @@ def verdict_line(report: PortReport) -> str:
 
 
 def render_json(report: PortReport) -> str:
-    """Strict JSON: NaN and infinite numbers (a ratio over every budget, an output that is NaN)
-    are null, since parsers other than Python's refuse NaN and Infinity; the rows' verdicts say
-    what they meant."""
-    return json.dumps(finite_or_null(report.to_json()), indent=1, default=str, allow_nan=False) + "\n"
+    """The report's JSON as strict JSON (cli_common.json_text: NaN and infinite numbers are null)."""
+    from .cli_common import json_text
+    return json_text(report.to_json())
 
 
 def render_html(report: PortReport) -> str:
