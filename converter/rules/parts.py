@@ -36,10 +36,6 @@ class Part:
         return array
 
 
-def shape_text(info: TensorInfo) -> str:
-    return info.describe()
-
-
 class PartBuilder:
     """The rules of one plan applied to a source key: its reshape, piece, transpose and cast."""
 
@@ -71,7 +67,7 @@ class PartBuilder:
             rule = hit[0]
             reshape = tuple(rule.spec["shape"])  # non-negative integers (checked when the rule was read)
             if math.prod(reshape) != info.numel:
-                self.problems.append(f"source '{key}' {shape_text(info)} cannot be reshaped to {list(reshape)} ({rule.where})")
+                self.problems.append(f"source '{key}' {info.describe()} cannot be reshaped to {list(reshape)} ({rule.where})")
                 return None
             shape = reshape
         if regroup == "item":
@@ -90,11 +86,11 @@ class PartBuilder:
             perm = tuple(rule.spec.get("perm") or ())
             if not perm:
                 if len(item) != 2:
-                    self.problems.append(f"source '{key}' {shape_text(info)} is not 2-D; its transpose rule needs 'perm' ({rule.where})")
+                    self.problems.append(f"source '{key}' {info.describe()} is not 2-D; its transpose rule needs 'perm' ({rule.where})")
                     return None
                 perm = (1, 0)
             if sorted(perm) != list(range(len(item))):
-                self.problems.append(f"source '{key}' {shape_text(info)}: perm {list(perm)} does not fit its "
+                self.problems.append(f"source '{key}' {info.describe()}: perm {list(perm)} does not fit its "
                                      f"{len(item)} axes ({rule.where})")
                 return None
             perm = tuple(range(lead)) + tuple(p + lead for p in perm)

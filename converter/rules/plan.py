@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import UserError, quoted
 from ..io.base import TensorInfo
-from .parts import Part, PartBuilder, shape_text as _shape
+from .parts import Part, PartBuilder
 from .ruleset import RuleSet
 
 
@@ -224,23 +224,23 @@ class _PlanBuilder(PartBuilder):
         if count is False:
             return
         if len(shape) < 2 or shape[0] == 0:
-            self.problems.append(f"source '{key}' {_shape(info)} is not a stack of tensors (it needs a first axis "
+            self.problems.append(f"source '{key}' {info.describe()} is not a stack of tensors (it needs a first axis "
                                  f"of items and at least one more axis) ({rule.where})")
             return
         if count is not None and shape[0] != count:
-            self.problems.append(f"source '{key}' {_shape(info)} holds {shape[0]} items, not the {count} its rule "
+            self.problems.append(f"source '{key}' {info.describe()} holds {shape[0]} items, not the {count} its rule "
                                  f"says ({rule.where})")
             return
         templates = [rule.spec["to"]] if isinstance(rule.spec["to"], str) else rule.spec["to"]
         sizes = rule.spec.get("sizes")
         if sizes is None:
             if shape[1] % len(templates):
-                self.problems.append(f"source '{key}' {_shape(info)}: an item's first axis of size {shape[1]} does "
+                self.problems.append(f"source '{key}' {info.describe()}: an item's first axis of size {shape[1]} does "
                                      f"not split into {len(templates)} equal parts ({rule.where})")
                 return
             sizes = [shape[1] // len(templates)] * len(templates)
         if sum(sizes) != shape[1]:
-            self.problems.append(f"source '{key}' {_shape(info)}: sizes {sizes} do not add up to an item's first "
+            self.problems.append(f"source '{key}' {info.describe()}: sizes {sizes} do not add up to an item's first "
                                  f"axis, {shape[1]} ({rule.where})")
             return
         out_dtype = self.cast_for(key, self.dtype)
@@ -271,18 +271,18 @@ class _PlanBuilder(PartBuilder):
         axis = int(rule.spec["axis"])
         base_shape = reshaped[0].reshape or info.shape
         if not -len(base_shape) <= axis < len(base_shape):
-            self.problems.append(f"source '{key}' {_shape(info)} has no axis {axis} to split ({rule.where})")
+            self.problems.append(f"source '{key}' {info.describe()} has no axis {axis} to split ({rule.where})")
             return
         axis %= len(base_shape)
         sizes = rule.spec.get("sizes")
         if sizes is None:
             if base_shape[axis] % len(names):
-                self.problems.append(f"source '{key}' {_shape(info)}: axis {axis} of size {base_shape[axis]} "
+                self.problems.append(f"source '{key}' {info.describe()}: axis {axis} of size {base_shape[axis]} "
                                      f"does not split into {len(names)} equal parts ({rule.where})")
                 return
             sizes = [base_shape[axis] // len(names)] * len(names)
         if sum(sizes) != base_shape[axis]:
-            self.problems.append(f"source '{key}' {_shape(info)}: split sizes {sizes} do not add up to "
+            self.problems.append(f"source '{key}' {info.describe()}: split sizes {sizes} do not add up to "
                                  f"{base_shape[axis]} ({rule.where})")
             return
         groups = self.number(rule, "groups")
@@ -302,7 +302,7 @@ class _PlanBuilder(PartBuilder):
         """The inverse of a merge by groups: the axis holds `groups` groups one after the other, each
         holding every target's block in order; a target is its blocks, joined."""
         if any(size % groups for size in sizes):
-            self.problems.append(f"source '{key}' {_shape(info)}: the parts {sizes} on axis {axis} do not each "
+            self.problems.append(f"source '{key}' {info.describe()}: the parts {sizes} on axis {axis} do not each "
                                  f"divide into {groups} groups ({rule.where})")
             return
         blocks = [size // groups for size in sizes]
@@ -411,7 +411,7 @@ class _PlanBuilder(PartBuilder):
 
     def report_unmapped(self) -> None:
         for key in self.leftover:
-            self.problems.append(f"source '{key}' {_shape(self.sources[key])} is not mapped by any rule; "
+            self.problems.append(f"source '{key}' {self.sources[key].describe()} is not mapped by any rule; "
                                  "add a rename or drop rule for it")
 
     def check_against(self, targets: dict[str, TensorInfo]) -> None:
@@ -425,9 +425,9 @@ class _PlanBuilder(PartBuilder):
             e = produced.get(name)
             if e is None:
                 self.unfilled.append(name)
-                self.problems.append(f"target '{name}' {_shape(tinfo)} is not filled by any source key")
+                self.problems.append(f"target '{name}' {tinfo.describe()} is not filled by any source key")
             elif tuple(e.shape) != tuple(tinfo.shape):
-                srcs = ", ".join(f"'{p.source}' {_shape(self.sources[p.source])}" for p in e.parts)
+                srcs = ", ".join(f"'{p.source}' {self.sources[p.source].describe()}" for p in e.parts)
                 self.problems.append(f"target '{name}' expects shape {list(tinfo.shape)} but gets {list(e.shape)} "
                                      f"from {srcs}")
         for name in produced:
