@@ -67,7 +67,7 @@ class PortSpec:
                  "torch_optimizer": torch_optimizer, "paddle_optimizer": paddle_optimizer}
         for name, value in given.items():
             if value is not None:
-                setattr(self.module, name, _training_part(value, name, label))
+                setattr(self.module, name, _as_builder(value, name, label))
         if clip_grad_norm is not None:
             self.module.clip_grad_norm = clip_grad_norm  # checked where training reads it
         self._torch = None
@@ -153,20 +153,18 @@ def _built(value: Any) -> bool:
             or (paddle is not None and isinstance(value, paddle.nn.Layer)))
 
 
+_AS_IS = {"inputs": (dict, tuple), "batches": (list, tuple)}  # the parts that may be given as the value itself
+_WANTED = {"torch_model": "a function returning the model", "paddle_model": "a function returning the model",
+           "inputs": "a function returning the inputs", **TRAINING}
+
+
 def _as_builder(value: Any, name: str, label: str) -> Callable[[], Any]:
-    if _built(value) or (name == "inputs" and isinstance(value, (dict, tuple))):
+    """A spec part as a function: a built model (not a training part: a loss may be a module) or a
+    value _AS_IS takes is returned by one; anything else must be callable."""
+    if isinstance(value, _AS_IS.get(name, ())) or (name not in TRAINING and _built(value)):
         return lambda: value
     if not callable(value):
-        raise UserError(f"spec '{label}': {name} must be a function returning "
-                        f"{'the inputs' if name == 'inputs' else 'the model'}, not {type(value).__name__}")
-    return value
-
-
-def _training_part(value: Any, name: str, label: str) -> Callable:
-    if name == "batches" and isinstance(value, (list, tuple)):
-        return lambda: value
-    if not callable(value):
-        raise UserError(f"spec '{label}': {name} must be {TRAINING[name]}, not {type(value).__name__}")
+        raise UserError(f"spec '{label}': {name} must be {_WANTED[name]}, not {type(value).__name__}")
     return value
 
 
