@@ -66,10 +66,6 @@ class ConfigFamily:
     target: str = "paddlenlp"  # the library: paddlenlp (PaddleNLP 2.8.1) or paddleformers (PaddleFormers 1.2)
 
 
-def _same_names(*names):
-    return {n: n for n in names}
-
-
 BERT_LIKE_SAME = frozenset({"attention_probs_dropout_prob", "hidden_dropout_prob", "hidden_size", "initializer_range",
                             "intermediate_size", "layer_norm_eps", "max_position_embeddings", "num_attention_heads",
                             "num_hidden_layers", "type_vocab_size", "vocab_size"})
@@ -136,7 +132,7 @@ FAMILIES: dict[str, ConfigFamily] = {
                  frozenset({"d_ff", "d_kv", "d_model", "dropout_rate", "initializer_factor", "layer_norm_epsilon",
                             "num_decoder_layers", "num_heads", "num_layers", "relative_attention_num_buckets",
                             "vocab_size"}),
-                 values={"feed_forward_proj": _same_names("relu", "gated-gelu", "gated-silu")},
+                 values={"feed_forward_proj": {n: n for n in ("relu", "gated-gelu", "gated-silu")}},
                  # PaddleNLP 2.8.1's config takes it, but its compute_bias never passes it on: always 128
                  implied={"relative_attention_max_distance": (128,)},
                  ignored=frozenset({"dense_act_fn", "is_gated_act", "n_positions"}),  # HF derives the first two
