@@ -44,28 +44,25 @@ class PortedLayer:
     def has(self, name: str) -> bool:
         return name in self.torch_keys()
 
-    def rename(self, name: str, paddle_name: str | None = None, transpose: bool = False) -> None:
+    def _add(self, kind: str, name: str, transpose: bool = False, **fields) -> None:
+        """A `kind` rule for this module's own tensor `name` where it has one, and its transpose where asked."""
         if not self.has(name):
             return
-        self.rules.append({"kind": "rename", "key": self.torch_key(name), "to": self.paddle_key(paddle_name or name)})
+        self.rules.append({"kind": kind, "key": self.torch_key(name), **fields})
         if transpose:
             self.rules.append({"kind": "transpose", "key": self.torch_key(name)})
+
+    def rename(self, name: str, paddle_name: str | None = None, transpose: bool = False) -> None:
+        self._add("rename", name, transpose, to=self.paddle_key(paddle_name or name))
 
     def reshape(self, name: str, shape: list[int]) -> None:
-        if self.has(name):
-            self.rules.append({"kind": "reshape", "key": self.torch_key(name), "shape": list(shape)})
+        self._add("reshape", name, shape=list(shape))
 
     def split(self, name: str, paddle_names: list[str], axis: int = 0, transpose: bool = False) -> None:
-        if not self.has(name):
-            return
-        self.rules.append({"kind": "split", "key": self.torch_key(name), "to": [self.paddle_key(n) for n in paddle_names],
-                           "axis": axis})
-        if transpose:
-            self.rules.append({"kind": "transpose", "key": self.torch_key(name)})
+        self._add("split", name, transpose, to=[self.paddle_key(n) for n in paddle_names], axis=axis)
 
     def drop(self, name: str) -> None:
-        if self.has(name):
-            self.rules.append({"kind": "drop", "key": self.torch_key(name)})
+        self._add("drop", name)
 
     def unsupported(self, what: str) -> None:
         self.problems.append(f"torch '{self.torch_path}' ({type(self.torch_module).__name__}): {what}")
