@@ -9,13 +9,14 @@ import itertools
 
 import numpy as np
 
+from ..paths import relative
+
 PROBE_ROWS = 3  # rows of the probe input (batch 1, a few positions)
 
 
 def _own_name(path: str, key: str) -> str | None:
     """`key`'s name in the module at `path`, where it is one of that module's own tensors."""
-    prefix = f"{path}." if path else ""
-    name = key[len(prefix):] if key.startswith(prefix) else None
+    name = relative(key, path)
     return name if name and "." not in name else None
 
 
