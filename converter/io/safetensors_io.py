@@ -17,8 +17,6 @@ from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, 
 _MAX_HEADER = 100 * 1024 * 1024
 
 
-
-
 def _corrupt(path: str, why: str) -> UserError:
     return UserError(f"{quoted(path)} is not a valid safetensors file ({why}); it is truncated or corrupt: "
                      "re-download or re-export it")
