@@ -197,9 +197,7 @@ def _lazy_paddle(paddle_class: PaddleClass, paddle_dir: str):
     config = paddle_class.cls.config_class.from_pretrained(paddle_dir)
     with paddle.LazyGuard():
         model = paddle_class.cls._from_config(config)
-    _plain_paddle_config(model)
-    model.eval()
-    return model
+    return _as_run(model)
 
 
 # the directories ---------------------------------------------------------------------------------
@@ -275,15 +273,13 @@ def _load_paddle(paddle_class: PaddleClass, paddle_dir: str):
         model = paddle_class.cls.from_pretrained(paddle_dir, load_checkpoint_format=None, convert_from_hf=False)
     else:
         model = paddle_class.cls.from_pretrained(paddle_dir)
-    _plain_paddle_config(model)
-    model.eval()
-    return model
+    return _as_run(model)
 
 
-def _plain_paddle_config(model) -> None:
-    """The paddle model's config as both sides run: no cache, the output as a ModelOutput (HF's
-    default: a forward that builds its tuple otherwise may hold more than the logits, DeepSeek-V3's
-    its empty multi-token-prediction outputs), and no fused RMSNorm on a CPU."""
+def _as_run(model):
+    """The paddle model as both sides run, in eval mode, its config with no cache, the output as a
+    ModelOutput (HF's default: a forward that builds its tuple otherwise may hold more than the
+    logits, DeepSeek-V3's its empty multi-token-prediction outputs), and no fused RMSNorm on a CPU."""
     from ..lazy import import_paddle
     paddle = import_paddle()
     config = getattr(model, "config", None)
@@ -292,6 +288,8 @@ def _plain_paddle_config(model) -> None:
         config.return_dict = True
         if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
             config.fuse_rms_norm = False  # paddle has no CPU kernel for the fused RMSNorm PaddleFormers uses
+    model.eval()
+    return model
 
 
 def _check_loaded_keys(model, weights: set[str], paddle_dir: str, library: str) -> None:
