@@ -60,15 +60,6 @@ def _refusal(path: str, culprit: str) -> str:
             "If you trust it, re-save it as a state dict or safetensors")
 
 
-def _load(path: str):
-    """(state, memory-mapped?)"""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    with warnings.catch_warnings():  # torch's notes on pickle protocols are not the user's concern
-        warnings.simplefilter("ignore")
-        return _load_loud(path, head)
-
-
 def _mappable(path: str) -> bool:
     """torch.load(mmap=True) reads a deflated member's compressed bytes as the tensor's data; and a
     big-endian file's storages are swapped in torch's private map, which the file's own bytes
@@ -82,26 +73,30 @@ def _mappable(path: str) -> bool:
         return False
 
 
-def _load_loud(path: str, head: bytes):
-    torch = import_torch()
-    zipped = head.startswith(b"PK")
-    if not zipped:
-        _scan_legacy(path)
-    mapped = zipped and _mappable(path)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped), mapped
-    except pickle.UnpicklingError as exc:
-        text = str(exc)
-        culprit = ""
-        for line in text.splitlines():
-            if "GLOBAL" in line or "Unsupported global" in line or "unsupported" in line.lower():
-                culprit = line.strip().rstrip(".")
-                break
-        if "Weights only load failed" in text or culprit:
-            raise UserError(_refusal(path, culprit) if culprit else _refusal(path, "a name outside torch's allow-list")) from None
-        raise _unreadable(path, exc) from None
-    except Exception as exc:  # whatever torch raises on a damaged file, it is the file's fault
-        raise _unreadable(path, exc) from None
+def _load(path: str):
+    """(state, memory-mapped?)"""
+    with open(path, "rb") as f:
+        zipped = f.read(4).startswith(b"PK")
+    with warnings.catch_warnings():  # torch's notes on pickle protocols are not the user's concern
+        warnings.simplefilter("ignore")
+        torch = import_torch()
+        if not zipped:
+            _scan_legacy(path)
+        mapped = zipped and _mappable(path)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped), mapped
+        except pickle.UnpicklingError as exc:
+            text = str(exc)
+            culprit = ""
+            for line in text.splitlines():
+                if "GLOBAL" in line or "Unsupported global" in line or "unsupported" in line.lower():
+                    culprit = line.strip().rstrip(".")
+                    break
+            if "Weights only load failed" in text or culprit:
+                raise UserError(_refusal(path, culprit) if culprit else _refusal(path, "a name outside torch's allow-list")) from None
+            raise _unreadable(path, exc) from None
+        except Exception as exc:  # whatever torch raises on a damaged file, it is the file's fault
+            raise _unreadable(path, exc) from None
 
 
 def _unreadable(path: str, exc: Exception) -> UserError:
