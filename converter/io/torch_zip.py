@@ -164,17 +164,13 @@ class _Reading:
     def __init__(self):
         self.tensors: list[TensorRecord] = []
         self.storages: dict[str, Storage] = {}
+        self.stand_ins = {("collections", "OrderedDict"): unpickle.ordered_dict,
+                          ("torch._utils", "_rebuild_tensor_v2"): self.tensor,
+                          ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+                          **{("torch", name): StorageType(dtype) for name, dtype in STORAGE_DTYPES.items()}}
 
     def resolve(self, module: str, name: str):
-        if (module, name) == ("collections", "OrderedDict"):
-            return unpickle.ordered_dict
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return self.tensor
-        if (module, name) == ("torch._utils", "_rebuild_parameter"):
-            return _rebuild_parameter
-        if module == "torch" and name in STORAGE_DTYPES:
-            return StorageType(STORAGE_DTYPES[name])
-        return None
+        return self.stand_ins.get((module, name))
 
     def tensor(self, storage=None, offset=None, shape=None, stride=None, *rest):  # _rebuild_tensor_v2
         record = TensorRecord(storage, offset, shape, stride)
