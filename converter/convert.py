@@ -12,7 +12,7 @@ import numpy as np
 from . import dtypes
 from .errors import CheckFailed, UserError, one_line
 from .io import open_sink_format, open_source, source_bytes
-from .io.atomic import AtomicOutput, OutputGroup, check_outputs
+from .io.atomic import AtomicOutput, OutputGroup, check_outputs, write_texts
 from .io.base import Source, TensorInfo
 from .layout import bit_equal, bits, row_blocks
 from .pipeline import BoundedWorkers
@@ -110,8 +110,7 @@ def _refuse_open(ruleset: RuleSet, emit_mapping: str | None, force: bool, log) -
         return
     written = ""
     if emit_mapping:
-        with OutputGroup(force) as group:
-            group.file(emit_mapping).file.write(ruleset.to_json().encode("utf-8"))
+        write_texts({emit_mapping: ruleset.to_json()}, force)
         log(f"wrote the {len(ruleset.rules)} rules inferred so far to {emit_mapping}, with the open items under 'open'")
         written = f"; the rules found so far are in {emit_mapping}: complete them and pass it back with --mapping"
     raise UserError(f"cannot infer a mapping from the two models ({len(ruleset.open)} problem(s)){written}; "
