@@ -1,6 +1,6 @@
 """safetensors read and write without torch: an 8-byte header length, a JSON
-header, then raw row-major data. Tensors are memory-mapped and their pages
-released once used, so that only the tensors in hand are resident."""
+header, then raw row-major data. Tensors are read one at a time with pread, so that only
+the tensors in hand are resident."""
 
 from __future__ import annotations
 
