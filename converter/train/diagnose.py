@@ -14,7 +14,7 @@ from ..diagnosis import confirmed_cause, went
 from .loop import RunRecord
 from .loss import LossProbe
 from .optimizer import subclass_note, torch_class
-from .optimizer_check import OptimizerCheck, own_state, set_to_start
+from .optimizer_check import OptimizerCheck
 from .result import FORWARD_DIFFERS, ZERO, layer_of, scale_in
 from .session import TrainSession
 from .steps import loss_band
@@ -273,13 +273,16 @@ def _paddle_group(popt, param):
                  and any(p is param for p in g.get("params", []))), None)
 
 
+_SETTINGS = ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha", "centered")
+
+
 def _torch_settings(opt, clip_norm, group: dict) -> dict:
     """Torch's optimizer for the parameters of `group` (one of its state dict's param_groups)."""
     name = torch_class(opt).__name__  # a subclass of one of torch's optimizers is re-run as that optimizer
     kind = "AdamW" if name == "Adam" and group.get("decoupled_weight_decay") else name
     out = {"class": kind, "clip": ("ClipGradByGlobalNorm", float(clip_norm)) if clip_norm else None,
            "lr": float(group["lr"])}
-    for key in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha", "centered"):
+    for key in _SETTINGS:
         if key in group:
             out[key] = tuple(group[key]) if key == "betas" else group[key]
     return out
@@ -382,39 +385,20 @@ def _differs(a, b) -> bool:
 
 
 def _what_if(check, pair, group: dict, torch_side: dict, change: dict, fb):
-    """Torch's teacher-forced step in float64 with `change` applied to the settings of `pair`'s group;
-    its ratio against paddle's result for that parameter."""
+    """Torch's teacher-forced step with `change` applied to the settings of `pair`'s group
+    (optimizer_whatif.teacher_forced)."""
     import inspect
 
     import torch
 
-    from .judge import judge
-    from .optimizer_whatif import clip_gradients
-    failed = check.failed
-    before, index = failed["before"], failed["index"]
+    from .optimizer_whatif import teacher_forced
     settings = dict(torch_side, **change)
-    model = check.ref
-    params = set_to_start(model, before)
     cls = getattr(torch.optim, settings["class"])
     accepted = inspect.signature(cls.__init__).parameters
-    kwargs = {k: settings[k] for k in ("betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha",
-                                       "centered") if k in settings and k in accepted}
+    kwargs = {k: settings[k] for k in _SETTINGS if k in settings and k in accepted}
     if kwargs.get("nesterov") and (not kwargs.get("momentum") or kwargs.get("dampening")):
         kwargs["nesterov"] = False
-    try:
-        # one group over the parameters in the order of torch's state (its indices), with this parameter's settings
-        opt = cls([params[n] for n in index], lr=settings.get("lr", group["lr"]), **kwargs)
-        state = {"state": own_state(before["state"], torch.float64)["state"],
-                 "param_groups": [dict(opt.state_dict()["param_groups"][0])]}
-        opt.load_state_dict(state)
-    except (ValueError, KeyError, TypeError, RuntimeError):
-        return None
-    clip_gradients(model, settings.get("clip"))
-    opt.step()
-    want = pair.to_paddle({t: params[t].detach().numpy() for t in pair.torch})
-    got = failed["paddle"][pair.paddle]
-    return judge("optimizer", fb.step, fb.torch, fb.paddle, want, got, np.zeros_like(want),
-                 float(np.max(np.abs(want), initial=0)) * 1e-6).ratio
+    return teacher_forced(check, pair, fb, cls, settings.get("lr", group["lr"]), kwargs, settings.get("clip"))
 
 
 # free-running steps --------------------------------------------------------------------------

@@ -61,8 +61,20 @@ def changes(group: dict, theirs: dict) -> list:
 
 
 def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
-    """Torch's teacher-forced step in float64 from the failing step's start, under `cls` with torch's
-    parameter group as it was and `change` applied; its ratio against paddle's result for `pair`."""
+    """Torch's teacher-forced step under `cls` with torch's parameter group as it was and `change`
+    applied (teacher_forced)."""
+    accepted = inspect.signature(cls.__init__).parameters
+    settings = dict(group, **change)
+    kwargs = {k: v for k, v in settings.items() if k in accepted and k not in ("params", "lr", "self")}
+    norm = check.tspec.clip_grad_norm
+    return teacher_forced(check, pair, fb, cls, settings["lr"], kwargs, ("ClipGradByGlobalNorm", norm) if norm else None)
+
+
+def teacher_forced(check, pair, fb, cls, lr: float, kwargs: dict, clip) -> float | None:
+    """Torch's teacher-forced step in float64 from the failing step's start: `cls(lr=lr, **kwargs)` as
+    one group over the parameters in the order of torch's state (its indices), torch's state loaded,
+    the gradients clipped as `clip` says (clip_gradients); its ratio against paddle's result for
+    `pair`, or None where torch's optimizer refuses the settings."""
     import torch
 
     from .judge import judge
@@ -70,14 +82,11 @@ def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
     failed = check.failed
     before, index = failed["before"], failed["index"]
     params = set_to_start(check.ref, before)
-    accepted = inspect.signature(cls.__init__).parameters
-    settings = dict(group, **change)
-    kwargs = {k: v for k, v in settings.items() if k in accepted and k not in ("params", "lr", "self")}
     try:
-        opt = cls([params[n] for n in index], lr=settings["lr"], **kwargs)
+        opt = cls([params[n] for n in index], lr=lr, **kwargs)
         opt.load_state_dict({"state": own_state(before["state"], torch.float64)["state"],
                              "param_groups": [dict(opt.state_dict()["param_groups"][0])]})
-        clip_gradients(check.ref, ("ClipGradByGlobalNorm", check.tspec.clip_grad_norm) if check.tspec.clip_grad_norm else None)
+        clip_gradients(check.ref, clip)
         opt.step()
     except (ValueError, KeyError, TypeError, RuntimeError):  # a setting torch's optimizer refuses is no cause
         return None
@@ -104,7 +113,7 @@ def search(check, pair, group: dict, cls, fb) -> list:
 def _named(key: str, to, was, theirs: dict) -> str | None:
     """The setting of paddle's optimizer that keeps the value tried: the one of the same name holding
     it (paddle's `_amsgrad`, torch's `amsgrad`); else, for a number, the one holding that number."""
-    value = to[next(i for i, (a, b) in enumerate(zip(was, to)) if a != b)] if isinstance(to, tuple) else to
+    value = _changed(was, to)[1]
     same = [k for k, v in theirs.items() if type(v) is type(value) and v == value]
     by_name = [k for k in same if k.lstrip("_").lower() == key.lower()]
     if by_name or isinstance(value, bool):
@@ -114,23 +123,23 @@ def _named(key: str, to, was, theirs: dict) -> str | None:
 
 def said(hit: Hit, cls_name: str, before: float, popt=None) -> tuple[str, str]:
     """(cause, hint) for a confirmed change (`popt`: paddle's optimizer, whose constructor the hint names)."""
-    kept = f" (paddle's optimizer keeps {hit.paddle_name}={_show(hit.to, hit)})" if hit.paddle_name else ""
+    kept = f" (paddle's optimizer keeps {hit.paddle_name}={_changed(hit.was, hit.to)[1]!r})" if hit.paddle_name else ""
     cause = confirmed_cause(f"torch's {cls_name} has {hit.key}={hit.was!r}", "its teacher-forced step re-run",
                             f"{hit.key}={hit.to!r}{kept}", "gives paddle's step", went(before, hit.ratio))
     hint = f"give paddle's optimizer the setting that matches torch's {hit.key}={hit.was!r}"
     parameter = hit.paddle_name.lstrip("_") if hit.paddle_name else None
     if parameter and parameter in inspect.signature(type(popt).__init__).parameters:
-        was = hit.was[next(i for i, (a, b) in enumerate(zip(hit.was, hit.to)) if a != b)] \
-            if isinstance(hit.was, tuple) else hit.was
-        hint = f"construct paddle's {type(popt).__name__} with {parameter}={was!r}, as torch's {hit.key}"
+        hint = (f"construct paddle's {type(popt).__name__} with {parameter}={_changed(hit.was, hit.to)[0]!r}, "
+                f"as torch's {hit.key}")
     return cause, hint
 
 
-def _show(to, hit: Hit):
-    if isinstance(to, tuple):
-        i = next(i for i, (a, b) in enumerate(zip(hit.was, to)) if a != b)
-        return repr(to[i])
-    return repr(to)
+def _changed(was, to) -> tuple:
+    """(was, to) where a setting is a number or flag; for a tuple (betas, one element tried at a time),
+    their elements at the one place they differ."""
+    if not isinstance(was, tuple):
+        return was, to
+    return next((a, b) for a, b in zip(was, to) if a != b)
 
 
 def clip_gradients(model, clip) -> None:
