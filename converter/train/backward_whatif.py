@@ -81,7 +81,8 @@ def _rerun(layer, setting, run):
 def culprit_layer(session, local, fb):
     """(torch's half of the culprit's local backward, the paddle layer in a copy of the model at the
     initial weights, as the per-layer backward's copy was, and `run()`: its local backward's rows
-    again) while inside; None where the culprit is no unit of the per-layer backward."""
+    again, by (torch name, paddle name)) while inside; None where the culprit is no unit of the
+    per-layer backward."""
     from .backward import TorchLocal, layer_rows
     layer = layer_of(fb)
     half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
@@ -95,7 +96,7 @@ def culprit_layer(session, local, fb):
 
         def run():
             rows, _, _ = layer_rows(session, half, root, None, p_call)
-            return rows
+            return {(r.torch, r.paddle): r for r in rows}
         yield half, root, run
     finally:
         session.done_with(model, "paddle")
@@ -117,7 +118,7 @@ def setting_causes(session, local, pairs, fb) -> list:
         if found is None:
             return []
         half, root, run = found
-        before = {(r.torch, r.paddle): r for r in run()}
+        before = run()
         mine = before.get((fb.torch, fb.paddle))
         if mine is None or not mine.bad:  # (a Row is false when it fails)
             return []
@@ -133,10 +134,9 @@ def _search(options: list, run, fb, before: dict) -> list:
             runs -= 1
             if runs < 0 or time.monotonic() > until:
                 return sorted(hits, key=lambda h: h.ratio)
-            rows = _rerun(layer, setting, run)
-            if rows is None:
+            got = _rerun(layer, setting, run)
+            if got is None:
                 continue
-            got = {(r.torch, r.paddle): r for r in rows}
             mine = got.get((fb.torch, fb.paddle))
             newly_bad = any(r.bad and not before.get(k, r).bad for k, r in got.items())
             if mine is not None and mine.ratio is not None and mine.ratio <= 1 and not newly_bad:

@@ -94,6 +94,5 @@ def custom_backwards(session, local, fb) -> tuple[list[str], float | None]:
         if not classes:
             return names, None
         with _under_autograd(classes):
-            rows = {(r.torch, r.paddle): r for r in run()}
-        mine = rows.get((fb.torch, fb.paddle))
+            mine = run().get((fb.torch, fb.paddle))
         return names, None if mine is None else mine.ratio
