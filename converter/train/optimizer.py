@@ -83,11 +83,15 @@ class Translation:
     def build(self, model):
         """(optimizer, scheduler) for the paddle model; the scheduler is the optimizer's lr."""
         scheduler = self.scheduler.build(None) if self.scheduler is not None else None
+        return self._over_parameters(scheduler).build(self.parameters.of(model)), scheduler
+
+    def _over_parameters(self, learning_rate) -> Recipe:
+        """The optimizer's recipe over the parameters it optimizes, with `learning_rate` (the scheduler,
+        built or as code) where there is a scheduler."""
         kwargs = dict(self.optimizer.kwargs, parameters=self.parameters)
-        if scheduler is not None:
-            kwargs["learning_rate"] = scheduler
-        optimizer = Recipe(self.optimizer.path, kwargs).build(self.parameters.of(model))
-        return optimizer, scheduler
+        if self.scheduler is not None:
+            kwargs["learning_rate"] = learning_rate
+        return Recipe(self.optimizer.path, kwargs)
 
     def only(self, names) -> Translation:
         """This translation optimizing only the paddle parameters named (torch's optimizer holds only
@@ -97,10 +101,7 @@ class Translation:
             "their counterparts"])
 
     def describe(self) -> str:
-        opt = Recipe(self.optimizer.path, dict(self.optimizer.kwargs, parameters=self.parameters))
-        if self.scheduler is not None:
-            opt.kwargs["learning_rate"] = self.scheduler
-        text = opt.code()
+        text = self._over_parameters(self.scheduler).code()
         if self.parameters.names is not None:
             text += f" with names = {self.parameters.literal()}"
         return text if self.taken_as is None else f"{text} ({self.taken_as})"
@@ -111,15 +112,11 @@ class Translation:
         notes = self.notes if self.taken_as is None else [self.taken_as, *self.notes]
         if notes:
             lines[1:1] = [f"# {note}" for note in notes]
-        kwargs = dict(self.optimizer.kwargs)
         if self.parameters.names is not None:
             lines.append(f"    names = {self.parameters.literal()}")
         if self.scheduler is not None:
             lines.append(f"    scheduler = {self.scheduler.code()}")
-            kwargs["learning_rate"] = _Name("scheduler")
-        kwargs["parameters"] = self.parameters
-        call = f"{self.optimizer.path}({', '.join(f'{k}={_code(v)}' for k, v in kwargs.items())})"
-        lines.append(f"    optimizer = {call}")
+        lines.append(f"    optimizer = {self._over_parameters(_Name('scheduler')).code()}")
         lines.append("    return optimizer, scheduler" if self.scheduler is not None else "    return optimizer")
         return "\n".join(lines) + "\n"
 
