@@ -125,8 +125,7 @@ def scale_of(torch_grad, paddle_grad) -> float | None:
         return None
     rest = np.multiply(a, a.dtype.type(-factor))
     rest += b
-    fits = _sum_of(rest, rest) <= SCALE_FIT ** 2 * norm_b
-    return factor if fits and abs(factor - 1) > SCALE_FIT else None
+    return factor if _sum_of(rest, rest) <= SCALE_FIT ** 2 * norm_b else None
 
 
 def _sum_of(x: np.ndarray, y: np.ndarray) -> float:
