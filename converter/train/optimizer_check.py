@@ -34,8 +34,8 @@ def _state_table(popt, torch_state: dict, lr: float) -> dict:
     """Paddle accumulator name -> the array torch's state gives it (torch's layout), for one torch parameter."""
     kind = type(popt).__name__
     get = lambda key: torch_state[key].detach().cpu().numpy() if key in torch_state else None
+    step = int(torch_state.get("step", 0))
     if kind in ("Adam", "AdamW"):
-        step = int(torch_state["step"]) if "step" in torch_state else 0
         b1, b2 = _betas(popt)
         out = {"moment1": get("exp_avg"), "moment2": get("exp_avg_sq"), "moment2_max": get("max_exp_avg_sq")}
         out["beta1_pow_acc"], out["beta2_pow_acc"] = _pow32(b1, step + 1), _pow32(b2, step + 1)
@@ -49,20 +49,15 @@ def _state_table(popt, torch_state: dict, lr: float) -> dict:
     if kind == "Adagrad":
         return {"moment": get("sum")}
     if kind == "Adamax":
-        step = int(torch_state["step"]) if "step" in torch_state else 0
         return {"moment": get("exp_avg"), "inf_norm": get("exp_inf"),
                 "beta1_pow_acc": _pow32(_betas(popt)[0], step + 1)}
     return {}
 
 
+# paddle accumulator name -> the key of torch's state it holds; STATE_OF_KIND where a kind names its state otherwise
 TORCH_STATE_OF = {"moment1": "exp_avg", "moment2": "exp_avg_sq", "velocity": "momentum_buffer",
                   "mean_square": "square_avg", "moment": "sum", "mean_grad": "grad_avg"}
-STATE_OF_KIND = {"Adamax": {"moment": "exp_avg", "inf_norm": "exp_inf"}}  # where a kind names its state otherwise
-
-
-def torch_state_of(popt) -> dict:
-    """Paddle accumulator name -> the key of torch's state it holds, for paddle's optimizer `popt`."""
-    return STATE_OF_KIND.get(type(popt).__name__, TORCH_STATE_OF)
+STATE_OF_KIND = {"Adamax": {"moment": "exp_avg", "inf_norm": "exp_inf"}}
 
 
 class OptimizerCheck:
@@ -245,18 +240,15 @@ class OptimizerCheck:
         sqrt(v + eps) against torch's sqrt(v) + eps; Adamax's epsilon on the norm, not the gradient
         (upstream.ADAMAX_EPSILON: its norm moves by at most eps). 0.0 for another optimizer."""
         kind = type(self.opt).__name__
-        if kind == "Adamax" and all("exp_inf" in torch_state.get(t, {}) for t in pair.torch):
-            eps = float(opt.param_groups[0]["eps"])
-            u = pair.to_paddle({t: torch_state[t]["exp_inf"].detach().cpu().numpy().astype(np.float64)
-                                for t in pair.torch})
-            return np.minimum(eps / np.maximum(u - eps, eps), 1.0)
-        if kind != "RMSProp" or any("square_avg" not in torch_state.get(t, {}) for t in pair.torch):
+        key = {"Adamax": "exp_inf", "RMSProp": "square_avg"}.get(kind)  # the state the rule reads
+        if key is None or any(key not in torch_state.get(t, {}) for t in pair.torch):
             return 0.0
         eps = float(opt.param_groups[0]["eps"])
-        v = pair.to_paddle({t: torch_state[t]["square_avg"].detach().cpu().numpy().astype(np.float64)
-                            for t in pair.torch})
-        torch_denom = np.sqrt(v) + eps
-        return np.abs(np.sqrt(v + eps) - torch_denom) / torch_denom
+        held = pair.to_paddle({t: torch_state[t][key].detach().cpu().numpy().astype(np.float64) for t in pair.torch})
+        if kind == "Adamax":
+            return np.minimum(eps / np.maximum(held - eps, eps), 1.0)
+        torch_denom = np.sqrt(held) + eps
+        return np.abs(np.sqrt(held + eps) - torch_denom) / torch_denom
 
     def _compare(self, k: int, model, opt, params_before: dict, ref_params: dict, ref_state: dict, grads: dict,
                  state_before: dict):
@@ -267,7 +259,7 @@ class OptimizerCheck:
             e_ref = np.subtract(want, pair.to_paddle(ref_params), dtype=np.float32)  # float64's rounded first
             moved = self._moved(pair, opt, torch_state, conv, torch_params, params_before)
             self._row(k, pair, "", want, self.params[pair.paddle].numpy(), e_ref, moved)
-            for acc, key in torch_state_of(self.opt).items():
+            for acc, key in STATE_OF_KIND.get(type(self.opt).__name__, TORCH_STATE_OF).items():
                 holder = self.opt._accumulators.get(acc, {}).get(self.params[pair.paddle].name)
                 if holder is None or any(key not in torch_state.get(t, {}) or key not in ref_state.get(t, {})
                                          for t in pair.torch):
