@@ -233,29 +233,22 @@ def _base_lr(sched) -> float:
     return float(sched.optimizer.param_groups[0]["initial_lr"])
 
 
-def _step(s, lr):
-    return Recipe("paddle.optimizer.lr.StepDecay", {"learning_rate": lr, "step_size": int(s.step_size),
-                                                   "gamma": float(s.gamma)})
+# torch scheduler -> (paddle's in paddle.optimizer.lr, {its argument: (torch's attribute, as converted)}), each
+# besides the learning rate
+PLAIN_SCHEDULERS = {
+    "StepLR": ("StepDecay", {"step_size": ("step_size", int), "gamma": ("gamma", float)}),
+    "MultiStepLR": ("MultiStepDecay", {"milestones": ("milestones", sorted), "gamma": ("gamma", float)}),
+    "ExponentialLR": ("ExponentialDecay", {"gamma": ("gamma", float)}),
+    "CosineAnnealingLR": ("CosineAnnealingDecay", {"T_max": ("T_max", int), "eta_min": ("eta_min", float)}),
+    "LinearLR": ("LinearLR", {"total_steps": ("total_iters", int), "start_factor": ("start_factor", float),
+                              "end_factor": ("end_factor", float)}),
+}
 
 
-def _multistep(s, lr):
-    return Recipe("paddle.optimizer.lr.MultiStepDecay", {"learning_rate": lr, "milestones": sorted(s.milestones),
-                                                        "gamma": float(s.gamma)})
-
-
-def _exponential(s, lr):
-    return Recipe("paddle.optimizer.lr.ExponentialDecay", {"learning_rate": lr, "gamma": float(s.gamma)})
-
-
-def _cosine(s, lr):
-    return Recipe("paddle.optimizer.lr.CosineAnnealingDecay", {"learning_rate": lr, "T_max": int(s.T_max),
-                                                              "eta_min": float(s.eta_min)})
-
-
-def _linear(s, lr):
-    return Recipe("paddle.optimizer.lr.LinearLR", {"learning_rate": lr, "total_steps": int(s.total_iters),
-                                                  "start_factor": float(s.start_factor),
-                                                  "end_factor": float(s.end_factor)})
+def _plain(s, lr):
+    name, arguments = PLAIN_SCHEDULERS[type(s).__name__]
+    return Recipe(f"paddle.optimizer.lr.{name}", {"learning_rate": lr, **{
+        argument: convert(getattr(s, attr)) for argument, (attr, convert) in arguments.items()}})
 
 
 def _one_cycle(s, lr):
@@ -282,10 +275,7 @@ def _sequential(s, lr):
                                                       "start_lr": lr * float(warm.start_factor), "end_lr": lr})
 
 
-SCHEDULERS = {
-    "StepLR": _step, "MultiStepLR": _multistep, "ExponentialLR": _exponential, "CosineAnnealingLR": _cosine,
-    "LinearLR": _linear, "OneCycleLR": _one_cycle, "SequentialLR": _sequential,
-}
+SCHEDULERS = {**dict.fromkeys(PLAIN_SCHEDULERS, _plain), "OneCycleLR": _one_cycle, "SequentialLR": _sequential}
 
 
 def translate_scheduler(sched, lr: float | None = None) -> Recipe:
