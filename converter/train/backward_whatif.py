@@ -28,7 +28,7 @@ KIND = "setting"
 class Found:
     where: str  # the paddle layer's path
     layer_type: str
-    changed: tuple  # counterfactual.Setting, each
+    setting: object  # the counterfactual.Setting changed
     ratio: float
 
 
@@ -140,19 +140,19 @@ def _search(options: list, run, fb, before: dict) -> list:
             mine = got.get((fb.torch, fb.paddle))
             newly_bad = any(r.bad and not before.get(k, r).bad for k, r in got.items())
             if mine is not None and mine.ratio is not None and mine.ratio <= 1 and not newly_bad:
-                hits.append(Found(path, type(layer).__name__, (setting,), mine.ratio))
+                hits.append(Found(path, type(layer).__name__, setting, mine.ratio))
     return sorted(hits, key=lambda h: h.ratio)
 
 
 def _diagnosis(found: Found, fb, layer: str) -> Diagnosis:
-    was = ", ".join(s.said(s.was) for s in found.changed)  # by the constructor's parameter where one sets it
-    to = ", ".join(s.said(s.to) for s in found.changed)
+    setting = found.setting
+    was, to = setting.said(setting.was), setting.said(setting.to)  # by the constructor's parameter where one sets it
     where = found.where or "<model>"
     cause = confirmed_cause(f"paddle's {where} ({found.layer_type}) has {was}", "its backward re-run on torch's "
                             "recorded inputs and output gradient", to, f"gives torch's gradient of '{fb.paddle}'",
                             went(fb.ratio, found.ratio))
-    if all(s.parameter for s in found.changed):
-        hint = f"construct paddle's {found.layer_type} with {', '.join(s.said(s.to) for s in found.changed)}"
+    if setting.parameter:
+        hint = f"construct paddle's {found.layer_type} with {to}"
     else:
         hint = f"make paddle's {where} compute with {to}"
     return Diagnosis(layer, cause, hint, kind=KIND)
