@@ -164,8 +164,9 @@ def _bn_recorder(model, bn_stats: dict) -> list:
 
 
 def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=None) -> RunRecord:
-    """Train a fresh copy of the torch model on `batches`; `on_step(k, optimizer, model, before)` is
-    called after each step with what the step started from (parameters, gradients, state)."""
+    """Train a fresh copy of the torch model on `batches`; `on_step(k, optimizer, model, before)` (an
+    OptimizerCheck) is called after each step with what the step started from (parameters, gradients,
+    and the state where `on_step.checks(k)`)."""
     import torch
     model = session.torch_copy(dtype)
     device = session.torch_device(dtype)
@@ -193,9 +194,8 @@ def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=No
                 if k == 0:
                     grads0 = {n: g.cpu().numpy() for n, g in grads.items()}
                 if on_step is not None:
-                    wanted = on_step.checks(k) if hasattr(on_step, "checks") else True
                     before = {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "grads": grads,
-                              "state": _state_copy(opt) if wanted else None}
+                              "state": _state_copy(opt) if on_step.checks(k) else None}
             if tspec.clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.clip_grad_norm)
             opt.step()

@@ -121,7 +121,7 @@ def _named(key: str, to, was, theirs: dict) -> str | None:
     return same[0] if same else None
 
 
-def said(hit: Hit, cls_name: str, before: float, popt=None) -> tuple[str, str]:
+def said(hit: Hit, cls_name: str, before: float, popt) -> tuple[str, str]:
     """(cause, hint) for a confirmed change (`popt`: paddle's optimizer, whose constructor the hint names)."""
     kept = f" (paddle's optimizer keeps {hit.paddle_name}={_changed(hit.was, hit.to)[1]!r})" if hit.paddle_name else ""
     cause = confirmed_cause(f"torch's {cls_name} has {hit.key}={hit.was!r}", "its teacher-forced step re-run",

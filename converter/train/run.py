@@ -14,7 +14,7 @@ from ..spec import DEFAULT_STEPS
 from .loop import call_model, float_outputs, paddle_run, spec_errors, to_torch, torch_run
 from .optimizer import translate
 from ..results import skipped_notes
-from .result import PHASES, TrainReport
+from .result import PHASES, TrainReport, culprit
 from .session import TrainSession
 from ..compare.overlap import TorchWorker
 from ..compare.session import PortSession, _float64_by_default
@@ -45,7 +45,6 @@ def first_bad(rows: list):
 
 
 def _first_in_phases(bad: list):
-    from .result import culprit
     for phase in PHASES:
         found = culprit(bad) if phase == "backward" else next((r for r in bad if r.phase == phase), None)
         if found is not None:
@@ -164,7 +163,7 @@ def _float64_beside(session: TrainSession, tspec, batches, paddle_side) -> tuple
     return t64, here
 
 
-def conventions(session: TrainSession, tspec, rows, check=None) -> list:
+def conventions(session: TrainSession, tspec, rows, check) -> list:
     """The conventions that differ between the two libraries, are not bugs of the port, and were
     budgeted or replayed (each said once, in the notes the terminal prints): BatchNorm's running
     variance updated with the biased batch variance on paddle's side, the optimizer's (an update rule
@@ -181,10 +180,9 @@ def conventions(session: TrainSession, tspec, rows, check=None) -> list:
                     f"paddle's rule for {shown}: not a bug of the port")
     if session.translation is not None:
         said += [f"convention: {note}" for note in session.translation.notes if note.startswith("paddle")]
-    gap = getattr(check, "rule_gap", 0.0)
-    if type(getattr(check, "opt", None)).__name__ == "Adamax" and gap > U32:
+    if type(check.opt).__name__ == "Adamax" and check.rule_gap > U32:
         said.append(f"convention: {ADAMAX_EPSILON.line()}; on torch's steps here it changes a step by at most "
-                    f"{gap:.3g} relative (epsilon over the norm), taken into the optimizer's budget: not a bug of "
+                    f"{check.rule_gap:.3g} relative (epsilon over the norm), taken into the optimizer's budget: not a bug of "
                     "the port")
     loss = getattr(tspec.spec.training_part("paddle_loss"), "convention", None)  # a loss that says what it evens out
     if isinstance(loss, str):
