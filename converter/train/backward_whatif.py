@@ -85,7 +85,7 @@ def culprit_layer(session, local, fb):
     per-layer backward."""
     from .backward import TorchLocal, layer_rows
     layer = layer_of(fb)
-    half = next((h for h in getattr(local, "halves", []) if isinstance(h, TorchLocal) and h.unit.label == layer), None)
+    half = next((h for h in local.halves if isinstance(h, TorchLocal) and h.unit.label == layer), None)
     if half is None:
         yield None
         return

@@ -25,7 +25,7 @@ class Runs:
     """What the training checks ran, for the what-ifs: torch in fp32 and in float64, torch in
     paddle's matmul format (None where that is torch's), paddle, the loss probe on the first batch,
     the teacher-forced optimizer check, and the per-layer backward (its torch half) with the layers'
-    pairs (None: not run)."""
+    pairs."""
 
     t32: RunRecord
     t64: RunRecord
@@ -33,8 +33,8 @@ class Runs:
     paddle: RunRecord
     loss: LossProbe
     optimizer_check: OptimizerCheck
-    local: object = None
-    pairs: object = None
+    local: object
+    pairs: object
 
 
 def diagnose(session: TrainSession, tspec, rows: list, fb, runs: Runs) -> list:
@@ -131,31 +131,28 @@ def _backward(session: TrainSession, tspec, rows: list, fb, runs: Runs):
         return [D(layer, f"the gradient is stopped on paddle's side: paddle's gradient of '{zero[0].paddle}' is zero "
                   "where torch's is not", "look for detach(), stop_gradient=True or a no_grad block in paddle's "
                   f"forward of '{fb.paddle.split(' ')[0]}'", kind="stopped gradient")]
-    if layer_of(fb) and runs.local is not None and runs.pairs is not None:
-        from .backward_whatif import setting_causes
-        from .custom_backward import custom_backwards
-        found = setting_causes(session, runs.local, runs.pairs, fb)
-        if found:
-            return found
-        custom, ratio = custom_backwards(session, runs.local, fb) if not fb.note.endswith(FORWARD_DIFFERS) \
-            else ([], None)
-        if custom and ratio is not None and ratio <= 1:  # its forward under autograd gives torch's gradient
-            where = layer_of(fb)
-            return [D(layer, confirmed_cause(f"paddle's backward of '{where}' differs from torch's while its forward "
-                                             f"agrees, and its gradient runs through the custom backward "
-                                             f"{', '.join(custom)} (paddle.autograd.PyLayer)", "its backward re-run on "
-                                             "torch's recorded inputs and output gradient", f"{', '.join(custom)} "
-                                             "differentiated by autograd from its forward", "gives torch's gradient",
-                                             went(fb.ratio, ratio)),
-                      f"check {custom[0]}.backward against the gradient of its forward (paddle.grad on the same ops, "
-                      "or torch's autograd)", kind="custom backward")]
-    if layer_of(fb) and not fb.note.endswith(FORWARD_DIFFERS):
-        where = layer_of(fb)
-        return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and output "
-                  "gradient while its forward agrees; no setting of the layer re-run with torch's value reproduces "
-                  "torch's gradient", f"compare how paddle's '{where}' computes its gradient with torch's "
-                  f"'{layer}' (the ops in its forward, and any gradient it sets by hand)", kind="backward")]
-    return []
+    where = layer_of(fb)
+    if not where:
+        return []
+    from .backward_whatif import setting_causes
+    from .custom_backward import custom_backwards
+    found = setting_causes(session, runs.local, runs.pairs, fb)
+    if found or fb.note.endswith(FORWARD_DIFFERS):
+        return found
+    custom, ratio = custom_backwards(session, runs.local, fb)
+    if custom and ratio is not None and ratio <= 1:  # its forward under autograd gives torch's gradient
+        return [D(layer, confirmed_cause(f"paddle's backward of '{where}' differs from torch's while its forward "
+                                         f"agrees, and its gradient runs through the custom backward "
+                                         f"{', '.join(custom)} (paddle.autograd.PyLayer)", "its backward re-run on "
+                                         "torch's recorded inputs and output gradient", f"{', '.join(custom)} "
+                                         "differentiated by autograd from its forward", "gives torch's gradient",
+                                         went(fb.ratio, ratio)),
+                  f"check {custom[0]}.backward against the gradient of its forward (paddle.grad on the same ops, "
+                  "or torch's autograd)", kind="custom backward")]
+    return [D(layer, f"paddle's backward of '{where}' differs from torch's on torch's recorded inputs and output "
+              "gradient while its forward agrees; no setting of the layer re-run with torch's value reproduces "
+              "torch's gradient", f"compare how paddle's '{where}' computes its gradient with torch's "
+              f"'{layer}' (the ops in its forward, and any gradient it sets by hand)", kind="backward")]
 
 
 # learning rate -------------------------------------------------------------------------------
@@ -300,8 +297,8 @@ _OPTIMIZER_HINT = ("set paddle's optimizer as torch's (or drop paddle_optimizer 
 
 def _optimizer(session: TrainSession, tspec, rows: list, fb, runs: Runs):
     check = runs.optimizer_check
-    pair = None if check is None else check.by_paddle.get(fb.paddle.split(" ")[0])
-    if check is None or check.failed is None or pair is None:
+    pair = check.by_paddle.get(fb.paddle.split(" ")[0])
+    if check.failed is None or pair is None:
         return []
     failed = check.failed
     group = _group_of(failed["before"]["state"]["param_groups"], failed["index"], pair.torch[0])
