@@ -265,7 +265,7 @@ class OptimizerCheck:
                                          for t in pair.torch):
                     continue
                 scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
-                scaled = (lambda a: a) if scale == 1.0 else (lambda a, scale=scale: a * scale)
+                scaled = lambda a, scale=scale: a if scale == 1.0 else a * scale
                 want_s = pair.to_paddle({t: scaled(torch_state[t][key].detach().cpu().numpy()) for t in pair.torch})
                 ref_s = pair.to_paddle({t: scaled(ref_state[t][key].numpy()) for t in pair.torch})
                 # the conventions scale the terms the new state is summed from, whose size |new| + |old| bounds
