@@ -264,16 +264,14 @@ class OptimizerCheck:
                 if holder is None or any(key not in torch_state.get(t, {}) or key not in ref_state.get(t, {})
                                          for t in pair.torch):
                     continue
-                scale = float(opt.param_groups[0]["lr"]) if acc == "momentum" else 1.0
-                scaled = lambda a, scale=scale: a if scale == 1.0 else a * scale
-                want_s = pair.to_paddle({t: scaled(torch_state[t][key].detach().cpu().numpy()) for t in pair.torch})
-                ref_s = pair.to_paddle({t: scaled(ref_state[t][key].numpy()) for t in pair.torch})
+                want_s = pair.to_paddle({t: torch_state[t][key].detach().cpu().numpy() for t in pair.torch})
+                ref_s = pair.to_paddle({t: ref_state[t][key].numpy() for t in pair.torch})
                 # the conventions scale the terms the new state is summed from, whose size |new| + |old| bounds
                 bound = np.abs(want_s)
                 olds = {t: state_before.get(t, {}).get(key) for t in pair.torch}
                 if any(v is not None for v in olds.values()):
                     bound += np.abs(pair.to_paddle({t: np.zeros(params_before[t].shape, np.float32) if v is None else
-                                                    scaled(v.detach().cpu().numpy()) for t, v in olds.items()}))
+                                                    v.detach().cpu().numpy() for t, v in olds.items()}))
                 bound *= conv
                 if acc == "inf_norm":  # Adamax's: paddle's rule puts epsilon on it (upstream.ADAMAX_EPSILON)
                     bound += float(opt.param_groups[0]["eps"])
