@@ -226,9 +226,9 @@ def _ramp(lr, peak: float | None) -> str:
 
 
 # optimizer -----------------------------------------------------------------------------------
-def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
-    """Paddle's optimizer in torch's terms: the torch class and hyperparameters that would do the same
-    (for `param`: those of its parameter group, its own L2 decay and its rate, `lr` times its factor)."""
+def torch_settings_of(popt, param, lr: float) -> dict:
+    """Paddle's optimizer in torch's terms for `param`: the torch class and hyperparameters that would do
+    the same (those of its parameter group, its own L2 decay, and its rate: `lr` times its factor)."""
     kind = type(popt).__name__
     group = _paddle_group(popt, param)
     if group is not None:
@@ -239,9 +239,8 @@ def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
     clip = getattr(popt, "_grad_clip", None)
     clip_kind = None if clip is None else type(clip).__name__
     out = {"clip": (clip_kind, float(getattr(clip, "clip_norm", getattr(clip, "max", 0.0)) or 0.0)) if clip else None}
-    if lr is not None:
-        factor = float((getattr(param, "optimize_attr", None) or {}).get("learning_rate", 1.0))
-        out["lr"], out["lr_factor"] = lr * factor, factor
+    factor = float((getattr(param, "optimize_attr", None) or {}).get("learning_rate", 1.0))
+    out["lr"], out["lr_factor"] = lr * factor, factor
     if kind in ("Adam", "AdamW"):
         decoupled = float(getattr(popt, "_weight_decay", 0.0) or 0.0) if kind == "AdamW" else 0.0
         out.update({"class": "AdamW" if kind == "AdamW" else "Adam", "betas": (float(popt._beta1), float(popt._beta2)),
@@ -264,8 +263,6 @@ def torch_settings_of(popt, param=None, lr: float | None = None) -> dict:
 
 def _paddle_group(popt, param):
     """The parameter group of paddle's optimizer holding `param`, or None (no groups)."""
-    if param is None:
-        return None
     return next((g for g in getattr(popt, "_param_groups", None) or [] if isinstance(g, dict)
                  and any(p is param for p in g.get("params", []))), None)
 

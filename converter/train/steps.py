@@ -74,7 +74,7 @@ def running_stats(session: TrainSession, record) -> dict:
 PADDLE_DRIFT = "budgeted with paddle's own drift from float64, measured on a float64 run of the paddle model"
 
 
-def final_rows(session: TrainSession, t32, t64, tfmt, paddle, drift: dict | None = None, paddle_drift: dict | None = None) -> list:
+def final_rows(session: TrainSession, t32, t64, tfmt, paddle, drift: dict, paddle_drift: dict | None = None) -> list:
     """The final weights and buffers, per tensor, in paddle's layout; `drift` is what the optimizer's
     conventions (float32 betas, clipping's + 1e-6) moved each weight by over the steps, added to its
     budget; `paddle_drift` (see paddle_own_drift), per paddle tensor, paddle's own drift from float64
@@ -99,7 +99,7 @@ def final_rows(session: TrainSession, t32, t64, tfmt, paddle, drift: dict | None
             note = "; ".join(filter(None, (note, PADDLE_DRIFT)))
         # one drift sample per element is a weak estimate after many chaotic steps: the tensor's
         # largest drift is every element's floor (a band per tensor)
-        floor = np.sqrt(float(np.max(np.abs(e_ref), initial=0.0)) ** 2 + np.square((drift or {}).get(pair.paddle, 0.0)))
+        floor = np.sqrt(float(np.max(np.abs(e_ref), initial=0.0)) ** 2 + np.square(drift.get(pair.paddle, 0.0)))
         rows.append(judge("steps", len(t32.losses), pair.torch_name, pair.paddle, want, paddle.final[pair.paddle],
                           e_ref, floor, formats=session.formats, fmt_err=fmt_err, note=note, e_other=own))
     return rows
