@@ -12,6 +12,7 @@ leaves it, is the cause."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -127,20 +128,18 @@ def setting_causes(session, local, pairs, fb) -> list:
 
 
 def _search(options: list, run, fb, before: dict) -> list:
-    runs, until = MAX_RUNS, time.monotonic() + MAX_SECONDS
-    hits = []
-    for path, layer, here in options:
-        for setting in here:
-            runs -= 1
-            if runs < 0 or time.monotonic() > until:
-                return sorted(hits, key=lambda h: h.ratio)
-            got = _rerun(layer, setting, run)
-            if got is None:
-                continue
-            mine = got.get((fb.torch, fb.paddle))
-            newly_bad = any(r.bad and not before.get(k, r).bad for k, r in got.items())
-            if mine is not None and mine.ratio is not None and mine.ratio <= 1 and not newly_bad:
-                hits.append(Found(path, type(layer).__name__, setting, mine.ratio))
+    until, hits = time.monotonic() + MAX_SECONDS, []
+    tried = ((path, layer, setting) for path, layer, here in options for setting in here)
+    for path, layer, setting in itertools.islice(tried, MAX_RUNS):
+        if time.monotonic() > until:
+            break
+        got = _rerun(layer, setting, run)
+        if got is None:
+            continue
+        mine = got.get((fb.torch, fb.paddle))
+        newly_bad = any(r.bad and not before.get(k, r).bad for k, r in got.items())
+        if mine is not None and mine.ratio is not None and mine.ratio <= 1 and not newly_bad:
+            hits.append(Found(path, type(layer).__name__, setting, mine.ratio))
     return sorted(hits, key=lambda h: h.ratio)
 
 

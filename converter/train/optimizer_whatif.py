@@ -7,6 +7,7 @@ A change whose step lands on paddle's within the budget is a cause, confirmed by
 from __future__ import annotations
 
 import inspect
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -99,10 +100,9 @@ def teacher_forced(check, pair, fb, cls, lr: float, kwargs: dict, clip) -> float
 def search(check, pair, group: dict, cls, fb) -> list:
     """The confirmed changes of torch's settings (see the module's docstring), best first."""
     theirs = paddle_values(check.opt)
-    hits, runs, until = [], MAX_RUNS, time.monotonic() + MAX_SECONDS
-    for key, was, to in changes(group, theirs):
-        runs -= 1
-        if runs < 0 or time.monotonic() > until:
+    hits, until = [], time.monotonic() + MAX_SECONDS
+    for key, was, to in itertools.islice(changes(group, theirs), MAX_RUNS):
+        if time.monotonic() > until:
             break
         ratio = rerun(check, pair, group, cls, {key: to}, fb)
         if ratio is not None and ratio <= 1:
