@@ -61,16 +61,6 @@ def changes(group: dict, theirs: dict) -> list:
     return out
 
 
-def rerun(check, pair, group: dict, cls, change: dict, fb) -> float | None:
-    """Torch's teacher-forced step under `cls` with torch's parameter group as it was and `change`
-    applied (teacher_forced)."""
-    accepted = inspect.signature(cls.__init__).parameters
-    settings = dict(group, **change)
-    kwargs = {k: v for k, v in settings.items() if k in accepted and k not in ("params", "lr", "self")}
-    norm = check.tspec.clip_grad_norm
-    return teacher_forced(check, pair, fb, cls, settings["lr"], kwargs, ("ClipGradByGlobalNorm", norm) if norm else None)
-
-
 def teacher_forced(check, pair, fb, cls, lr: float, kwargs: dict, clip) -> float | None:
     """Torch's teacher-forced step in float64 from the failing step's start: `cls(lr=lr, **kwargs)` as
     one group over the parameters in the order of torch's state (its indices), torch's state loaded,
@@ -98,13 +88,18 @@ def teacher_forced(check, pair, fb, cls, lr: float, kwargs: dict, clip) -> float
 
 
 def search(check, pair, group: dict, cls, fb) -> list:
-    """The confirmed changes of torch's settings (see the module's docstring), best first."""
+    """The confirmed changes of torch's settings (see the module's docstring), best first: each
+    re-run (teacher_forced) under `cls` with torch's parameter group as it was, one setting changed."""
     theirs = paddle_values(check.opt)
+    accepted = inspect.signature(cls.__init__).parameters
+    norm = check.tspec.clip_grad_norm
+    clip = ("ClipGradByGlobalNorm", norm) if norm else None
     hits, until = [], time.monotonic() + MAX_SECONDS
     for key, was, to in itertools.islice(changes(group, theirs), MAX_RUNS):
         if time.monotonic() > until:
             break
-        ratio = rerun(check, pair, group, cls, {key: to}, fb)
+        kwargs = {k: v for k, v in dict(group, **{key: to}).items() if k in accepted and k not in ("params", "lr", "self")}
+        ratio = teacher_forced(check, pair, fb, cls, group["lr"], kwargs, clip)
         if ratio is not None and ratio <= 1:
             hits.append(Hit(key, was, to, ratio, _named(key, to, was, theirs)))
     return sorted(hits, key=lambda h: h.ratio)
