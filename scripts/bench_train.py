@@ -49,7 +49,7 @@ def plain_steps(spec, steps: int) -> float:
     for inputs, target in batches:
         topt.zero_grad()
         loss = torch_loss(tspec, call_model(tmodel, to_torch(inputs, torch.float32, "cpu")),
-                          to_torch(target, torch.float32, "cpu"), torch.float32)
+                          to_torch(target, torch.float32, "cpu"))
         loss.backward()
         if tspec.clip_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(tmodel.parameters(), tspec.clip_grad_norm)

@@ -211,7 +211,7 @@ class LocalBackward:
         handles = emulate_torch_training(model, session.formats["torch"])
         try:
             out = call_model(model, to_torch(inputs, torch.float32, session.device))
-            torch_loss(tspec, out, to_torch(target, torch.float32, session.device), torch.float32).backward()
+            torch_loss(tspec, out, to_torch(target, torch.float32, session.device)).backward()
         finally:
             remove(handles + handed)
             recorder.remove()

@@ -96,7 +96,7 @@ def loss_value(loss) -> float:
     return float(loss.detach())
 
 
-def torch_loss(tspec, out, target, dtype):
+def torch_loss(tspec, out, target):
     """The spec's torch loss, or the fixed projection of the outputs."""
     import torch
     if tspec.has["torch_loss"]:
@@ -183,7 +183,7 @@ def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=No
             opt.zero_grad(set_to_none=True)
             with spec_errors(tspec, forward, k, hint):
                 out = call_model(model, to_torch(inputs, dtype or torch.float32, device))
-            loss = torch_loss(tspec, out, to_torch(target, dtype or torch.float32, device), dtype)
+            loss = torch_loss(tspec, out, to_torch(target, dtype or torch.float32, device))
             with spec_errors(tspec, "torch's backward (torch_model() and torch_loss)", k, BACKWARD_HINT):
                 loss.backward()
             losses.append(loss_value(loss))

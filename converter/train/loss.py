@@ -42,7 +42,7 @@ def _torch_side(tspec, structure, outputs, target, dtype):
     import torch
     leaves = [torch.from_numpy(o).to(dtype).requires_grad_(True) for o in outputs]
     out = replace(structure, leaves)
-    loss = torch_loss(tspec, out, to_torch(target, dtype, "cpu"), dtype)
+    loss = torch_loss(tspec, out, to_torch(target, dtype, "cpu"))
     if not loss.requires_grad:
         raise UserError(_NOT_DIFFERENTIABLE.format(path=tspec.path, name="torch_loss", how="has no grad_fn"))
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
