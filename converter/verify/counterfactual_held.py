@@ -67,11 +67,11 @@ def held_causes(layer, root_path: str, seen, run, judge, runs) -> list[Replaced]
             for name, f in _others(values, mine):
                 if not runs.take():
                     return sorted(hits, key=lambda c: c.ratio)
-                try:
-                    with put(f):
+                with put(f):  # a layer that refuses the function, or its restore, raises: a fault of the search
+                    try:
                         ratio = judge(run())
-                except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
-                    ratio = None
+                    except Exception:  # noqa: BLE001 - a function the layer cannot run with is not the cause
+                        ratio = None
                 if ratio is not None and ratio <= 1.0:
                     hits.append(replaced(f"{NAMESPACE}.{name}", ratio))
         if hits:
