@@ -141,6 +141,7 @@ def _without_masks(call, causal: bool):
 def _what_if(ctx, change, call=None) -> bool:
     """Whether torch's module, changed, lands on paddle's output where torch's own does not."""
     from .analyze import laid_out
+    from ..compare.matching import masked_alike
     from ..compare.replay import run_torch64
     ev = ctx.evidence
     if ev is None or ev.y_local is None or ev.y64 is None or ev.pairs is None or ctx.t_call is None:
@@ -155,16 +156,11 @@ def _what_if(ctx, change, call=None) -> bool:
         return False
     # positions both sides mask (a position bias that carries its mask: HF's lowest float, PaddleNLP's
     # -1e4) hold no error, and a what-if that only moves them is no hit
-    kept = _unmasked_positions(ev.y64, ev.y_local)
+    masked = masked_alike(ev.y64, ev.y_local)
+    kept = slice(None) if masked is None else ~masked
     before = float(np.max(np.abs(ev.y64 - ev.y_local)[kept], initial=0.0))
     after = float(np.max(np.abs(y - ev.y_local)[kept], initial=0.0))
     return before > 0 and after < HIT * before
-
-
-def _unmasked_positions(a: np.ndarray, b: np.ndarray):
-    from ..compare.matching import masked_alike
-    masked = masked_alike(a, b)
-    return slice(None) if masked is None else ~masked
 
 
 def check_attention(ctx) -> list[Diagnosis]:
@@ -236,12 +232,6 @@ def _tables_per_type(module) -> dict:
     return out
 
 
-def _type_table_built_from(module, layer_type: str, rope_init, params: dict):
-    """The rotary table of `module`'s `layer_type` rebuilt from `params` as that type's rope
-    parameters."""
-    return _rope_built_from(module, rope_init, {layer_type: dict(params)}, layer_type)
-
-
 def _said(params: dict, names) -> str:
     return ", ".join(f"{name} {params.get(name)!r}" for name in names)
 
@@ -262,7 +252,7 @@ def check_rotary_per_type(ctx) -> list[Diagnosis]:
             differ = sorted(k for k in set(mine) | set(params) if k != "rope_type" and mine.get(k) != params.get(k))
             if other == layer_type or not differ or params.get("rope_type") != mine.get("rope_type"):
                 continue
-            if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=params: _type_table_built_from(m, t, i, p)):
+            if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=params: _rope_built_from(m, i, {t: dict(p)}, t)):
                 also = [k for k in differ if k in flat and flat[k] == params.get(k)]
                 held = (f"; the paddle model's config holds {_said(flat, also)} as its rope_parameters for every "
                         "layer type, beside the per-type entries" if also else "")
@@ -276,7 +266,7 @@ def check_rotary_per_type(ctx) -> list[Diagnosis]:
         for source, values in (("rope_parameters", flat), (f"rope_parameters['{layer_type}']", own)):
             for name in sorted(k for k in values if k in mine and k != "rope_type" and values[k] != mine[k]):
                 changed = dict(mine, **{name: values[name]})
-                if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=changed: _type_table_built_from(m, t, i, p)):
+                if _what_if(ctx, lambda m, t=layer_type, i=rope_init, p=changed: _rope_built_from(m, i, {t: dict(p)}, t)):
                     return [Diagnosis(ctx.name, f"the {layer_type} rotary table is torch's built with the paddle "
                                       f"model's {source}['{name}'] {values[name]!r}; torch's config has {mine[name]!r} "
                                       f"for {layer_type}",

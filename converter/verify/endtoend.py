@@ -129,12 +129,7 @@ def _finite_reference(session: Session, unit, y_t, y_p, y64, t_calls: dict | Non
                         f"{'its outputs' if unit.torch == '' else repr(unit.torch) + ' outputs'}, where its float64 "
                         f"run gives {y64.flat[i]:.4g}{at}: with no finite reference there is nothing to compare the "
                         "port with; give inputs of a smaller scale (float32 holds up to 3.4e38), or fix the torch model")
-    out = []
-    for a in (y_t, y_p, y64):
-        a = np.array(a, copy=True)
-        a[meant & (y_p == y_t)] = 0  # the same infinity on every side
-        out.append(a)
-    y_t, y_p, y64 = out
+    y_t, y_p, y64 = unmasked(meant & (y_p == y_t), y_t, y_p, y64)  # the same infinity on every side
     y64[~np.isfinite(y64)] = y_t[~np.isfinite(y64)]  # float64 overflowed where float32 did not: no drift known
     return y_t, y_p, y64
 
