@@ -91,10 +91,8 @@ def _fp32_differences(session: Session, chosen: list[LayerResult], outputs: Laye
     output, and under "" the final outputs' largest difference, free-running; where one could not
     be measured, why (a string)."""
     from ..compare.capture import capture_paddle, capture_torch, is_first_call
-    from ..compare.matching import masked_alike, pair_outputs
     from ..compare.precision import fp32_arithmetic
     from ..compare.replay import forced_paddle_inputs, run_paddle, to_numpy_list
-    from .one_pair import laid_out
     out = {r.torch: "not measured (a later call of its module)" for r in chosen
            if not (is_first_call(r.torch) and is_first_call(r.paddle))}
     layers = [r for r in chosen if r.torch not in out]
@@ -113,18 +111,19 @@ def _fp32_differences(session: Session, chosen: list[LayerResult], outputs: Laye
             except Exception as exc:  # the layer refuses torch's inputs (it was judged by what it adds): said so
                 out[r.torch] = f"not measured (paddle's layer does not run on torch's inputs: {type(exc).__name__})"
                 continue
-            out[r.torch] = _largest_difference(to_numpy_list(t_call.outputs, "torch"), p_out, pair_outputs,
-                                               masked_alike, laid_out, by_value=True)
+            out[r.torch] = _largest_difference(to_numpy_list(t_call.outputs, "torch"), p_out, by_value=True)
         t_root, p_root = t_rec.calls.get(""), p_rec.calls.get("")
         if outputs is not None and t_root is not None and p_root is not None:
             out[""] = _largest_difference(to_numpy_list(t_root.outputs, "torch"), to_numpy_list(p_root.outputs, "paddle"),
-                                          pair_outputs, masked_alike, laid_out, by_value=False)
+                                          by_value=False)
     return {k: "not measured (its outputs do not pair)" if v is None else v for k, v in out.items()}
 
 
-def _largest_difference(t_out: list, p_out: list, pair_outputs, masked_alike, laid_out, by_value: bool) -> float | None:
+def _largest_difference(t_out: list, p_out: list, by_value: bool) -> float | None:
     """The largest |paddle - torch| over the outputs paired (by value, or by position for a model's
     own outputs), positions both sides mask left out; None where none pair."""
+    from ..compare.matching import masked_alike, pair_outputs
+    from .one_pair import laid_out
     shapes = lambda a: [tuple(x.shape) for x in a]
     pairs = pair_outputs(shapes(t_out), shapes(p_out), lambda: t_out, lambda: p_out) if by_value \
         else pair_outputs(shapes(t_out), shapes(p_out))
@@ -137,5 +136,3 @@ def _largest_difference(t_out: list, p_out: list, pair_outputs, masked_alike, la
     if masked is not None:
         diff[masked] = 0
     return float(np.nan_to_num(diff, nan=np.inf).max()) if diff.size else 0.0
-
-
