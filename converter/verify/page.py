@@ -37,13 +37,8 @@ def esc(text) -> str:
 def render_html(report: Report) -> str:
     """A self-contained page of the forward check alone (converter.report.render_html composes it
     with the training checks' section)."""
-    return html_page(report.verdict, html_lead(verdict_line(report), _failed_diagnosis([report])),
-                     html_body(report))
-
-
-def _failed_diagnosis(parts) -> list:
-    """The diagnosis of each part that failed, in the order given: what the text report prints."""
-    return [d for part in parts if part.verdict is Verdict.FAIL for d in part.diagnosis]
+    failed = report.diagnosis if report.verdict is Verdict.FAIL else []  # what the text report prints
+    return html_page(report.verdict, html_lead(verdict_line(report), failed), html_body(report))
 
 
 def html_lead(line: str, diagnosis: list) -> str:
@@ -184,8 +179,8 @@ def _row(position: int, r: LayerResult, report: Report) -> str:
     return f'<tr class="{classes}">{"".join(cells)}</tr>'
 
 
-def _table(rows: list[str]) -> str:
-    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+def _table(rows: list[str], columns=COLUMNS) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -216,7 +211,6 @@ def full_table(report: Report) -> str:
 def _weights(report: Report) -> str:
     if not report.weights_differ:
         return ""
-    cells = lambda row, tag: "".join(f"<{tag}>{esc(c)}</{tag}>" for c in row)
+    rows = ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in _weight_rows(report.weights)]
     return (f"<h3>Loaded weights that differ from torch's under mapping '{esc(report.weights.mapping)}'</h3>"
-            f"<table><tr>{cells(WEIGHT_COLUMNS, 'th')}</tr>"
-            + "".join(f"<tr>{cells(row, 'td')}</tr>" for row in _weight_rows(report.weights)) + "</table>")
+            + _table(rows, WEIGHT_COLUMNS))
