@@ -65,10 +65,7 @@ def check_weights(ctx) -> list[Diagnosis]:
     out = [_unloadable(entry, session) for entry in session.plan.unloadable if within(entry)]
     out = [d for d in out if d is not None]
     for entry in session.plan.entries:
-        sources = [p.source for p in entry.parts]
-        if not within(entry):
-            continue
-        if entry.name not in paddle_state:
+        if not within(entry) or entry.name not in paddle_state:
             continue
         expected = entry.compute(session.torch_state.read)
         if entry.dtype == "bfloat16":
@@ -78,7 +75,7 @@ def check_weights(ctx) -> list[Diagnosis]:
             continue
         if actual.ndim == 2 and actual.shape[0] == actual.shape[1] and np.array_equal(actual, expected.T):
             out.append(Diagnosis(entry.name, f"paddle weight '{entry.name}' {list(actual.shape)} is square and holds "
-                                 f"torch's '{sources[0]}' untransposed",
+                                 f"torch's '{entry.parts[0].source}' untransposed",
                                  "paddle.nn.Linear stores [in, out]: transpose torch's [out, in] weight when converting "
                                  "(convert-weights decides this by module type; check the mapping's transpose rules)", kind="transpose"))
         elif actual.shape != expected.shape:
