@@ -92,11 +92,6 @@ def _fitted(matmul: MatmulStats | None, shape) -> MatmulStats | None:
     return MatmulStats(matmul.sum_sq.reshape(shape), matmul.k)
 
 
-def _matmul(module, call: Call, shape, refused=None) -> MatmulStats | None:
-    """S2 and K for a matmul layer whose output has `shape`; None for any other layer."""
-    return _fitted(matmul_stats(module, call, refused=refused), shape)
-
-
 def rounding_effect(session: Session, pair: LayerPair, call: Call, y64: np.ndarray, pairs: OutputPairs, fmt: str) -> np.ndarray:
     """The change of the float64 output, per element (its rms over ROUNDING_DRAWS draws), when
     every product in the layer rounds its inputs to `fmt`: the rounded run's outputs read and laid
@@ -112,7 +107,8 @@ def rounding_effect(session: Session, pair: LayerPair, call: Call, y64: np.ndarr
 def layer_budget(session: Session, pair: LayerPair, call: Call, y_t: np.ndarray, y64: np.ndarray, pairs: OutputPairs,
                  formats: dict) -> Budget:
     """The budget of torch's output `y_t` (y64 the float64 one, both read and laid out by `pairs`)."""
-    matmul = _matmul(session.torch_module(pair.torch), call, y64.shape, refused_in(session, pair.torch))
+    matmul = _fitted(matmul_stats(session.torch_module(pair.torch), call, refused=refused_in(session, pair.torch)),
+                     y64.shape)  # None for a layer that is no matmul
     rounding = {f: rounding_effect(session, pair, call, y64, pairs, f) for f in set(formats.values()) if f != "fp32"} \
         if matmul is None else {}
     return make_budget(formats, y_t, y64, matmul, rounding)
