@@ -18,10 +18,9 @@ from ..compare.paddle_own import INSIDE, measures_own_error, parameter_count
 from ..compare.fused import sliced
 from ..paths import is_under
 from ..compare.replay import matmul_stats, refused_in, to_numpy_list
-from .one_pair import (Evidence as Evidence, Local as Local, _fitted, culprit_evidence as culprit_evidence,
-                       end_to_end, joined as joined, judge_alone, judge_by_addition, judged as judged, laid_out as laid_out,
-                       layer_budget as layer_budget, outputs_of as outputs_of, rounding_effect, torch_read as torch_read,
-                       unmasked as unmasked)
+from .one_pair import (Local as Local, _fitted, end_to_end, joined as joined, judge_alone, judge_by_addition,
+                       judged as judged, laid_out as laid_out, layer_budget as layer_budget, rounding_effect,
+                       torch_read as torch_read, unmasked)
 from .report import LayerResult
 
 from ..compare.port import Session

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..compare.align import shapes_fit
-from .analyze import joined, laid_out, outputs_of, unmasked
+from .one_pair import joined, laid_out, outputs_of, unmasked
 from ..compare.fused import sliced
 from ..compare.budget import END_TO_END, budget_for, own_errors
 from ..frameworks import torch_side

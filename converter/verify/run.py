@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analyze import culprit_evidence
+from .one_pair import culprit_evidence
 from .finite import check_finite
 from dataclasses import dataclass
 
