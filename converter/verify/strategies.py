@@ -170,7 +170,6 @@ class BinarySearch:
                 t_found = capture_torch(session, {u.torch for u in units}).calls
             return t_found, p_found, free.result()
 
-
     def _probe(self, session: Session, unit) -> LayerResult:
         """`unit`'s output against the end-to-end budget: from the boundaries recorded at once, or
         one paired pass recording only it."""
@@ -267,7 +266,6 @@ class BinarySearch:
             note=f"{here or '<model>'} is over budget at its boundary (ratio {probe.ratio:.3g}) with nothing inside it "
                  "over budget, and every earlier unit it reads is within budget: what it receives comes from "
                  f"{holder or '<model>'}'s own code between the units")
-
 
     def _inside(self, session: Session, unit):
         """Full capture of one unit: (its results, the first over budget or None)."""
