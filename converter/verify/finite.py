@@ -20,22 +20,11 @@ import dataclasses
 
 import numpy as np
 
+from ..compare.replay import to_numpy_list
 from ..errors import UserError
-from ..tree import flatten, is_paddle_tensor, is_torch_tensor
+from ..tree import flatten
 
 LOWEST = -3.0e38  # at or below: float32's lowest, torch.finfo(float32).min, as HF masks with
-
-
-def _numpy(t) -> np.ndarray:
-    if is_torch_tensor(t):
-        import torch
-        t = t.detach()
-        return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).cpu().numpy()
-    if is_paddle_tensor(t):
-        import paddle
-        t = t.detach()
-        return (t.astype("float32") if t.dtype in (paddle.bfloat16, paddle.float16) else t).cpu().numpy()
-    return np.asarray(t)
 
 
 def _first_bad(arrays) -> tuple[int, int, float] | None:
@@ -58,13 +47,13 @@ def check_finite(found, results: list) -> list:
         t_call, p_call = t_calls.get(pair.torch), p_calls.get(pair.paddle)
         if t_call is None or p_call is None or not t_call.outputs or not p_call.outputs:
             continue
-        y_t = [_numpy(t) for t in t_call.outputs]
+        y_t = to_numpy_list(t_call.outputs, "torch")
         where = _first_bad(y_t)
         if where is not None:
             torch_bad.append((t_call.end, pair.torch, t_call.type, where))
             continue
-        y_p = [_numpy(p) for p in p_call.outputs]
-        if len(y_p) != len(y_t) or _first_bad([_numpy(a) for a in flatten((p_call.args, p_call.kwargs))]):
+        y_p = to_numpy_list(p_call.outputs, "paddle")
+        if len(y_p) != len(y_t) or _first_bad(to_numpy_list(flatten((p_call.args, p_call.kwargs)), "paddle")):
             continue  # paddle's inputs hold a NaN or an infinity already: the layer that made them is to blame
         for k, (a, b) in enumerate(zip(y_t, y_p)):
             if a.shape != b.shape or b.dtype.kind != "f" or np.isfinite(b).all():
