@@ -10,7 +10,7 @@ import numpy as np
 
 from ..compare.align import nearest_in
 from ..compare.matching import OutputPairs, lay_out, masked_alike, masked_by_torch
-from ..compare.budget import INPUT, LAYER, Budget, MatmulStats, budget_for, own_errors
+from ..compare.budget import INPUT, LAYER, Budget, budget_for, own_errors
 from ..compare.capture import is_first_call
 from ..compare.identity import view_of
 from ..compare.forced import ForcedCall, Reference, TorchOwn, differing_inputs, paddle_own_inside, torch_own_errors
@@ -105,18 +105,16 @@ class Passes:
     e2e: dict = field(default_factory=dict)
 
 
-def matmul_stats_all(session: Session, t_calls: dict, into: dict | None = None, stop=None) -> dict[str, MatmulStats]:
+def matmul_stats_all(session: Session, t_calls: dict, into: dict, stop=None) -> None:
     """S2 and K of every captured torch module, keyed by path (None for modules that are not
     matmuls), into `into`; needs no paddle run. With `stop`, it returns once `stop()` is true,
     and a later call does the rest."""
-    out = {} if into is None else into
     for path, call in t_calls.items():
-        if path in out:
+        if path in into:
             continue
         if stop is not None and stop():
             break
-        out[path] = matmul_stats(session.torch_module(path), call, refused=refused_in(session, path))
-    return out
+        into[path] = matmul_stats(session.torch_module(path), call, refused=refused_in(session, path))
 
 
 def end_to_end_until(session: Session, passes: Passes, stop) -> None:
