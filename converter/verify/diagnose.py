@@ -46,13 +46,12 @@ def _walk_pairs(ctx):
     for pair in ctx.pairs:
         seen.add(pair.torch)
         yield pair.torch or "<model>", ctx.session.torch_module(pair.torch), ctx.session.paddle_layer(pair.paddle)
-    t_root, p_root = ctx.torch_module, ctx.paddle_layer
-    p_layers = dict(paddle_side.named_layers(p_root))
-    for rel, _ in t_root.named_modules():
-        path = ".".join(filter(None, [ctx.result.torch, rel]))
+    p_layers = dict(paddle_side.named_layers(ctx.paddle_layer))
+    for rel, _ in ctx.torch_module.named_modules():
+        path = join(ctx.result.torch, rel)
         if rel in p_layers and path not in seen:  # through the session: a streamed model's block made
             yield (path or "<model>", ctx.session.torch_module(path),
-                   ctx.session.paddle_layer(".".join(filter(None, [ctx.result.paddle, rel]))))
+                   ctx.session.paddle_layer(join(ctx.result.paddle, rel)))
 
 
 def check_weights(ctx) -> list[Diagnosis]:
