@@ -10,7 +10,7 @@ from .full import FullCapture, Strategy, StrategyResult, first_bad
 from .strategies import BinarySearch, ChunkedCapture
 from ..compare import memory
 from ..compare.capture import CaptureTooLarge, PassComplete
-from .diagnose import Context, diagnose
+from .diagnose import Context, check_loaded_weights, diagnose
 from ..paths import is_inside, is_under
 from .report import Diagnosis, Report
 from ..results import Verdict, skipped_notes
@@ -59,7 +59,6 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
             notes.append(f"{r.torch or '<model>'}: {r.note}")
     weights = session.weight_check
     if weights is not None and weights.differ:  # mapping 'loaded': a loaded weight that is not torch's fails the run
-        from .diagnose import check_loaded_weights
         named = {d.paddle for d in weights.differ}
         diagnosis = check_loaded_weights(weights) + [d for d in diagnosis if d.layer not in named]
     precision = {side: p.to_json() for side, p in session.precision.items()}
