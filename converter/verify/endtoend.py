@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..compare.align import shapes_fit
-from .one_pair import joined, laid_out, outputs_of, unmasked
+from .one_pair import joined, laid_out, outputs_of, row, unmasked
 from ..compare.fused import sliced
 from ..compare.budget import END_TO_END, budget_for, own_errors
 from ..frameworks import torch_side
@@ -156,14 +156,11 @@ def judge_end_to_end(session: Session, unit, t_out: list, p_out: list, reference
     pairs = pair_outputs([tuple(a.shape) for a in t_out], [tuple(b.shape) for b in p_out]) if unit.torch == "" \
         else outputs_of(t_out, p_out)
     shapes = pairs.shapes
-
-    def row(shape, *notes, **judged) -> LayerResult:
-        return LayerResult(unit.torch, unit.paddle, unit.torch_type, unit.paddle_type, shape,
-                           formats=dict(session.formats), note=joined(*notes), **judged)
     if not shapes or len(shapes) != len(t_out):
         differ = (f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, paddle "
                   f"{[list(b.shape) for b in p_out]}")
-        return row(tuple(t_out[0].shape) if t_out else (), differ, unit.torch and note, ratio=float("inf"))
+        return row(session, unit, tuple(t_out[0].shape) if t_out else (), note=joined(differ, unit.torch and note),
+                   ratio=float("inf"))
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), shapes)
     y64 = laid_out(pairs.of_torch(references[None]), shapes)
@@ -191,9 +188,9 @@ def judge_end_to_end(session: Session, unit, t_out: list, p_out: list, reference
             budget = budget_for(END_TO_END, session.formats, y_t, e_torch, None, rounding, condition, e_paddle)
             judged = budget.judge(diff)
             drift = joined(drift, PADDLE_DRIFT)
-    return row(shapes[0], note, drift, max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel, cosine=m.cosine, nan=m.nan,
-               inf=m.inf, worst_index=m.worst_index, ratio=judged.ratio, budget=judged.tolerance,
-               terms=judged.terms.terms, own_error=own_errors(np.negative(e_torch), signed))
+    return row(session, unit, shapes[0], note=joined(note, drift), max_abs=m.max_abs, mean_abs=m.mean_abs,
+               max_rel=m.max_rel, cosine=m.cosine, nan=m.nan, inf=m.inf, worst_index=m.worst_index, ratio=judged.ratio,
+               budget=judged.tolerance, terms=judged.terms.terms, own_error=own_errors(np.negative(e_torch), signed))
 
 
 PADDLE_DRIFT = "budgeted with paddle's own drift from float64, measured on a float64 copy of the paddle model"

@@ -140,21 +140,21 @@ def end_to_end(session: Session, pair: LayerPair, t_call: Call, p_call: Call):
     if not pairs:
         shape = tuple(t_out[0].shape) if t_out else ()
         if t_out and p_out:
-            return _row(session, pair, shape, ratio=float("inf"), note=joined(calls, (
+            return row(session, pair, shape, ratio=float("inf"), note=joined(calls, (
                 f"outputs differ in shape: torch {[list(a.shape) for a in t_out]}, "
                 f"paddle {[list(b.shape) for b in p_out]}{_inputs_differ(t_call, p_call)}"))), None, pairs
         side = "paddle's side" if t_out else "torch's side" if p_out else "either side"
-        return _row(session, pair, shape, ratio=float("inf") if t_out or p_out else 0.0,
+        return row(session, pair, shape, ratio=float("inf") if t_out or p_out else 0.0,
                     note=joined(calls, "no floating output on " + side)), None, pairs
     note = joined(calls, pair.part and pair.part.note, _pairing_note(t_out, p_out, pairs))
     y_t = laid_out(to_numpy_list(pairs.of_torch(t_out), "torch"), pairs.shapes)
     y_p = laid_out(to_numpy_list(pairs.of_paddle(p_out), "paddle"), pairs.shapes)
     m = compare(*unmasked(masked_alike(y_t, y_p), y_t, y_p))
-    return _row(session, pair, pairs.shapes[0], max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel,
+    return row(session, pair, pairs.shapes[0], max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel,
                 cosine=m.cosine, nan=m.nan, inf=m.inf, worst_index=m.worst_index, note=note), y_t, pairs
 
 
-def _row(session: Session, pair: LayerPair, shape: tuple, **figures) -> LayerResult:
+def row(session: Session, pair: LayerPair, shape: tuple, **figures) -> LayerResult:
     return LayerResult(pair.torch, pair.paddle, pair.torch_type, pair.paddle_type, shape,
                        formats=dict(session.formats), **figures)
 
