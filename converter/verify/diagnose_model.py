@@ -435,7 +435,6 @@ def check_routing_weights(ctx) -> list[Diagnosis]:
     chosen for every token, weighted so."""
     import torch
     from ..compare.capture import Call, replace_call_tensors
-    where = ctx.name
     experts = getattr(ctx.torch_module, "num_experts", None)
     call = ctx.t_call
     if call is None or not isinstance(experts, int):
@@ -453,7 +452,7 @@ def check_routing_weights(ctx) -> list[Diagnosis]:
     args, kwargs = replace_call_tensors(call.args, call.kwargs, torch.is_tensor, {1: every, 2: read})
     if not _what_if(ctx, lambda m: contextlib.nullcontext(), Call(call.path, call.type, call.start, call.end, args, kwargs)):
         return []
-    return [Diagnosis(where, f"the routing weights are applied to other tokens: paddle's output is torch's with "
+    return [Diagnosis(ctx.name, f"the routing weights are applied to other tokens: paddle's output is torch's with "
                       f"each token's weights scattered to [tokens, experts] ({tokens} x {experts}) and then read as "
                       f"[experts, tokens] (reshaped, not transposed), so token t gets the weights at positions "
                       f"e x {tokens} + t of the token-major values",
