@@ -229,13 +229,10 @@ ROUNDING_AT_MOST = 0.05
 
 def check_precision(ctx) -> list[Diagnosis]:
     """Over the budget of the recorded formats, but within the budget if one side used a lower precision."""
-    ev = ctx.evidence
-    if ev is None or ev.y_local is None or ev.budget is None or ctx.result.worst_input:
-        return []  # (an input its own code computed for a child is over budget, not its output)
+    ev, t_call = ctx.evidence, ctx.t_call
+    if ev is None or ev.y_local is None or ev.budget is None or t_call is None or ctx.result.worst_input:
+        return []  # (worst_input: an input its own code computed for a child is over budget, not its output)
     from .analyze import layer_budget
-    t_call = ctx.t_call
-    if t_call is None:
-        return []
     signed = np.subtract(ev.y_local, ev.y_torch, dtype=np.float64).ravel()
     diff = np.abs(ev.y_local - ev.y_torch)
     if _follows_the_output(signed, ev.y_torch):
@@ -328,8 +325,8 @@ def diagnose(ctx) -> list[Diagnosis]:
         from .counterfactual import setting_causes
         confirmed = setting_causes(ctx)
         read = [d for d in found if d.kind in READ_FROM_SETTINGS]
-        found = _checked(read, confirmed) + [d for d in found if d.kind not in READ_FROM_SETTINGS] if confirmed \
-            else [_unconfirmed(d) for d in read] + [d for d in found if d.kind not in READ_FROM_SETTINGS]
+        rest = [d for d in found if d.kind not in READ_FROM_SETTINGS]
+        found = (_checked(read, confirmed) if confirmed else [_unconfirmed(d) for d in read]) + rest
     if any(d.kind not in SIZE_FITS for d in found):  # a cause that reproduces paddle's output outranks a fit by size
         found = [d for d in found if d.kind not in SIZE_FITS]
     if not found:  # neither a setting nor a call's argument: the form of an input (a mask read otherwise)
