@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 
 from ..compare.capture import call_key, module_path
+from ..frameworks import torch_side
 
 from ..compare.port import Session
 
@@ -44,7 +45,7 @@ class Dataflow:
 
     def _pre(self, path, type_name, args, kwargs):
         from ..compare.capture import call_tensors
-        tensors = call_tensors(args, kwargs, _is_tensor)
+        tensors = call_tensors(args, kwargs, torch_side.is_tensor)
         if path == "" and not self._inputs:  # the model's own call: its inputs
             self._inputs = {id(t): weakref.ref(t) for t in tensors}
             return
@@ -60,7 +61,7 @@ class Dataflow:
     def _post(self, path, output, is_tensor):
         from ..tree import flatten
         maker = self._running[-1] if self._running else None
-        for t in flatten(output, _is_tensor):
+        for t in flatten(output, torch_side.is_tensor):
             if id(t) not in self._made or self._made[id(t)][0]() is not t:  # the first module to return it
                 self._made[id(t)] = (weakref.ref(t), maker)
         if self._running and self._running[-1][0] == path:
@@ -105,11 +106,6 @@ class Dataflow:
         return {self.order.index(u) for u in reads if u in self.order}
 
 
-def _is_tensor(value) -> bool:
-    import torch
-    return isinstance(value, torch.Tensor)
-
-
 def _is_parameter(t) -> bool:
     import torch
     return isinstance(t, torch.nn.Parameter)
@@ -117,7 +113,6 @@ def _is_parameter(t) -> bool:
 
 def trace(session: Session, units: list[str]) -> Dataflow:
     """One torch forward pass with the hooks; the units each unit reads."""
-    from ..frameworks import torch_side
     from ..compare.capture import record
     flow = record(torch_side, session.torch_model, Dataflow(units))
     try:
