@@ -48,11 +48,11 @@ def _children(pairs) -> dict[str, list]:
     return out
 
 
-def _input_check(session: Session, child, differing: dict, forced_64: dict, rounded_64: dict, paddle64: dict):
+def _input_check(session: Session, child, differing: dict, passes: Passes):
     """(ratio, tolerance, error, budget terms, own errors) of the inputs the parent's own code computed for `child`, where
-    they differ from torch's; None when none does. `paddle64`: (child, input) -> the value a float64
-    copy of the parent computed there (forced.paddle_own_inside), paddle's own error where measured."""
-    ref = forced_64.get(child.torch)
+    they differ from torch's; None when none does. Paddle's own error where a float64 copy of the parent measured it
+    (passes.paddle_inputs64)."""
+    ref = passes.forced_64.get(child.torch)
     if ref is None:
         return None
     worst = None
@@ -63,9 +63,9 @@ def _input_check(session: Session, child, differing: dict, forced_64: dict, roun
             # integers (positions, ids) have no rounding: any difference is a bug
             found = (float("inf"), 0.0, float(np.abs(got.astype(np.float64) - t).max()), (), {})
         else:
-            rounding = {f: lay_out(r[child.torch].input_err[i], t.shape) for f, r in rounded_64.items()
+            rounding = {f: lay_out(r[child.torch].input_err[i], t.shape) for f, r in passes.rounded_64.items()
                         if child.torch in r and r[child.torch].input_err.get(i) is not None}
-            wide = paddle64.get((child.torch, i))
+            wide = passes.paddle_inputs64.get((child.torch, i))
             own = None if wide is None or wide.size != got.size else \
                 np.subtract(got, lay_out(wide, t.shape), dtype=np.float64).astype(np.float32)
             e_ref = lay_out(ref.input_err[i], t.shape)
@@ -224,7 +224,7 @@ def _worst_input(session: Session, own: Local, children, differing, passes: Pass
     over its budget than the layer's output (the worst such input)."""
     local = own
     for child in children:
-        found = _input_check(session, child, differing, passes.forced_64, passes.rounded_64, passes.paddle_inputs64)
+        found = _input_check(session, child, differing, passes)
         if found is not None and found[0] > local.ratio:
             ratio, budget, max_abs, terms, own = found
             local = replace(local, ratio=ratio, budget=budget, max_abs=max_abs, worst_input=child.torch, terms=terms,
