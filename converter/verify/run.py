@@ -17,12 +17,6 @@ from ..results import Verdict, skipped_notes
 from ..compare.session import Options, PortSession
 
 
-def _children_within(results, bad) -> bool:
-    inside = [r for r in results if r is not bad and r.ratio is not None
-              and is_inside(r.torch, bad.torch)]
-    return bool(inside) and all(r.within_budget for r in inside)
-
-
 def verify(spec, options: Options, weights=None, converted=None, mapping=None, bisect=False,
            capture_limit: int | None = None) -> Report:
     """The Report of one run; framework flags, hooks, modes, devices and in-place weight changes are
@@ -105,9 +99,10 @@ def _context(session: PortSession, found: StrategyResult, bad) -> Context:
     t_calls, p_calls = found.calls
     pair = next((p for p in found.pairs if p.torch == bad.torch), None)
     evidence = None if pair is None else culprit_evidence(session, pair, t_calls[pair.torch], p_calls[pair.paddle])
+    inside = [r for r in found.results if r is not bad and r.ratio is not None and is_inside(r.torch, bad.torch)]
     return Context(session, bad, session.torch_module(bad.torch), session.paddle_layer(bad.paddle), evidence,
-                   _children_within(found.results, bad), t_calls.get(bad.torch), p_calls.get(bad.paddle),
-                   [p for p in found.pairs if is_under(p.torch, bad.torch)])
+                   bool(inside) and all(r.within_budget for r in inside), t_calls.get(bad.torch),
+                   p_calls.get(bad.paddle), [p for p in found.pairs if is_under(p.torch, bad.torch)])
 
 
 def _not_isolated(results, outputs) -> Diagnosis:
