@@ -30,12 +30,11 @@ def explained(session: Session, report: Report, threshold: float | None = None) 
     formats = {side: p["effective"] for side, p in report.precision.items()}
     emulated = {side: p["emulated"] for side, p in report.precision.items() if p.get("emulated")}
     chosen = _largest(report.layers)
-    rows = chosen + ([report.outputs] if report.outputs is not None and report.outputs.ratio is not None
-                     and report.outputs.max_abs is not None else [])
+    outputs = [report.outputs] if report.outputs is not None and report.outputs.ratio is not None else []
+    rows = chosen + [r for r in outputs if r.max_abs is not None]
     fp32 = _fp32_differences(session, chosen, report.outputs) if set(formats.values()) != {"fp32"} else {}
     items = tuple(_item(r, formats, fp32, r is report.outputs) for r in rows)
-    judged = [r for r in report.layers if r.ratio is not None] + \
-        ([report.outputs] if report.outputs is not None and report.outputs.ratio is not None else [])
+    judged = [r for r in report.layers if r.ratio is not None] + outputs
     cannot, exceeded = (), ()
     if threshold is not None:
         name = lambda r: OUTPUTS if r is report.outputs else _name(r)
