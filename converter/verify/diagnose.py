@@ -172,8 +172,7 @@ def check_norm_eps(ctx) -> list[Diagnosis]:
         t_eps, p_eps = epsilon_of(m, family), epsilon_of(p, family)
         if t_eps is None or p_eps is None or np.isclose(t_eps[1], p_eps[1], rtol=1e-6, atol=0):
             continue
-        kind = type(m).__name__
-        out.append(Diagnosis(where, f"{kind} epsilon differs: torch {t_eps[0]}={t_eps[1]:g}, paddle "
+        out.append(Diagnosis(where, f"{type(m).__name__} epsilon differs: torch {t_eps[0]}={t_eps[1]:g}, paddle "
                              f"{p_eps[0].lstrip('_')}={p_eps[1]:g}",
                              f"construct the paddle {type(p).__name__} with {p_eps[0].lstrip('_')}={t_eps[1]:g}", kind="epsilon"))
     return out
