@@ -81,7 +81,7 @@ class BinarySearch:
             # no unit's boundary is over the end-to-end budget, yet a difference whose effect stays
             # within it (a LayerNorm epsilon of 1e-7 against 1e-5, a bug below bf16 noise) is over its
             # own layer's budget: every layer is judged against its own, a few units at a time
-            results, bad, self.state = sweep(session, self.state, pairs, t_calls, p_calls, self._swept)
+            results, bad, self.state = sweep(session, self.state, pairs, t_calls, p_calls, self.swept)
         self._update(boundaries=None)
         state, notes = self.state, list(self.state.notes)
         if state.spill_reads:
@@ -93,9 +93,8 @@ class BinarySearch:
         return StrategyResult(results, bad, outputs, state.passes, notes,
                               None if inside is None else inside.calls, None if inside is None else inside.pairs)
 
-    def _swept(self, units: int, captures: int) -> str:
-        return (f"binary search: no unit's boundary is over the end-to-end budget; every layer was then judged "
-                f"against its own budget, {units} units in {captures} capture(s)")
+    swept = ("binary search: no unit's boundary is over the end-to-end budget; every layer was then judged "
+             "against its own budget, {units} units in {captures} capture(s)")  # the sweep's note
 
     def _outline(self, session: Session) -> tuple[dict, dict, tuple | None]:
         """The outline pass: every module's order, type and output shapes, both sides at once
@@ -292,6 +291,5 @@ class ChunkedCapture(BinarySearch):
         self._update(outputs=self._probe(session, self.state.units[-1]))  # the model itself: the last unit
         return [], None
 
-    def _swept(self, units: int, captures: int) -> str:
-        return (f"full capture in chunks: every layer judged against its own budget, {units} units in {captures} "
-                "capture(s), as their activations at once do not fit in the memory available")
+    swept = ("full capture in chunks: every layer judged against its own budget, {units} units in {captures} "
+             "capture(s), as their activations at once do not fit in the memory available")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable
 
 import numpy as np
 
@@ -64,16 +63,16 @@ def _calls_at(calls: dict, paths) -> list[str]:
 
 
 def sweep(session: Session, state: SearchState, pairs, t_calls, p_calls,
-          said: Callable[[int, int], str]) -> tuple[list, LayerResult | None, SearchState]:
+          said: str) -> tuple[list, LayerResult | None, SearchState]:
     """Full captures of the units in execution order, as many at once as the capture limit holds
     (estimated from the outline pass's shapes, less the boundaries held), and of the modules
     holding them (their own code, between the units) with the last, which records every
     earlier unit's own module too (their outputs alone): the code between the units is judged
     on the same calls as one capture of every unit records, whatever the chunks; (every row
-    judged, the first over budget, the state after it, with the note `said(units, captures)`).
-    Where the boundaries were recorded, the units before a chunk return their recorded outputs in
-    its passes instead of running (known.py); in the last, which forces every unit, what they
-    returned in their own chunks' forced passes."""
+    judged, the first over budget, the state after it, with the note `said`, formatted with the
+    units and captures). Where the boundaries were recorded, the units before a chunk return their
+    recorded outputs in its passes instead of running (known.py); in the last, which forces every
+    unit, what they returned in their own chunks' forced passes."""
     units = [u for u in state.units if u.torch != ""]
     holders = [p for p in pairs if p.torch not in {u.torch for u in units}
                and not any(is_under(p.torch, u.torch) for u in units)]
@@ -107,7 +106,7 @@ def sweep(session: Session, state: SearchState, pairs, t_calls, p_calls,
         bad = first_bad(found)
         if bad is not None:
             break
-    return results, bad, dataclasses.replace(state, notes=state.notes + (said(len(units), i + 1),))
+    return results, bad, dataclasses.replace(state, notes=state.notes + (said.format(units=len(units), captures=i + 1),))
 
 
 @contextlib.contextmanager
