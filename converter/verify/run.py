@@ -48,9 +48,7 @@ def run_on(session: PortSession, options: Options, bisect: bool = False, capture
         diagnosis.append(_not_isolated(results, outputs))
     elif bad is not None and bisect and found.calls is not None:
         diagnosis = diagnose(_context(session, found, bad))
-    for r in results:
-        if r.note and r.ratio is None:
-            notes.append(f"{r.torch or '<model>'}: {r.note}")
+    notes += [f"{r.torch or '<model>'}: {r.note}" for r in results if r.note and r.ratio is None]
     weights = session.weight_check
     if weights is not None and weights.differ:  # mapping 'loaded': a loaded weight that is not torch's fails the run
         named = {d.paddle for d in weights.differ}
