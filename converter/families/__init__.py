@@ -41,12 +41,9 @@ class PortedLayer:
         """This module's own state-dict entries (parameters and persistent buffers)."""
         return torch_own_keys(self.torch_module)
 
-    def has(self, name: str) -> bool:
-        return name in self.torch_keys()
-
     def _add(self, kind: str, name: str, transpose: bool = False, **fields) -> None:
         """A `kind` rule for this module's own tensor `name` where it has one, and its transpose where asked."""
-        if not self.has(name):
+        if name not in self.torch_keys():
             return
         self.rules.append({"kind": kind, "key": self.torch_key(name), **fields})
         if transpose:
@@ -139,10 +136,6 @@ class Family:
     # and the paddle layer; None where they compare as they are
     reads: Callable[[object, object], OutputReading | None] | None = None
 
-    @property
-    def pairing_kind(self) -> str:
-        return self.kind or self.name
-
 
 REGISTRY: dict[str, Family] = {}  # torch class name -> family
 BY_PADDLE_TYPE: dict[str, Family] = {}  # paddle class name -> the first family that names it
@@ -195,7 +188,7 @@ def kind_of(type_name: str) -> str:
     """The pairing kind of a layer type on either side (its own name, lower case, if no family
     names it): a ReLU ported as ReLU6 is paired, compared and diagnosed rather than lost."""
     family = REGISTRY.get(type_name) or BY_PADDLE_TYPE.get(type_name)
-    return family.pairing_kind if family is not None else type_name.lower()
+    return (family.kind or family.name) if family is not None else type_name.lower()
 
 
 def paddle_type_fits(family: Family, paddle_layer) -> bool:
