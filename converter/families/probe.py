@@ -70,12 +70,6 @@ class Weights:
         return want == shape, want == shape[::-1]
 
 
-def _probe_input(weights: Weights, names: list[str]):
-    """A probe input for the layer: the square weights' width as the last axis."""
-    width = weights.torch[names[0]].shape[0]
-    return np.random.default_rng(0).standard_normal((1, PROBE_ROWS, width))
-
-
 def _run_torch(module, x: np.ndarray):
     import torch
     weight = next(iter(module.parameters(recurse=False)), None)
@@ -131,7 +125,8 @@ def measure(weights: Weights, names: list[str]) -> set[str] | None:
     unset = set(dict(pair.paddle_layer.named_parameters(include_sublayers=False))) - set(weights.renames.values())
     if unset or any(t.is_meta for t in weights.torch.values()):
         return None  # a paddle parameter the probe would leave unset, or torch's values unknown
-    x = _probe_input(weights, names)
+    width = weights.torch[names[0]].shape[0]  # the square weights' width: the probe input's last axis
+    x = np.random.default_rng(0).standard_normal((1, PROBE_ROWS, width))
     try:
         reference = _run_torch(pair.torch_module, x)
     except Exception:  # noqa: BLE001 - a layer that takes other inputs: not measurable alone
@@ -152,9 +147,9 @@ def measure(weights: Weights, names: list[str]) -> set[str] | None:
     return close[0] if len(close) == 1 else None
 
 
-def runs_transposed(torch_module, paddle_layer, name: str = "weight") -> bool:
-    """Whether the paddle layer, given torch's tensors under the same names with `name` transposed,
-    reproduces the torch module's output on a probe input (and does not with `name` as is): a
+def runs_transposed(torch_module, paddle_layer) -> bool:
+    """Whether the paddle layer, given torch's tensors under the same names with its weight transposed,
+    reproduces the torch module's output on a probe input (and does not with it as is): a
     what-if confirmed by running it."""
     from . import PortedLayer
     pair = PortedLayer("", "", torch_module, paddle_layer)
@@ -162,6 +157,6 @@ def runs_transposed(torch_module, paddle_layer, name: str = "weight") -> bool:
     pair.rules = [{"kind": "rename", "key": n, "to": n} for n, _ in torch_module.named_parameters(recurse=False)
                   if n in own]
     weights = Weights(pair)
-    if name not in weights.renames or weights.symmetric(name) or weights.fits(name) != (True, True):
+    if "weight" not in weights.renames or weights.symmetric("weight") or weights.fits("weight") != (True, True):
         return False
-    return measure(weights, [name]) == {name}
+    return measure(weights, ["weight"]) == {"weight"}
