@@ -45,22 +45,17 @@ def nearest_in(path: str, paths) -> str | None:
     return None
 
 
-def _targets_by_module(plan) -> dict[str, set[str]]:
-    """torch module path -> paddle layer paths that receive its weights, from the mapping plan
-    (literal and pattern rules alike, as applied to the real keys)."""
-    out: dict[str, set[str]] = {}
+def _weight_routes(plan) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """From the mapping plan (literal and pattern rules alike, as applied to the real keys): torch
+    module path -> paddle layer paths that receive its weights, and paddle layer path -> torch
+    module paths whose weights it receives."""
+    targets: dict[str, set[str]] = {}
+    sources: dict[str, set[str]] = {}
     for entry in plan.entries if plan is not None else ():
         for part in entry.parts:
-            out.setdefault(parent(part.source), set()).add(parent(entry.name))
-    return out
-
-
-def _sources_by_layer(plan) -> dict[str, set[str]]:
-    """paddle layer path -> torch module paths whose weights it receives, from the mapping plan."""
-    out: dict[str, set[str]] = {}
-    for entry in plan.entries if plan is not None else ():
-        out.setdefault(parent(entry.name), set()).update(parent(part.source) for part in entry.parts)
-    return out
+            targets.setdefault(parent(part.source), set()).add(parent(entry.name))
+            sources.setdefault(parent(entry.name), set()).add(parent(part.source))
+    return targets, sources
 
 
 def shapes_fit(t_call, p_call) -> bool:
@@ -168,7 +163,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     for t, (p, _) in fused.items():
         pairs[t] = p
     used.update(p for p, _ in fused.values())
-    own = _targets_by_module(plan)
+    own, sources = _weight_routes(plan)
     holds_weights = lambda t: any(is_under(module, t) for module in own)
     # weights first: a torch module pairs with a paddle layer when the weights of the two subtrees
     # are exactly the same ones under the mapping, both ways (a fused q|k|v layer that could not be
@@ -177,7 +172,6 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     # `pooler.dense` onto), the one of the same kind wins, then the one of the same name, then the
     # innermost: the mapping decides before names do.
     receiving = set().union(*own.values()) if own else set()
-    sources = _sources_by_layer(plan)
     candidates: dict[str, list[str]] = {}
     for t in torch_calls:
         if t in pairs:
