@@ -55,29 +55,26 @@ def _cosine(rr: float, dr: float, dd: float) -> float:
 
 
 def compare(ref: np.ndarray, got: np.ndarray) -> Metrics:
-    with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are counted, not warned about
-        return _compare(np.asarray(ref), np.asarray(got))
-
-
-def _compare(ref: np.ndarray, got: np.ndarray) -> Metrics:
+    ref, got = np.asarray(ref), np.asarray(got)
     if ref.size == 0:
         return Metrics(tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0, 0, ())
-    d = np.subtract(got, ref)
-    r, flat = ref.ravel(), d.ravel()
-    dd = float(np.dot(flat, flat))
-    nan = inf = 0
-    if math.isfinite(dd):
-        dots = float(np.dot(r, r)), float(np.dot(flat, r)), dd  # before d loses its signs
-        diff = np.abs(d, out=d)
-    else:
-        nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
-        diff = np.nan_to_num(np.abs(d), nan=np.inf)
-        d = np.subtract(np.nan_to_num(got), ref).ravel()
-        dots = float(np.dot(r, r)), float(np.dot(d, r)), float(np.dot(d, d))
-    worst = int(np.argmax(diff))
-    rel = np.abs(ref)
-    rel += np.finfo(np.float32).tiny  # no division by 0; a no-op for any |ref| above about 1e-31
-    np.divide(diff, rel, out=rel)
-    return Metrics(tuple(ref.shape), float(diff.flat[worst]), float(np.add.reduce(diff, axis=None)) / diff.size,
-                   float(rel.max()), _cosine(*dots), nan, inf,
-                   tuple(int(i) for i in np.unravel_index(worst, diff.shape)))
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are counted, not warned about
+        d = np.subtract(got, ref)
+        r, flat = ref.ravel(), d.ravel()
+        dd = float(np.dot(flat, flat))
+        nan = inf = 0
+        if math.isfinite(dd):
+            dots = float(np.dot(r, r)), float(np.dot(flat, r)), dd  # before d loses its signs
+            diff = np.abs(d, out=d)
+        else:
+            nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
+            diff = np.nan_to_num(np.abs(d), nan=np.inf)
+            d = np.subtract(np.nan_to_num(got), ref).ravel()
+            dots = float(np.dot(r, r)), float(np.dot(d, r)), float(np.dot(d, d))
+        worst = int(np.argmax(diff))
+        rel = np.abs(ref)
+        rel += np.finfo(np.float32).tiny  # no division by 0; a no-op for any |ref| above about 1e-31
+        np.divide(diff, rel, out=rel)
+        return Metrics(tuple(ref.shape), float(diff.flat[worst]), float(np.add.reduce(diff, axis=None)) / diff.size,
+                       float(rel.max()), _cosine(*dots), nan, inf,
+                       tuple(int(i) for i in np.unravel_index(worst, diff.shape)))
