@@ -15,17 +15,6 @@ def _activation(pair: PortedLayer) -> None:
     pair.rename("weight", "_weight")  # PReLU; the others have none
 
 
-def _candidates(x):
-    import torch
-    import torch.nn.functional as F
-    return {"GELU (exact, erf)": lambda: F.gelu(x), "GELU (tanh approximation)": lambda: F.gelu(x, approximate="tanh"),
-            "ReLU": lambda: F.relu(x), "ReLU6": lambda: F.relu6(x), "Hardswish": lambda: F.hardswish(x),
-            "SiLU/Swish": lambda: F.silu(x), "Sigmoid": lambda: torch.sigmoid(x), "Tanh": lambda: torch.tanh(x),
-            "QuickGELU (x * sigmoid(1.702 x), CLIP's)": lambda: x * torch.sigmoid(1.702 * x),
-            "LeakyReLU(0.01)": lambda: F.leaky_relu(x, 0.01), "LeakyReLU(0.2)": lambda: F.leaky_relu(x, 0.2),
-            "identity": lambda: x}
-
-
 def _best(candidates, y):
     import numpy as np
     errs = {}
@@ -54,6 +43,7 @@ def recorded_variant(ctx) -> list:
     """Which activation each side computes on the culprit's recorded input (any culprit that
     takes one tensor and gives one of the same size: HF activation classes too)."""
     import torch
+    import torch.nn.functional as F
 
     ev, call = ctx.evidence, ctx.t_call
     if ev is None or ev.y_local is None or call is None or len(call.args) != 1 \
@@ -62,7 +52,12 @@ def recorded_variant(ctx) -> list:
     x = call.args[0].detach().cpu().double()
     if x.numel() != ev.y_torch.size:
         return []
-    candidates = _candidates(x)
+    candidates = {"GELU (exact, erf)": lambda: F.gelu(x), "GELU (tanh approximation)": lambda: F.gelu(x, approximate="tanh"),
+                  "ReLU": lambda: F.relu(x), "ReLU6": lambda: F.relu6(x), "Hardswish": lambda: F.hardswish(x),
+                  "SiLU/Swish": lambda: F.silu(x), "Sigmoid": lambda: torch.sigmoid(x), "Tanh": lambda: torch.tanh(x),
+                  "QuickGELU (x * sigmoid(1.702 x), CLIP's)": lambda: x * torch.sigmoid(1.702 * x),
+                  "LeakyReLU(0.01)": lambda: F.leaky_relu(x, 0.01), "LeakyReLU(0.2)": lambda: F.leaky_relu(x, 0.2),
+                  "identity": lambda: x}
     t_name, p_name = _best(candidates, ev.y_torch.ravel()), _best(candidates, ev.y_local.ravel())
     if not t_name or not p_name or t_name == p_name:
         return []

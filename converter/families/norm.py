@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..diagnosis import Diagnosis
 from . import Family, PortedLayer, OutputReading, register, same_weight_and_bias
 
@@ -31,8 +33,6 @@ def _instance_norm(pair: PortedLayer) -> None:
 
 
 def momentum_convention(ctx, where, torch_module, paddle_layer) -> list:
-    import numpy as np
-
     t, p = getattr(torch_module, "momentum", None), getattr(paddle_layer, "_momentum", None)
     if t is None or p is None or np.isclose(p, 1.0 - t):
         return []
@@ -42,7 +42,6 @@ def momentum_convention(ctx, where, torch_module, paddle_layer) -> list:
 
 def batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
     """What-if: does paddle's output match normalising with the batch's own statistics?"""
-    import numpy as np
     import torch.nn.functional as F
 
     ev, call = ctx.evidence, ctx.t_call
@@ -65,7 +64,6 @@ def torch_batch_statistics(ctx, where, torch_module, paddle_layer) -> list:
     """What-if: torch's BatchNorm keeps no running statistics (track_running_stats=False) and
     normalises with the batch's own in eval too; does paddle's layer, run the same way on the
     recorded input, give torch's output?"""
-    import numpy as np
     import paddle
     import paddle.nn.functional as F
 
@@ -109,7 +107,6 @@ class FusedActivation(OutputReading):
 
     def of_torch(self, outputs: list) -> list:
         """torch's outputs (tensors or numpy arrays, each given back as it came) put through the activation."""
-        import numpy as np
         out = []
         for o in outputs:
             if isinstance(o, np.ndarray):
@@ -128,22 +125,15 @@ class FusedActivation(OutputReading):
 
 
 def _relu(x):
-    import numpy as np
     return np.maximum(x, x.dtype.type(0))
 
 
 def _sigmoid(x):
-    import numpy as np
     with np.errstate(over="ignore"):
         return (1 / (1 + np.exp(-x))).astype(x.dtype)
 
 
-def _tanh(x):
-    import numpy as np
-    return np.tanh(x)
-
-
-_ACTIVATIONS = {"relu": _relu, "sigmoid": _sigmoid, "tanh": _tanh}  # paddle's act names
+_ACTIVATIONS = {"relu": _relu, "sigmoid": _sigmoid, "tanh": np.tanh}  # paddle's act names
 
 register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
                 ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,
