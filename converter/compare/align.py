@@ -171,12 +171,12 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     # (a wrapper around a Linear, torch's BertPooler against paddle's bare Linear that a rule maps
     # `pooler.dense` onto), the one of the same kind wins, then the one of the same name, then the
     # innermost: the mapping decides before names do.
-    receiving = set().union(*own.values()) if own else set()
+    receiving = set().union(*own.values())
     candidates: dict[str, list[str]] = {}
     for t in torch_calls:
         if t in pairs:
             continue
-        targets = set().union(*(paths for module, paths in own.items() if is_under(module, t))) if own else set()
+        targets = set().union(*(paths for module, paths in own.items() if is_under(module, t)))
         if not targets:
             continue
         p = common_parent(sorted(targets))

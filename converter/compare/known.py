@@ -98,9 +98,6 @@ def returning_recorded(session: Session, units, recorded: Recorded, forced: bool
         patched.append((module, module.__dict__.get("forward")))
         object.__setattr__(module, "forward", forward)
 
-    def paddle_tensor(array, like):
-        return lambda: paddle.to_tensor(array, place=like.place)
-
     try:
         for unit in units:
             t_call, p_call = recorded.t_calls[unit.torch], recorded.p_calls[unit.paddle]
@@ -109,7 +106,8 @@ def returning_recorded(session: Session, units, recorded: Recorded, forced: bool
             own = recorded.forced.get(unit.torch, {}) if forced else {}
             returning(_layer_at(session.paddle_model, unit.paddle), p_call,
                       [lambda t=t: t.clone() for t in p_call.outputs],
-                      [paddle_tensor(a, t) for a, t in zip(own["paddle"], p_call.outputs)] if forced else None)
+                      [lambda a=a, t=t: paddle.to_tensor(a, place=t.place) for a, t in zip(own["paddle"], p_call.outputs)]
+                      if forced else None)
             if float64_returned(session):
                 wide = own["float64"] if forced else recorded.free[unit.torch][None]
                 returning(session.torch64_module(unit.torch), t_call, [lambda a=a: torch.tensor(a) for a in wide])
