@@ -100,7 +100,7 @@ class OutputReading(Protocol):
     """How a paddle layer's outputs read as its torch module's (align.LayerPair.part): the slice
     of a fused layer's output one module computes (compare/fused.py Slice), or a family's reading
     (a gate's logits as a router's softmax and top-k weights; a BatchNorm whose activation paddle
-    applies inside it). Classes subclass it for the default of `of_torch`."""
+    applies inside it). Classes subclass it for the defaults of `of` and `of_torch`."""
 
     # whether torch's outputs are read too (not linear: the references' errors are then carried
     # through the reading rather than read off torch's raw outputs)
@@ -112,6 +112,7 @@ class OutputReading(Protocol):
 
     def of(self, outputs: list) -> list:
         """Paddle's outputs (tensors or numpy arrays) as the torch module gives them."""
+        return outputs
 
     def of_torch(self, outputs: list) -> list:
         """torch's outputs (tensors or numpy arrays) as they are compared."""

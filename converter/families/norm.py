@@ -102,9 +102,6 @@ class FusedActivation(OutputReading):
         act = getattr(paddle_layer, "_act", None)
         return cls(act) if isinstance(act, str) and act in _ACTIVATIONS else None
 
-    def of(self, outputs: list) -> list:
-        return outputs
-
     def of_torch(self, outputs: list) -> list:
         """torch's outputs (tensors or numpy arrays, each given back as it came) put through the activation."""
         out = []
