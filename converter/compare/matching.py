@@ -73,15 +73,14 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict | None = No
             arrays[j] = v() if callable(v) else v
         return arrays[j]
 
-    for j in range(len(paddle_values)):
-        if j in matches:
-            continue
+    unmatched = lambda: [j for j in range(len(paddle_values)) if j not in matches]
+    for j in unmatched():
         a = paddle_array(j)
         best = None
         for i, t in enumerate(torch_values):
-            gap = same_values(a, t)
-            if gap is not None and (best is None or (gap, tuple(t.shape) != tuple(a.shape)) < best[0]):
-                best = ((gap, tuple(t.shape) != tuple(a.shape)), i)
+            key = (same_values(a, t), tuple(t.shape) != tuple(a.shape))
+            if key[0] is not None and (best is None or key < best[0]):
+                best = (key, i)
                 if best[0] == (0.0, False):
                     break  # the same values in the same shape: none can be nearer
         if best is not None:
@@ -91,23 +90,18 @@ def match_inputs(paddle_values: list, torch_values: list, same: dict | None = No
         if permuted is not None and permuted[2] is not None:
             matches[j] = InputMatch(j, permuted[0], VALUE, axes=permuted[1])
     taken = {m.source for m in matches.values()}
-    for j in range(len(paddle_values)):
-        if j not in matches and len(torch_values) > 1:
-            joined = _joined_run(paddle_array(j), torch_values, taken)
-            if joined is not None:
-                matches[j] = InputMatch(j, joined[0], JOINED, joined[1], joined[2])
-                taken.update(range(joined[0], joined[0] + joined[1]))
-    for j in range(len(paddle_values)):
-        if j in matches:
-            continue
+    for j in unmatched() if len(torch_values) > 1 else ():
+        joined = _joined_run(paddle_array(j), torch_values, taken)
+        if joined is not None:
+            matches[j] = InputMatch(j, joined[0], JOINED, joined[1], joined[2])
+            taken.update(range(joined[0], joined[0] + joined[1]))
+    for j in unmatched():
         i = next((i for i, t in enumerate(torch_values) if i not in taken and same_mask(paddle_array(j), t)), None)
         if i is not None:
             matches[j] = InputMatch(j, i, MASK)
             taken.add(i)
     left = [i for i in range(len(torch_values)) if i not in taken]
-    for j in range(len(paddle_values)):
-        if j in matches:
-            continue
+    for j in unmatched():
         a = paddle_array(j)
         plain = lambda t, a=a: kind(t) == kind(a) and masked_positions(a) is None and masked_positions(t) is None
         i = next((i for i in left if plain(torch_values[i]) and _stands_for(torch_values[i], a)), None)
