@@ -39,20 +39,18 @@ class Slice(OutputReading):
         return self.runs or ((self.start, self.stop),)
 
     def of(self, outputs: list) -> list:
-        """The module's part of the fused layer's outputs."""
+        """The module's part of the fused layer's outputs: its own output, or its runs of the one
+        output (a paddle tensor or numpy array), joined in torch's order."""
         if self.output is not None:
             return outputs[self.output:self.output + 1]
-        return [self.take(outputs[0])]
-
-    def take(self, value):
-        """This slice of a paddle tensor or numpy array: its runs, joined in torch's order."""
+        value = outputs[0]
         pieces = [value[(Ellipsis, slice(a, b)) + (slice(None),) * (-1 - self.axis)] for a, b in self.spans]
         if len(pieces) == 1:
-            return pieces[0]
+            return pieces
         if isinstance(value, np.ndarray):
-            return np.concatenate(pieces, axis=self.axis)
+            return [np.concatenate(pieces, axis=self.axis)]
         import paddle
-        return paddle.concat(pieces, axis=self.axis)
+        return [paddle.concat(pieces, axis=self.axis)]
 
     @property
     def note(self) -> str:
