@@ -96,8 +96,8 @@ def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -
     nearest order where none does), else by its span; several are paired one to one by value (`*_values()` give the numpy
     arrays; see _one_to_one). One paddle output may answer for two torch outputs only where those
     hold the same values (HF returns the last hidden state, and again among all of them)."""
-    if len(t_shapes) == 1 and len(p_shapes) == 1 and common_shape(t_shapes[0], p_shapes[0]) is not None:
-        return OutputPairs((0,), (0,), (common_shape(t_shapes[0], p_shapes[0]),))
+    if len(t_shapes) == 1 and len(p_shapes) == 1 and (shape := common_shape(t_shapes[0], p_shapes[0])) is not None:
+        return OutputPairs((0,), (0,), (shape,))
     if len(t_shapes) == 1 and len(p_shapes) == 1 and t_values is not None and p_values is not None:
         t, p = t_values()[0], p_values()[0]
         order = axes_order(t, p)
@@ -113,8 +113,7 @@ def pair_outputs(t_shapes: list, p_shapes: list, t_values=None, p_values=None) -
         n = next((k for k, s in enumerate(shapes) if s is None), len(shapes))
         return OutputPairs(tuple(range(n)), tuple(range(n)), tuple(shapes[:n]))
     ts, ps = t_values(), p_values()
-    chosen = _one_to_one(ts, ps)
-    out = sorted(chosen.items())
+    out = sorted(_one_to_one(ts, ps).items())
     return OutputPairs(tuple(i for i, _ in out), tuple(j for _, j in out),
                        tuple(common_shape(ts[i].shape, ps[j].shape) for i, j in out))
 
