@@ -160,8 +160,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
 
     # a paddle layer that fuses several torch modules (q|k|v, gate|up): each module with its slice
     fused = fused_slices(torch_calls, paddle_calls, plan)
-    for t, (p, _) in fused.items():
-        pairs[t] = p
+    pairs.update((t, p) for t, (p, _) in fused.items())
     used.update(p for p, _ in fused.values())
     own, sources = _weight_routes(plan)
     holds_weights = lambda t: any(is_under(module, t) for module in own)
@@ -200,8 +199,7 @@ def align(torch_calls: dict, paddle_calls: dict, plan=None) -> list[LayerPair]:
     groups_p: dict[tuple, list[str]] = {}
     for t, call in sorted(torch_calls.items(), key=lambda kv: kv[1].end):
         if t not in pairs:
-            above = nearest_in(t, pairs)
-            groups_t.setdefault((pairs.get(above), kind_of(call.type)), []).append(t)
+            groups_t.setdefault((pairs.get(nearest_in(t, pairs)), kind_of(call.type)), []).append(t)
     for p, call in sorted(paddle_calls.items(), key=lambda kv: kv[1].end):
         if p not in used:
             groups_p.setdefault((nearest_in(p, used), kind_of(call.type)), []).append(p)
