@@ -121,16 +121,14 @@ class FusedActivation(OutputReading):
                 f"put through {self.act}")
 
 
-def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
-
-
-def _sigmoid(x):
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function in x's own precision (an overflow to inf gives 0, as it should)."""
     with np.errstate(over="ignore"):
         return (1 / (1 + np.exp(-x))).astype(x.dtype)
 
 
-_ACTIVATIONS = {"relu": _relu, "sigmoid": _sigmoid, "tanh": np.tanh}  # paddle's act names
+# paddle's act names
+_ACTIVATIONS = {"relu": lambda x: np.maximum(x, x.dtype.type(0)), "sigmoid": sigmoid, "tanh": np.tanh}
 
 register(Family("batch-norm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"),
                 ("BatchNorm1D", "BatchNorm2D", "BatchNorm3D", "BatchNorm", "SyncBatchNorm"), _batch_norm,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Family, OutputReading, register
+from .norm import sigmoid
 
 # HF transformers 5's routers of this form: softmax over the experts, then top-k (norm_topk_prob
 # where the class has it; the others always normalise)
@@ -192,8 +193,7 @@ class GroupedRouting(OutputReading):
         scores 0, as HF masks them); their scores, normalised where the model says, then scaled."""
         dtype = np.float64 if logits.dtype == np.float64 else np.float32
         x = logits.astype(dtype, copy=False)
-        with np.errstate(over="ignore"):
-            scores = (1 / (1 + np.exp(-x))).astype(dtype)
+        scores = sigmoid(x)
         choice = scores + np.asarray(self.bias, dtype=dtype)
         tokens, experts = choice.shape
         groups = choice.reshape(tokens, self.n_group, experts // self.n_group)
