@@ -298,10 +298,6 @@ class Recorder:
             self.allowance.held -= self.taken
         self.taken = 0
 
-    def ordered(self) -> list[Call]:
-        """Calls in completion order: children before their parent, as execution finishes them."""
-        return sorted((c for c in self.calls.values() if c.end >= 0), key=lambda c: c.end)
-
     def remove(self):
         for h in self.handles:
             h.remove()

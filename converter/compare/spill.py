@@ -124,15 +124,11 @@ class Spill:
             except OSError:  # a folder gone, or not writable: no spill
                 pass
         self.complete = self._file is not None
-        self._end = 0
+        self.nbytes = 0  # bytes written to the file
         self._tensors = ByIdentity()  # tensor -> its record, stamped with its version counter
         self._values = ByIdentity()  # storage (paddle: tensor) -> the _Values written for it
         self._met: list = []  # (weak reference to a tensor recorded, its record): checked at the pass's end
         self._writing = False
-
-    @property
-    def nbytes(self) -> int:
-        return self._end
 
     def put(self, tensor) -> Spilled | None:
         """`tensor`'s record: written now, or the one written for it before where it is unchanged
@@ -152,17 +148,19 @@ class Spill:
             if written is None:
                 written = []
                 self._values.put(base, written)
-            self._changed(written, version)
+            for values in written:  # written at versions other than its counter's now: changed in place since
+                if values.version != version:
+                    values.changed_later = True
             # values changed since are not these, whatever the version this tensor's counter says
             # (`.data` and other aliases keep counters of their own)
             values = next((v for v in written if v.version == version and not v.changed_later), None)
             if values is None:
                 array = data()
-                values = _Values(self._end, int(array.nbytes), version)
+                values = _Values(self.nbytes, int(array.nbytes), version)
                 if array.nbytes > free_bytes(self.folder) - KEEP_FREE:
                     raise OSError("the disk would keep less than KEEP_FREE bytes free")
                 _write(self._file.fileno(), array, values.offset)
-                self._end += values.nbytes
+                self.nbytes += values.nbytes
                 written.append(values)
         except Exception:  # noqa: BLE001 - a disk full, a tensor not written as bytes: the passes run
             self.close()  # as without a spill, whose disk space goes back at once
@@ -173,14 +171,6 @@ class Spill:
         self._tensors.put(tensor, record, version)
         self._met.append((weakref.ref(tensor), record))
         return record
-
-    @staticmethod
-    def _changed(written: list, version) -> None:
-        """The values written for one storage at versions other than `version` (its counter now)
-        were changed in place after they were written."""
-        for values in written:
-            if values.version != version:
-                values.changed_later = True
 
     def changed(self, tensor) -> None:
         """`tensor` was changed in place (the adapter's in_place_changes)."""
@@ -225,7 +215,7 @@ class Spill:
     def reset(self) -> None:
         """Forget every record (the pass is recorded again); the file is written from its start."""
         self.calls.clear()
-        self._tensors, self._values, self._met, self._end = ByIdentity(), ByIdentity(), [], 0
+        self._tensors, self._values, self._met, self.nbytes = ByIdentity(), ByIdentity(), [], 0
 
     def revive(self, calls: dict[str, Call], paths) -> dict[str, Call]:
         """The calls at `paths` as a capture pass records them: `calls` (an outline: order, types,
