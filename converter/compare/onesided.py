@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from .unread import Perturbation, measure_reads
 
-from .port import Session
-
 SHOWN = 6
 
 
@@ -19,8 +17,10 @@ def _where(path: str) -> str:
     return f"'{path}'" if path else "the model itself"
 
 
-def _listed(keys: list[str]) -> str:
-    return ", ".join(f"'{k}'" for k in keys[:SHOWN]) + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
+def _listed(keys: list[str], layer: str = "", after=lambda key: "") -> str:
+    """The first SHOWN keys, by their names inside `layer`, each followed by after(key)."""
+    shown = ", ".join(f"'{k[len(layer) + 1:] if layer else k}'{after(k)}" for k in keys[:SHOWN])
+    return shown + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
 
 
 def _parameters(paddle_model) -> dict[str, object]:
@@ -55,13 +55,12 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
         notes.append(f"whether the paddle model reads each of its parameters was not measured: {sorted(whys)[0]}")
     for layer, keys in _by_layer(readings, [k for k in unfilled if readings[k].read is None]).items():
         notes.append(f"paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills, left as "
-                     f"the paddle model holds them: {_listed(_names(keys, layer))}; whether the model reads them was "
+                     f"the paddle model holds them: {_listed(keys, layer)}; whether the model reads them was "
                      f"not measured ({readings[keys[0]].why})")
     spare = [k for k in unread if k not in neither]
     written = [k for k in state if readings[k].written and k in filled and k not in spare]
     if written:
-        shown = ", ".join(f"'{k}' (from torch's {' + '.join(repr(p.source) for p in filled[k].parts)})"
-                          for k in written[:SHOWN]) + (f" and {len(written) - SHOWN} more" if len(written) > SHOWN else "")
+        shown = _listed(written, after=lambda k: f" (from torch's {' + '.join(repr(p.source) for p in filled[k].parts)})")
         notes.append(f"finding: the paddle model's forward overwrites {len(written)} tensor(s) that torch's weights "
                      f"fill, so the values converted from torch are never read: {shown}. Find what writes them in the "
                      "forward (a wrapper copying its own parameter into its inner layer's) and make it use torch's, or "
@@ -87,16 +86,6 @@ def _by_layer(readings: dict[str, Perturbation], keys: list[str]) -> dict[str, l
     return out
 
 
-def _names(keys: list[str], layer: str) -> list[str]:
-    """The keys by their names inside `layer`."""
-    return [k[len(layer) + 1:] if layer else k for k in keys]
-
-
-def _shaped(keys: list[str], layer: str, state: dict) -> str:
-    shown = [f"'{n}' {list(state[k].shape)}" for k, n in zip(keys, _names(keys, layer))]
-    return ", ".join(shown[:SHOWN]) + (f" and {len(shown) - SHOWN} more" if len(shown) > SHOWN else "")
-
-
 def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str]) -> dict[str, Perturbation]:
     """Whether torch reads the tensors that fill the paddle parameters `paddle_keys`."""
     if not paddle_keys:
@@ -120,16 +109,17 @@ def _read_unfilled(layer: str, keys: list[str], state: dict, readings: dict[str,
     effect = (f"perturbing each changed that layer's output, by {_largest(readings, keys)}" if at_layer else
               f"perturbing each changed the model's outputs, by {_largest(readings, keys)}")
     shapes = {tuple(state[k].shape) for k in keys}
+    shaped = _listed(keys, layer, lambda k: f" {list(state[k].shape)}")
     elsewhere = _by_layer(readings, [k for k in spare if tuple(state[k].shape) in shapes])
     instead = ""
     if elsewhere:
-        where = "; ".join(f"{_where(other)} ({_listed(_names(ks, other))}"
+        where = "; ".join(f"{_where(other)} ({_listed(ks, other)}"
                           f"{', a layer that never runs' if not readings[ks[0]].ran else ''})"
                           for other, ks in list(elsewhere.items())[:3])
         instead = (f" Torch's weights of those shapes fill paddle tensors whose values the model does not read, in {where}: the "
                    "port's forward reads its own tensors instead of those.")
     return (f"finding: paddle layer {_where(layer)} reads {len(keys)} tensor(s) that no torch tensor fills: "
-            f"{_shaped(keys, layer, state)} ({effect}): the paddle model computes with values no torch weight gave "
+            f"{shaped} ({effect}): the paddle model computes with values no torch weight gave "
             f"it, and a checkpoint converted under these rules would not fill them.{instead} Make the port's forward read the tensors "
             "torch's weights fill, or map torch's tensors onto these and remove what nothing reads; the first layer "
             "over budget is where the outputs part")
@@ -139,8 +129,9 @@ def _unread_unfilled(layer: str, keys: list[str], state: dict, readings: dict[st
     ran = readings[keys[0]].ran
     how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
            "perturbing each changed neither that layer's output nor the model's")
+    shaped = _listed(keys, layer, lambda k: f" {list(state[k].shape)}")
     return (f"finding: paddle layer {_where(layer)} holds {len(keys)} tensor(s) that no torch tensor fills and the "
-            f"paddle model does not read on these inputs: {_shaped(keys, layer, state)} ({how}); left as they are, they "
+            f"paddle model does not read on these inputs: {shaped} ({how}); left as they are, they "
             "change nothing here: remove them from the port if they are left over, or make its forward use them "
             "where it should")
 
@@ -150,9 +141,7 @@ def _unread_filled(layer: str, keys: list[str], readings: dict[str, Perturbation
     ran = readings[keys[0]].ran
     how = ("that layer never runs, and perturbing each left the model's outputs unchanged" if not ran else
            "perturbing each changed neither that layer's output nor the model's")
-    filled = ", ".join(f"'{n}' (from torch's {' + '.join(repr(s) for s in sources[k])})"
-                       for k, n in list(zip(keys, _names(keys, layer)))[:SHOWN])
-    filled += f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else ""
+    filled = _listed(keys, layer, lambda k: f" (from torch's {' + '.join(repr(s) for s in sources[k])})")
     said = [torch_reads.get(s) for k in keys for s in sources[k]]
     read_by = sorted({r.at for r in said if r is not None and r.read})
     torch_part = (f"; torch reads them (perturbing each changed the output of torch's "
@@ -162,11 +151,3 @@ def _unread_filled(layer: str, keys: list[str], readings: dict[str, Perturbation
     return (f"finding: paddle layer {_where(layer)} holds {len(keys)} tensor(s) that torch's weights fill and the "
             f"paddle model does not read on these inputs: {filled} ({how}){torch_part}. Make the port's forward use "
             "them, or map torch's tensors onto the tensors the port reads")
-
-
-def measured_in_session(session: Session) -> list[str]:
-    """state_findings for a verification session whose models are both whole in memory; [] where a
-    side is streamed block by block (its weights are not all in the model at once)."""
-    if session.streams:
-        return []
-    return state_findings(session.plan, session.torch_model, session.paddle_model, session.inputs, session.device)

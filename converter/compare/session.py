@@ -124,9 +124,9 @@ class PortSession:
         paddle.set_device("gpu" if self.device == "cuda" else "cpu")
         from ..spec import LOADED
         from .build import on_meta_device, plan_build
+        self.loaded = mapping == LOADED or (not mapping and spec.loaded)
         # streamed where the in-memory run would not fit, decided from the checkpoint before any model is built
-        self.build = plan_build(weights, converted, mapping == LOADED or (not mapping and spec.loaded),
-                                options.max_memory, options.train)
+        self.build = plan_build(weights, converted, self.loaded, options.max_memory, options.train)
         with spec_call_errors(spec.path, "torch_model"), self.build.torch():
             self.torch_model = spec.torch_model()  # on the meta device: its buffers computed on the CPU
         self.undo.push(restore.record_layers(list(self.torch_model.modules())))
@@ -170,8 +170,9 @@ class PortSession:
         with spec_call_errors(spec.path, "inputs"):
             self.inputs = spec.inputs()
         check_arrays(self.inputs, f"spec '{spec.path}': inputs()")
-        from .onesided import measured_in_session
-        self.plan.notes.extend(measured_in_session(self))  # tensors that count on one side only
+        if not self.streams:  # tensors that count on one side only, where both models are whole in memory
+            from .onesided import state_findings
+            self.plan.notes.extend(state_findings(self.plan, self.torch_model, self.paddle_model, self.inputs, self.device))
         self.returned: dict[str, str] = {}  # side -> what its forward returned (see returned())
 
     def _emulation_on(self) -> None:
@@ -205,7 +206,6 @@ class PortSession:
         (self.weight_check). Its own buffers that no torch tensor fills stay as it built them."""
         from ..inmemory import convert_in_memory, plan_for_loaded
         from ..spec import LOADED
-        self.loaded = mapping == LOADED or (not mapping and spec.loaded)
         rules = spec.mapping if mapping == LOADED else mapping or spec.mapping
         self.weight_check = None
         if self.streams:
@@ -384,15 +384,13 @@ class PortSession:
     def torch_module(self, path: str):
         """The torch module at `path` (or the module of the call key `path`, capture.call_key); where the
         weights are streamed, with its block's weights made."""
-        path = module_path(path)
-        module = self.torch_model.get_submodule(path) if path else self.torch_model
+        module = self.torch_model.get_submodule(module_path(path))
         if "torch" in self.streams:
             self.streams["torch"].enter_module(module)
         return module
 
     def torch64_module(self, path: str):
-        path = module_path(path)
-        return self.torch64.get_submodule(path) if path else self.torch64
+        return self.torch64.get_submodule(module_path(path))
 
     def paddle_layer(self, path: str):
         from .paddle_own import _layer_at
