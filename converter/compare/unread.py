@@ -59,6 +59,7 @@ class _Side:
     def __init__(self, adapter, state: dict):
         self.adapter = adapter
         self.state = state
+        self.is_torch = adapter.__name__.endswith("torch_side")
 
     def outputs(self, value) -> list[np.ndarray]:
         from ..tree import flatten
@@ -71,20 +72,17 @@ class _Side:
     def checksum(self, key: str) -> int:
         """A checksum of the tensor's bits (read once, one tensor at a time)."""
         tensor = self.state[key]
-        array = np.ascontiguousarray(_torch_bits(tensor) if self._torch else tensor.numpy())
-        return zlib.crc32(array.reshape(-1).view(np.uint8))
-
-    @property
-    def _torch(self) -> bool:
-        return self.adapter.__name__.endswith("torch_side")
+        if self.is_torch:
+            import torch
+            tensor = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        return zlib.crc32(np.ascontiguousarray(tensor.numpy()).reshape(-1).view(np.uint8))
 
     def perturb(self, keys: list[str]) -> list:
         """Each tensor of `keys` perturbed in place; what puts them back."""
         saved = []
         try:
             for key in keys:
-                tensor = self.state[key]
-                saved.append(self._change_in_place(key, tensor))
+                saved.append(self._change_in_place(key, self.state[key]))
         except BaseException:
             self.put_back(saved)
             raise
@@ -95,7 +93,7 @@ class _Side:
         its weights' storage with the flat buffer its kernel reads, so a paddle tensor takes its
         value from numpy, which copies into that storage)."""
         delta = perturbation(key, np.asarray(self.adapter.to_numpy(tensor), dtype=np.float64))
-        if self._torch:
+        if self.is_torch:
             import torch
             saved = tensor.detach().clone()
             with torch.no_grad():
@@ -110,17 +108,12 @@ class _Side:
 
     def put_back(self, saved: list) -> None:
         for tensor, value in saved:
-            if self._torch:
+            if self.is_torch:
                 import torch
                 with torch.no_grad():
                     tensor.copy_(value)
             else:
                 tensor.set_value(value)
-
-
-def _torch_bits(tensor) -> np.ndarray:
-    import torch
-    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 def _change(before: list[np.ndarray], after: list[np.ndarray]) -> float:
