@@ -207,10 +207,6 @@ def forced_torch64(session: Session, paths, t_calls: dict, fmt: str | None = Non
     import torch
     known = ByIdentity("known")  # errors found so far in this pass
     conditions = ByIdentity()  # float64 output -> the condition of the elementwise layer that made it
-
-    def widen(r):
-        return r.detach().cpu().double()
-
     handles = []
     for path in paths:
         t_call: Call = t_calls[path]
@@ -224,8 +220,8 @@ def forced_torch64(session: Session, paths, t_calls: dict, fmt: str | None = Non
             recorded = torch_inputs(_c)
             errs = dict(enumerate(_errors(call_tensors(args, kwargs, torch_side.is_tensor), recorded, known)))
             refs[_t] = Reference(input_err=errs)
-            args64 = to_float64(with_own_state(tuple(_c.args), tuple(args)), widen)
-            kwargs64 = to_float64(with_own_state(dict(_c.kwargs), dict(kwargs)), widen)
+            args64 = to_float64(with_own_state(tuple(_c.args), tuple(args)))
+            kwargs64 = to_float64(with_own_state(dict(_c.kwargs), dict(kwargs)))
             for wide, r in zip(call_tensors(args64, kwargs64, torch_side.is_tensor), recorded):
                 if wide.is_floating_point():  # a widened copy of r itself: no error at all
                     known.put(wide, np.broadcast_to(np.float32(0), tuple(wide.shape)), _stamp(wide, r))
@@ -236,7 +232,7 @@ def forced_torch64(session: Session, paths, t_calls: dict, fmt: str | None = Non
             if ref is not None and not ref.output_err:
                 ref.output_err = _errors(flatten(out, torch_side.is_float_tensor), _c.outputs, known)
                 if fmt is None:
-                    ref.condition = _condition(mod, _before(args, out, _c, widen), out)
+                    ref.condition = _condition(mod, _before(args, out, _c), out)
                     if isinstance(out, torch.Tensor):  # a wrapper returning its child's output: the child's
                         if ref.condition is None:
                             ref.condition = conditions.get(out)
@@ -253,7 +249,7 @@ def forced_torch64(session: Session, paths, t_calls: dict, fmt: str | None = Non
     return refs
 
 
-def _before(args, out, call: Call, widen) -> tuple:
+def _before(args, out, call: Call) -> tuple:
     """A call's positional inputs as they were before it ran: where the module wrote its output
     over its input (`LeakyReLU(inplace=True)`), the widened copy of torch's recorded input, which
     is what the forced pass handed it."""
@@ -263,7 +259,7 @@ def _before(args, out, call: Call, widen) -> tuple:
             and first.data_ptr() == out.data_ptr():
         recorded = torch_inputs(call)
         if recorded and tuple(recorded[0].shape) == tuple(first.shape):
-            return (widen(recorded[0]), *args[1:])
+            return (recorded[0].detach().cpu().double(), *args[1:])
     return args
 
 

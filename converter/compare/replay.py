@@ -163,14 +163,9 @@ def run_paddle(layer, args, kwargs) -> list[np.ndarray]:
     return to_numpy_list(flatten(out, paddle_side.is_float_tensor), "paddle")
 
 
-def to_float64(value, widen=None):
-    """`value` with its floating tensors widened to float64 (by `widen` when given) and its
-    tensors moved to the CPU."""
-    def wide(t):
-        if not t.is_floating_point():
-            return t.cpu()
-        return widen(t) if widen is not None else t.detach().cpu().double()
-    return map_leaves(value, wide, is_torch_tensor)
+def to_float64(value):
+    """`value` with its floating tensors widened to float64 and its tensors moved to the CPU."""
+    return map_leaves(value, lambda t: t.detach().cpu().double() if t.is_floating_point() else t.cpu(), is_torch_tensor)
 
 
 PLAIN = (bool, int, float, complex, str, bytes, type(None))
