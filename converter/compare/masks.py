@@ -90,8 +90,7 @@ def _keys_alike(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _same_positions(a: np.ndarray, b: np.ndarray) -> bool:
-    for x, y in ((a, b), _keys_alike(a, b)):
-        x, y = _key_window(x, y)
+    for x, y in (_key_window(a, b), _keys_alike(a, b)):
         if common_shape(x.shape, y.shape) is not None and np.array_equal(*np.broadcast_arrays(*laid_out_alike(x, y))):
             return True
     return False
