@@ -231,7 +231,7 @@ class Recorder:
             return
         begun.append(path)
         if self.spill is not None:
-            self.spill.record_inputs(path, args, kwargs, self.is_tensor)
+            self.spill.record_inputs(path, args, kwargs)
         keep = self.keeps(path)
         if keep and self.is_tensor is not None:
             # the structures as they were at the call: a caller may append to a list it handed on
@@ -263,7 +263,7 @@ class Recorder:
         tensors = flatten(output, is_tensor)
         call.shapes = [tuple(t.shape) for t in tensors]
         if self.spill is not None:
-            self.spill.record_outputs(path, output, self.is_tensor, is_tensor)
+            self.spill.record_outputs(path, output)
         if self.keeps(path):
             if self.attached:
                 call.outputs = [t for t in tensors if t.requires_grad]

@@ -195,22 +195,22 @@ class Spill:
                 record.values.changed_later = True
         self._met.clear()
 
-    def record_inputs(self, path: str, args, kwargs, is_tensor) -> None:
+    def record_inputs(self, path: str, args, kwargs) -> None:
         """The inputs of `path`'s call (its first: the only one the Recorder records), as it received them."""
         if not self.complete:
             return
-        tensors = call_tensors(args, kwargs, is_tensor)
-        args, kwargs = replace_call_tensors(args, kwargs, is_tensor, [self.put(t) for t in tensors])
+        tensors = call_tensors(args, kwargs, self.side.is_tensor)
+        args, kwargs = replace_call_tensors(args, kwargs, self.side.is_tensor, [self.put(t) for t in tensors])
         self.calls[path] = _Tensors(args, kwargs)
 
-    def record_outputs(self, path: str, output, is_tensor, is_float_tensor) -> None:
+    def record_outputs(self, path: str, output) -> None:
         """What `path`'s call returned: its floating tensors (Call.outputs) and its structure
         (Call.returned)."""
         call = self.calls.get(path)
         if not self.complete or call is None:
             return
-        call.outputs = [self.put(t) for t in flatten(output, is_float_tensor)]
-        call.returned = replace(output, [self.put(t) for t in flatten(output, is_tensor)], is_tensor)
+        call.outputs = [self.put(t) for t in flatten(output, self.side.is_float_tensor)]
+        call.returned = replace(output, [self.put(t) for t in flatten(output, self.side.is_tensor)], self.side.is_tensor)
 
     def reset(self) -> None:
         """Forget every record (the pass is recorded again); the file is written from its start."""
