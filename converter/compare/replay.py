@@ -40,8 +40,7 @@ def paddle_inputs(call: Call) -> list:
 def forced_paddle_inputs(t_call: Call, p_call: Call):
     """paddle (args, kwargs) holding torch's recorded tensors where they match paddle's inputs
     by value (see matching.py); the others stay as paddle's call had them."""
-    args, kwargs, _ = force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), t_call)
-    return args, kwargs
+    return force_paddle_args(tuple(p_call.args), dict(p_call.kwargs), t_call)[:2]
 
 
 class TorchCopies:
