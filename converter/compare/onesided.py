@@ -45,8 +45,8 @@ def state_findings(plan, torch_model, paddle_model, inputs, device: str) -> list
     readings = measure_reads(paddle_side, paddle_model, inputs, device, state, list(state), set(unfilled))
     filled = plan.by_output_name()
     unread = [k for k, r in readings.items() if r.read is False and k in filled]
-    torch_reads = _torch_reads(plan, torch_model, inputs, device, unread)
     sources = {k: [part.source for part in filled[k].parts] for k in unread}
+    torch_reads = _torch_reads(sources, torch_model, inputs, device)
     neither = [k for k in unread if all(torch_reads.get(s) is not None and torch_reads[s].read is False
                                         for s in sources[k])]
     notes = []
@@ -86,17 +86,15 @@ def _by_layer(readings: dict[str, Perturbation], keys: list[str]) -> dict[str, l
     return out
 
 
-def _torch_reads(plan, torch_model, inputs, device: str, paddle_keys: list[str]) -> dict[str, Perturbation]:
-    """Whether torch reads the tensors that fill the paddle parameters `paddle_keys`."""
-    if not paddle_keys:
+def _torch_reads(sources: dict[str, list[str]], torch_model, inputs, device: str) -> dict[str, Perturbation]:
+    """Whether torch reads the tensors that fill paddle parameters (`sources`: paddle key -> those tensors)."""
+    if not sources:
         return {}
     from ..frameworks import torch_side
     from ..frameworks.torch_side import is_float_tensor
-    table = plan.by_output_name()
     state = {k: t for k, t in torch_model.state_dict(keep_vars=True).items() if is_float_tensor(t)}
-    sources = list(dict.fromkeys(part.source for key in paddle_keys for part in table[key].parts
-                                 if part.source in state))
-    return measure_reads(torch_side, torch_model, inputs, device, state, sources)
+    keys = list(dict.fromkeys(s for ones in sources.values() for s in ones if s in state))
+    return measure_reads(torch_side, torch_model, inputs, device, state, keys)
 
 
 def _largest(readings: dict[str, Perturbation], keys: list[str]) -> str:
