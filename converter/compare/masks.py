@@ -79,14 +79,15 @@ def _key_window(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _with_axes(a: np.ndarray, ndim: int) -> np.ndarray:
+    """A mask of two or more axes given `ndim` axes, those added of size 1 after its first ([B, T] as [B, 1, 1, T])."""
+    return a.reshape(a.shape[:1] + (1,) * (ndim - a.ndim) + a.shape[1:]) if 2 <= a.ndim < ndim else a
+
+
 def _keys_alike(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions of two masks laid out against each other: a keep-mask [B, T] (per batch, per key)
     against [B, 1, 1, T] or [B, 1, T, T] gets the axes between."""
-    if a.ndim < b.ndim and a.ndim >= 2:
-        a = a.reshape(a.shape[:1] + (1,) * (b.ndim - a.ndim) + a.shape[1:])
-    elif b.ndim < a.ndim and b.ndim >= 2:
-        b = b.reshape(b.shape[:1] + (1,) * (a.ndim - b.ndim) + b.shape[1:])
-    return _key_window(a, b)
+    return _key_window(_with_axes(a, b.ndim), _with_axes(b, a.ndim))
 
 
 def _same_positions(a: np.ndarray, b: np.ndarray) -> bool:
@@ -123,9 +124,7 @@ def in_form_of(source: np.ndarray, like: np.ndarray) -> np.ndarray | None:
     if found is None:
         return None
     mine, theirs = found
-    masked = theirs.masked
-    if masked.ndim < like.ndim and masked.ndim >= 2:
-        masked = masked.reshape(masked.shape[:1] + (1,) * (like.ndim - masked.ndim) + masked.shape[1:])
+    masked = _with_axes(theirs.masked, like.ndim)
     if masked.ndim == like.ndim and masked.ndim >= 2 and masked.shape[-1] > like.shape[-1] > 1:
         masked = masked[..., :like.shape[-1]]
     masked = fit(masked, tuple(like.shape))
