@@ -27,6 +27,7 @@ import zipfile
 import numpy as np
 
 from ..errors import UserError, quoted
+from .torch_io import unwrap_state
 
 # the storage classes' element types, as numpy type codes (bfloat16: its 16 bits)
 _CODES = {"FloatStorage": "f4", "DoubleStorage": "f8", "HalfStorage": "f2", "BFloat16Storage": "u2",
@@ -82,7 +83,7 @@ class TorchZipReference:
     """Each tensor of a torch zip checkpoint (by the name TorchZipSource gives it), decoded as
     described above: a C-ordered array in this machine's byte order (bfloat16 as uint16 bits)."""
 
-    def __init__(self, fd: int, path: str, unwrap):
+    def __init__(self, fd: int, path: str):
         self.path = path
         self._lock = threading.Lock()
         self._zip = zipfile.ZipFile(os.fdopen(os.dup(fd), "rb"))
@@ -94,7 +95,7 @@ class TorchZipReference:
                 order = self._zip.read(self._prefix + "byteorder").strip() or b"little"
             self._order = {b"little": "<", b"big": ">"}[order]
             obj = _Unpickler(io.BytesIO(self._zip.read(names[0]))).load()
-            self._tensors = unwrap(obj, lambda v: isinstance(v, _Tensor), path, [])
+            self._tensors = unwrap_state(obj, lambda v: isinstance(v, _Tensor), path, [])
         except BaseException:
             self._zip.close()
             raise
