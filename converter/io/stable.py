@@ -36,8 +36,7 @@ class Pool:
     .pdparams, in process: 0.88 to 0.97 s of system time with 32 MiB kept, 1.29 to 1.47 s with
     none; its peak RSS 275 MiB against 252."""
 
-    def __init__(self, keep: int = POOL_BYTES):
-        self.keep = keep
+    def __init__(self):
         self.free: list[mmap.mmap] = []
         self.lock = threading.Lock()
 
@@ -57,7 +56,7 @@ class Pool:
     def _give_back(self, buffer: mmap.mmap) -> None:
         with self.lock:
             self.free.append(buffer)
-            while sum(len(b) for b in self.free) > self.keep:
+            while sum(len(b) for b in self.free) > POOL_BYTES:
                 self.free.pop(0)
 
 
@@ -70,18 +69,18 @@ class Recent:
     to a few tensors behind the writer, finds the tensor the writer read rather than reading it
     again (a BERT-large conversion read 1.9 times its file without)."""
 
-    def __init__(self, keep: int = RECENT_BYTES):
-        self.keep, self.held = keep, 0
+    def __init__(self):
+        self.held = 0
         self.arrays: collections.OrderedDict = collections.OrderedDict()
         self.lock = threading.Lock()
 
     def add(self, key, array: np.ndarray) -> None:
-        if array.nbytes > self.keep:
+        if array.nbytes > RECENT_BYTES:
             return
         with self.lock:
             self.arrays[key] = array
             self.held += array.nbytes
-            while self.held > self.keep:
+            while self.held > RECENT_BYTES:
                 self.held -= self.arrays.popitem(last=False)[1].nbytes
 
     def drop(self, file_id: int) -> None:
