@@ -84,20 +84,16 @@ def _array_header(shape, dtype: np.dtype, nbytes: int) -> bytes:
 RESERVED = ("StructuredToParameterName@@", "UnpackBigParamInfor@@")
 
 
-def check_names(infos: list[TensorInfo]) -> None:
-    for info in infos:
-        if info.name in RESERVED:
-            raise UserError(f"output key {quoted(info.name)} is reserved by paddle's .pdparams format "
-                            "(paddle.load would not give it back as a tensor); drop or rename it with a rule, "
-                            "or write .safetensors")
-
-
 def write_pdparams(file, infos: list[TensorInfo], produce, progress=None, on_data=None, copied=None) -> None:
     """A protocol-4 pickle of {name: ndarray}, written opcode by opcode: each array's bytes go
     to the file straight from its buffer (or from the source file, `copied`: see
     base.write_tensors), one tensor in memory at a time. paddle.load and pickle.load read it as a
     plain dict of numpy arrays."""
-    check_names(infos)
+    for info in infos:
+        if info.name in RESERVED:
+            raise UserError(f"output key {quoted(info.name)} is reserved by paddle's .pdparams format "
+                            "(paddle.load would not give it back as a tensor); drop or rename it with a rule, "
+                            "or write .safetensors")
     position = file.tell() + file.write(b"\x80\x04}")  # PROTO 4, EMPTY_DICT
 
     def before(info):

@@ -38,10 +38,6 @@ def _read_index(index_path: str) -> dict[str, str]:
     return weight_map
 
 
-def _inside(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
-
-
 def shard_path(index_path: str, shard: str, allow_outside: bool) -> str:
     """Where the shard named `shard` by the index lies; a UserError when it is not a weights
     file, or lies outside the index's directory and that is not allowed."""
@@ -53,7 +49,7 @@ def shard_path(index_path: str, shard: str, allow_outside: bool) -> str:
     if not allow_outside:
         real = os.path.realpath(path)
         homes = {os.path.realpath(base), os.path.dirname(os.path.realpath(index_path))}
-        if not any(_inside(real, home) for home in homes):
+        if not any(os.path.commonpath([real, home]) == home for home in homes):
             raise UserError(f"{quoted(index_path)} names shard {quoted(shard)}, which lies outside the index's "
                             f"directory (at {quoted(real)}); move the shards next to the index, or pass "
                             "--allow-outside-shards if you trust this index")
