@@ -122,8 +122,12 @@ def check_outputs(outputs: dict[str, str | None], inputs: list[str | None], forc
     for what, path in files + trees:
         for source in sources:
             _apart(what, path, source)
-    for what, path in trees:
-        _holds_no_input(what, path, sources)
+    for what, path in trees:  # an existing directory output holds no hard link to an input file
+        for name in os.listdir(path) if os.path.isdir(path) else ():
+            for source in sources:
+                if not os.path.isdir(source) and _same_file(os.path.join(path, name), source):
+                    raise UserError(f"{what} {quoted(path)} holds {quoted(name)}, a hard link to the input "
+                                    f"{quoted(source)}; write to another path")
     named = files + trees
     for i, (what, path) in enumerate(named):
         for other, other_path in named[i + 1:]:
@@ -133,14 +137,3 @@ def check_outputs(outputs: dict[str, str | None], inputs: list[str | None], forc
                 if _within(a_path, b_path):
                     raise UserError(f"{a} {quoted(a_path)} is inside {b} {quoted(b_path)}, which this run writes; "
                                     "write it elsewhere")
-
-
-def _holds_no_input(what: str, path: str, sources: list[str]) -> None:
-    """An existing directory output holds no hard link to an input file."""
-    if not os.path.isdir(path):
-        return
-    for name in os.listdir(path):
-        for source in sources:
-            if not os.path.isdir(source) and _same_file(os.path.join(path, name), source):
-                raise UserError(f"{what} {quoted(path)} holds {quoted(name)}, a hard link to the input "
-                                f"{quoted(source)}; write to another path")

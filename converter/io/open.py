@@ -48,20 +48,16 @@ def _open_file(path: str, allow_outside_shards: bool = False) -> Source:
     raise UserError(f"cannot tell the format of '{path}'; use a .pt/.pth/.bin, .safetensors or *.index.json file")
 
 
-def _resolve_directory(path: str) -> str:
-    for pattern in ("model.safetensors.index.json", "*.safetensors.index.json", "model.safetensors",
-                    "pytorch_model.bin.index.json", "*.bin.index.json", "pytorch_model.bin"):
-        found = sorted(glob.glob(os.path.join(glob.escape(path), pattern)))  # a name may hold [ or *
-        if found:
-            return found[0]
-    return path
-
-
 def open_source(path: str, allow_outside_shards: bool = False) -> Source:
     """Open a checkpoint file, an index, or a directory holding one. Shards an index names
     outside its directory are refused unless `allow_outside_shards`."""
     if os.path.isdir(path):
-        path = _resolve_directory(path)
+        for pattern in ("model.safetensors.index.json", "*.safetensors.index.json", "model.safetensors",
+                        "pytorch_model.bin.index.json", "*.bin.index.json", "pytorch_model.bin"):
+            found = sorted(glob.glob(os.path.join(glob.escape(path), pattern)))  # a name may hold [ or *
+            if found:
+                path = found[0]
+                break
     source = _open_file(path, allow_outside_shards)
     bad = next((name for name in source.infos if not is_text(name)), None)
     if bad is not None:
