@@ -77,8 +77,10 @@ def write_tensors(file, position: int, infos, produce, before=None, after: bytes
     in the kernel, never produced. `on_data(info, offset)` is called once a tensor's bytes are all
     written (offset: where they start), `progress(nbytes)` after each tensor. `position` is where
     the file stands now; returns where it stands after (counted, not asked of the file)."""
+    def produced(info):  # a copied tensor passes as an empty array
+        return np.empty(0, dtypes.storage(info.dtype)) if isinstance(info, _Copied) else produce(info)
     offset = None
-    for info, block, last in c_order_blocks(_marked(infos, copied), _skipping(produce)):
+    for info, block, last in c_order_blocks(_marked(infos, copied), produced):
         if offset is None:
             if before is not None:
                 position += file.write(before(info.real if isinstance(info, _Copied) else info))
@@ -113,10 +115,6 @@ def _marked(infos, copied):
     for info in infos:
         found = copied(info) if copied is not None else None
         yield info if found is None else _Copied(info, found[0], found[1])
-
-
-def _skipping(produce):
-    return lambda info: np.empty(0, dtypes.storage(info.dtype)) if isinstance(info, _Copied) else produce(info)
 
 
 @dataclass(frozen=True)
