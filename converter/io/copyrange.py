@@ -35,15 +35,6 @@ class _Cannot(Exception):
         self.done = done
 
 
-def _short(src: StableFile, done: int, count: int) -> int:
-    """A call that copied nothing before the end of the range: the file shrank (an error), or
-    the method reads nothing from this file (_Cannot)."""
-    now = os.fstat(src.fd).st_size
-    if now < src.size:
-        raise changed(src.path, f"is {now} bytes now, {src.size} when it was opened")
-    raise _Cannot(done)
-
-
 def _in_pieces(step, src: StableFile, count: int, done: int) -> int:
     """`step(done, n)` (one kernel call copying at most n bytes from `done` on, returning how many it
     copied) until `count` bytes are done; a method the kernel refuses here is _Cannot."""
@@ -54,8 +45,11 @@ def _in_pieces(step, src: StableFile, count: int, done: int) -> int:
             if exc.errno in _CANNOT:
                 raise _Cannot(done) from None
             raise
-        if n == 0:
-            _short(src, done, count)
+        if n == 0:  # nothing copied before the end of the range: the file shrank, or the method reads nothing here
+            now = os.fstat(src.fd).st_size
+            if now < src.size:
+                raise changed(src.path, f"is {now} bytes now, {src.size} when it was opened")
+            raise _Cannot(done)
         done += n
     return done
 

@@ -11,6 +11,7 @@ make an object array of pointers. Files paddle.save writes with protocols 2, 3 a
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import math
 import mmap
@@ -55,20 +56,16 @@ def _tuple(items: list[bytes]) -> bytes:
     return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
 
 
-_DTYPE_CACHE: dict = {}
-
-
+@functools.cache
 def _dtype(dtype: np.dtype) -> bytes:
     """The dtype as numpy pickles it, without memo or framing (protocol 2 opcodes)."""
-    if dtype not in _DTYPE_CACHE:
-        buffer = io.BytesIO()
-        pickler = pickle.Pickler(buffer, protocol=2)
-        pickler.fast = True
-        pickler.dump(dtype)
-        raw = buffer.getvalue()
-        assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
-        _DTYPE_CACHE[dtype] = raw[2:-1]
-    return _DTYPE_CACHE[dtype]
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=2)
+    pickler.fast = True
+    pickler.dump(dtype)
+    raw = buffer.getvalue()
+    assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
+    return raw[2:-1]
 
 
 def _array_header(shape, dtype: np.dtype, nbytes: int) -> bytes:
