@@ -87,13 +87,10 @@ def _load(path: str):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped), mapped
         except pickle.UnpicklingError as exc:
             text = str(exc)
-            culprit = ""
-            for line in text.splitlines():
-                if "GLOBAL" in line or "Unsupported global" in line or "unsupported" in line.lower():
-                    culprit = line.strip().rstrip(".")
-                    break
+            culprit = next((line.strip().rstrip(".") for line in text.splitlines()
+                            if "GLOBAL" in line or "unsupported" in line.lower()), "")
             if "Weights only load failed" in text or culprit:
-                raise UserError(_refusal(path, culprit) if culprit else _refusal(path, "a name outside torch's allow-list")) from None
+                raise UserError(_refusal(path, culprit or "a name outside torch's allow-list")) from None
             raise _unreadable(path, exc) from None
         except Exception as exc:  # whatever torch raises on a damaged file, it is the file's fault
             raise _unreadable(path, exc) from None
@@ -238,8 +235,6 @@ def _storage_places(file: StableFile, tensors) -> dict[int, int]:
     """{storage address: its offset in the file} for the storages of a checkpoint torch.load mapped:
     torch maps the whole file and each storage is its stored zip member's bytes, so one base
     address must put every storage exactly at a member of its size. Empty when none does."""
-    import zipfile
-
     from .torch_zip import _member_data_offset
     storages = {}
     for t in tensors:
