@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import dtypes
+from ..errors import UserError, quoted
 from ..layout import c_order_blocks
 
 
@@ -25,7 +25,6 @@ def check_repeats(path: str, views) -> None:
     shows, but a 4-byte storage viewed as 2**31 elements would ask for 8 GB of output."""
     repeated = sum(max(numel - held, 0) * itemsize for numel, held, itemsize in views)
     if repeated > MAX_REPEATED:
-        from ..errors import UserError, quoted
         raise UserError(f"{quoted(path)}: its views repeat stored elements into {repeated} bytes more than it stores "
                         f"(expanded views; at most {MAX_REPEATED >> 30} GiB are written out); save them with .contiguous()")
 
@@ -62,7 +61,6 @@ def valid_bools(path: str, name: str, array: np.ndarray) -> np.ndarray:
     """A bool tensor's bytes must be 0 or 1: any other byte is no value at all (torch and numpy
     read it as True but copy it on as it is), so it is an error rather than a guess."""
     if array.dtype == np.bool_ and array.size and int(array.view(np.uint8).max()) > 1:
-        from ..errors import UserError, quoted
         raise UserError(f"{quoted(path)}: bool tensor {quoted(name)} holds bytes other than 0 and 1; "
                         "the file is corrupt: re-save or re-download it")
     return array
