@@ -287,12 +287,6 @@ def _op_stack_global(m):
     m.stack.append(m.find(module, name))
 
 
-def _op_global(m):
-    module = m.line()
-    name = m.line()
-    m.stack.append(m.find(module, name))
-
-
 def _op_call(m):  # REDUCE and NEWOBJ
     args = m.pop()
     func = m.pop()
@@ -377,7 +371,7 @@ _OPS = {
     0x94: lambda m: m.memo_put(len(m.memo)),  # MEMOIZE
     0x68: lambda m: m.memo_get(m.byte()),  # BINGET
     0x6A: lambda m: m.memo_get(m.unpack(_U4)),  # LONG_BINGET
-    0x63: _op_global,
+    0x63: lambda m: m.stack.append(m.find(m.line(), m.line())),  # GLOBAL: module and name, a line each
     0x93: _op_stack_global,
     0x52: _op_call,  # REDUCE
     0x81: _op_call,  # NEWOBJ
