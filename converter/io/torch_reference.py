@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 import os
 import pickle
 import threading
@@ -49,11 +50,7 @@ class _Tensor:
 
 
 def _contiguous(shape) -> tuple:
-    stride, step = [], 1
-    for d in reversed(shape):
-        stride.insert(0, step)
-        step *= d
-    return tuple(stride)
+    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
 def _parameter(data, *rest):
