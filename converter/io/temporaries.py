@@ -65,16 +65,15 @@ def remove(path: str) -> None:
         pass
 
 
-def remove_stale_temporaries(path: str) -> list[str]:
+def remove_stale_temporaries(path: str) -> None:
     """Remove the hidden temporaries (files and directories) that runs no longer alive left for
-    `path`; their names. A destination moved aside (`.old`) by a run killed before the new one
+    `path`. A destination moved aside (`.old`) by a run killed before the new one
     took its place is moved back when the destination is missing."""
     directory, prefix = os.path.dirname(path), _hidden_prefix(path)
-    removed = []
     try:
         names = os.listdir(directory)
     except OSError:
-        return removed
+        return
     for name in sorted(names, key=lambda n: not n.endswith(".old")):  # restore before removing the rest
         if not (name.startswith(prefix) and name.endswith((".partial", ".old"))):
             continue
@@ -89,5 +88,3 @@ def remove_stale_temporaries(path: str) -> list[str]:
             except OSError:
                 pass
         remove(full)
-        removed.append(name)
-    return removed
