@@ -195,7 +195,9 @@ class AtomicOutput:
         """Every byte written so far on disk (a full disk or an I/O error raises here, before any
         name is given); the commit's own sync is then cheap."""
         self.file.flush()
-        self._join_background()
+        pending, self._pending = self._pending, []
+        for future in pending:  # every background call waited for; the first error among them raised
+            future.result()
         os.fsync(self.file.fileno())
 
     def discard(self) -> None:
@@ -234,12 +236,6 @@ class AtomicOutput:
             from concurrent.futures import ThreadPoolExecutor
             self._worker = ThreadPoolExecutor(max_workers=1)
         self._pending.append(self._worker.submit(func, *args))
-
-    def _join_background(self) -> None:
-        """Wait for every background call; the first error among them is raised."""
-        pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
 
     def readable_path(self) -> str:
         """A path that reads the data written so far, before the commit."""

@@ -52,17 +52,6 @@ def _within(path: str, directory: str) -> bool:
         here = parent
 
 
-def _apart(what: str, path: str, source: str) -> None:
-    """`path` (an output) may not be the input `source`, lie inside it, or contain it."""
-    if _same_file(path, source):
-        raise UserError(f"{what} {quoted(path)} is also an input ({quoted(source)}); write it to another path")
-    if _within(path, source):
-        raise UserError(f"{what} {quoted(path)} is inside the input directory {quoted(source)}; "
-                        "write it outside the inputs")
-    if _within(source, path):
-        raise UserError(f"{what} {quoted(path)} contains the input {quoted(source)}; write it to another path")
-
-
 def _parent_exists(what: str, path: str) -> None:
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
@@ -120,8 +109,14 @@ def check_outputs(outputs: dict[str, str | None], inputs: list[str | None], forc
         check_directory_destination(what, path, force)
     sources = [source for source in inputs if source and os.path.exists(source)]
     for what, path in files + trees:
-        for source in sources:
-            _apart(what, path, source)
+        for source in sources:  # an output is not an input, does not lie inside one, nor contain one
+            if _same_file(path, source):
+                raise UserError(f"{what} {quoted(path)} is also an input ({quoted(source)}); write it to another path")
+            if _within(path, source):
+                raise UserError(f"{what} {quoted(path)} is inside the input directory {quoted(source)}; "
+                                "write it outside the inputs")
+            if _within(source, path):
+                raise UserError(f"{what} {quoted(path)} contains the input {quoted(source)}; write it to another path")
     for what, path in trees:  # an existing directory output holds no hard link to an input file
         for name in os.listdir(path) if os.path.isdir(path) else ():
             for source in sources:

@@ -17,11 +17,6 @@ from .base import MAX_DIMS, Source, TensorInfo, looks_like_text, shape_problem, 
 _MAX_HEADER = 100 * 1024 * 1024
 
 
-def _corrupt(path: str, why: str) -> UserError:
-    return UserError(f"{quoted(path)} is not a valid safetensors file ({why}); it is truncated or corrupt: "
-                     "re-download or re-export it")
-
-
 def _unique_keys(pairs):
     seen = {}
     for key, value in pairs:
@@ -86,7 +81,8 @@ class SafetensorsSource(Source):
             self._parse(self._file.size)
         except ValueError as exc:
             self._file.close()
-            raise _corrupt(path, str(exc)) from None
+            raise UserError(f"{quoted(path)} is not a valid safetensors file ({exc}); it is truncated or corrupt: "
+                            "re-download or re-export it") from None
         except Exception:
             self._file.close()
             raise
