@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 
 from ..diagnosis import Diagnosis, confirmed_cause, went
-from ..paths import join
 from .result import layer_of
 
 MAX_RUNS = 120  # re-runs of one layer's local backward
@@ -38,20 +37,18 @@ def _bare(name: str) -> str:
 
 
 def _options(root, root_path: str, counterpart) -> list:
-    """(layer, [Setting]) for `root` and each layer inside it; `counterpart(path)`: the paired torch
-    module of a paddle layer, or None."""
-    import paddle
-    import torch
-
-    from ..verify.counterfactual import Setting, candidates, settings
+    """(path, layer, [Setting]) for `root` and each layer inside it; `counterpart(path)`: the paired
+    torch module of a paddle layer, or None."""
+    from ..verify.counterfactual import Setting, _framework_keys, _weighted, candidates, settings
     from ..verify.counterfactual_settings import constructor_parameter
-    paddle_keys, torch_keys = frozenset(vars(paddle.nn.Layer())), frozenset(vars(torch.nn.Module()))
+    from ..verify.counterfactual_wrapping import named_layers
+    paddle_keys, torch_keys = _framework_keys("paddle"), _framework_keys("torch")
     out = []
-    for rel, layer in [("", root)] + list(root.named_sublayers()):
-        module = counterpart(join(root_path, rel))
+    for path, layer in named_layers(root, root_path):
+        module = counterpart(path)
         theirs = settings(module, torch_keys) if module is not None else {}
         by_name = {_bare(k): v for k, v in theirs.items()}
-        sizes = not any(True for _ in layer.named_parameters(include_sublayers=False))
+        sizes = not _weighted(layer)
         here = []
         for name, value in settings(layer, paddle_keys).items():
             tried = candidates(value, list(theirs.values()), sizes)
@@ -64,18 +61,8 @@ def _options(root, root_path: str, counterpart) -> list:
             if value is None and name not in paddle_keys and same is not None:
                 here.append(Setting(name, None, same, constructor_parameter(layer, name)))
         if here:
-            out.append((join(root_path, rel), layer, here))
+            out.append((path, layer, here))
     return out
-
-
-def _rerun(layer, setting, run):
-    setattr(layer, setting.name, setting.to)
-    try:
-        return run()
-    except Exception:  # noqa: BLE001 - a setting the layer cannot run with is not the cause
-        return None
-    finally:
-        setattr(layer, setting.name, setting.was)
 
 
 @contextlib.contextmanager
@@ -128,12 +115,13 @@ def setting_causes(session, local, pairs, fb) -> list:
 
 
 def _search(options: list, run, fb, before: dict) -> list:
+    from ..verify.counterfactual import _run_changed
     until, hits = time.monotonic() + MAX_SECONDS, []
     tried = ((path, layer, setting) for path, layer, here in options for setting in here)
     for path, layer, setting in itertools.islice(tried, MAX_RUNS):
         if time.monotonic() > until:
             break
-        got = _rerun(layer, setting, run)
+        got = _run_changed(layer, (setting,), run, dict)
         if got is None:
             continue
         mine = got.get((fb.torch, fb.paddle))
