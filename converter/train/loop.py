@@ -169,7 +169,7 @@ def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=No
     and the state where `on_step.checks(k)`)."""
     import torch
     model = session.torch_copy(dtype)
-    device = session.torch_device(dtype)
+    device = "cpu" if dtype == torch.float64 else session.device
     opt, sched = tspec.torch_optimizer(model)
     losses, lrs, grads0, bn_stats = [], [], {}, {}
     handles = emulate_torch_training(model, fmt) + _bn_recorder(model, bn_stats)
@@ -230,10 +230,7 @@ def _forward_of(which: str, dtype) -> tuple:
 
 def paddle_optimizer(session: TrainSession, tspec, model):
     """The paddle side's (optimizer, scheduler): the spec's own, else torch's translated."""
-    given = tspec.paddle_optimizer(model)
-    if given is not None:
-        return given
-    return session.translation.build(model)
+    return tspec.paddle_optimizer(model) or session.translation.build(model)
 
 
 def paddle_run(session: TrainSession, tspec, batches, fmt=None) -> RunRecord:

@@ -242,10 +242,6 @@ class TrainSession:
         self.torch_model.eval()
         self.paddle_model.eval()
 
-    def torch_device(self, dtype) -> str:
-        import torch
-        return "cpu" if dtype == torch.float64 else self.device
-
 
 def _translated(session: TrainSession, tspec) -> tuple:
     """(translation, (model, optimizer)): torch's optimizer translated to paddle's (None when it has no
