@@ -174,7 +174,10 @@ def torch_run(session: TrainSession, tspec, batches, dtype, fmt=None, on_step=No
     losses, lrs, grads0, bn_stats = [], [], {}, {}
     handles = emulate_torch_training(model, fmt) + _bn_recorder(model, bn_stats)
     names = {id(p): n for n, p in model.named_parameters()}
-    forward, hint = _forward_of("torch_model()", dtype)
+    forward, hint = "torch_model() in training mode", None
+    if dtype == torch.float64:
+        forward, hint = "torch_model() in float64", ("--train calibrates its budgets against a float64 torch run: "
+                                                     "make the forward work in float64 (no float32 constants forced)")
     run = f"torch {'float64' if dtype == torch.float64 else fmt or 'fp32'}"
     try:
         for k, (inputs, target) in enumerate(batches):
@@ -217,15 +220,6 @@ def _state_copy(opt) -> dict:
     copied = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
     return {key: {index: {k: copied(v) for k, v in s.items()} for index, s in value.items()} if key == "state"
             else copy.deepcopy(value) for key, value in opt.state_dict().items()}
-
-
-def _forward_of(which: str, dtype) -> tuple:
-    """(what, hint) for spec_errors around a torch forward in `dtype` (None: as the model is)."""
-    import torch
-    if dtype == torch.float64:
-        return (f"{which} in float64", "--train calibrates its budgets against a float64 torch run: make the "
-                "forward work in float64 (no float32 constants forced)")
-    return f"{which} in training mode", None
 
 
 def paddle_optimizer(session: TrainSession, tspec, model):
