@@ -124,7 +124,7 @@ def plan_conversion(source: Source, ruleset: RuleSet, targets: Targets | None, d
     said on `log`: the paddle model keeps its own."""
     infos = None
     if targets is not None:
-        loose = loose_plan(source, ruleset)
+        loose = loose_plan(source.infos, ruleset)
         filled = set() if loose is None else {n for e in loose.entries for n in (e.name, *e.aliases)}
         left = sorted(targets.state - filled) if loose is not None else []
         infos = {k: v for k, v in targets.infos.items() if k not in left}

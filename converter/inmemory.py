@@ -54,7 +54,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
         state_dict = torch_model.state_dict()
         left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
         source = StateDictSource({k: t for k, t in state_dict.items() if k not in left_out})
-    loose = functools.cache(lambda: loose_plan(source, ruleset))  # asked for only where the model has buffers
+    loose = functools.cache(lambda: loose_plan(source.infos, ruleset))  # asked for only where the model has buffers
     kept = _buffers_left_unfilled(loose, paddle_model)
     unloadable = _targets_not_persistable(loose, paddle_model)
     skipped = {part.source for entry in unloadable for part in entry.parts}
@@ -164,23 +164,16 @@ def plan_for_loaded(torch_model, paddle_model, mapping=None, source=None):
                 how = "detected from torch's keys"
             except UserError as shipped:
                 # the inferred rules, leaving paddle parameters unfilled; else what the search says
-                plan = None if source is not None else _inferred_leaving_some(torch_model, paddle_model)
-                if plan is None:
+                if source is not None:
                     raise shipped from None
-                plan, ruleset, source = plan
+                try:
+                    plan, ruleset, source = plan_in_memory(torch_model, paddle_model)
+                except UserError:
+                    raise shipped from None
                 how = "inferred from the two models"
     plan.notes.insert(0, f"mapping 'loaded': the paddle model keeps the weights it was loaded with; each is checked "
                          f"bit for bit against torch's under the rule set '{ruleset.name}' ({how})")
     return plan, ruleset, source
-
-
-def _inferred_leaving_some(torch_model, paddle_model):
-    """plan_in_memory's inferred plan where it leaves paddle parameters unfilled; None where it
-    cannot be made either."""
-    try:
-        return plan_in_memory(torch_model, paddle_model)
-    except UserError:
-        return None
 
 
 def _shipped_plan(torch_model, paddle_model, inferred: UserError, source=None):
@@ -204,11 +197,11 @@ def paddle_state(paddle_model) -> dict[str, object]:
     return {k: v for k, v in paddle_model.state_dict().items() if id(v) in state - trained}
 
 
-def loose_plan(source, ruleset: RuleSet) -> MappingPlan | None:
-    """The plan of torch's keys under the rules, against no target model; None when the rules do not
-    fit torch's keys (the plan against the paddle model's keys then says what is wrong)."""
+def loose_plan(infos, ruleset: RuleSet) -> MappingPlan | None:
+    """The plan of torch's keys (`infos`) under the rules, against no target model; None when the rules
+    do not fit torch's keys (the plan against the paddle model's keys then says what is wrong)."""
     try:
-        return build_plan(source.infos, ruleset, None)
+        return build_plan(infos, ruleset, None)
     except UserError:
         return None
 
@@ -398,9 +391,8 @@ def _tied_copies_paddle_lacks(state_dict, ruleset, targets) -> set[str]:
 def _mapped_names(infos, ruleset) -> dict[str, list[str]] | None:
     """Source key -> the target names (aliases included) the rules write from it, without the paddle
     model's names; None where the rules do not map these keys."""
-    try:
-        loose = build_plan(infos, ruleset, None)
-    except UserError:
+    loose = loose_plan(infos, ruleset)
+    if loose is None:
         return None
     names: dict[str, list[str]] = {}
     for entry in loose.entries:

@@ -60,16 +60,15 @@ class MappingPlan:
         return out
 
     def by_output_name(self) -> dict[str, TargetEntry]:
-        table = {}
-        for e in self.entries:
-            table[e.name] = e
-            for a in e.aliases:
-                table[a] = e
-        return table
+        return _by_output_name(self.entries)
 
     @property
     def total_bytes(self) -> int:
         return sum(i.nbytes for i in self.output_infos())
+
+
+def _by_output_name(entries) -> dict[str, TargetEntry]:
+    return {name: e for e in entries for name in (e.name, *e.aliases)}
 
 
 def _names_written_twice(entries) -> list[str]:
@@ -125,7 +124,8 @@ def build_plan(sources: dict[str, TensorInfo], ruleset: RuleSet,
     for index, (key, info) in enumerate(sources.items()):
         b.map_key(index, key, info)
     b.join_merges()
-    b.report_unmapped()
+    b.problems.extend(f"source '{key}' {b.sources[key].describe()} is not mapped by any rule; add a rename or drop "
+                      "rule for it" for key in b.leftover)
     if targets is not None:
         b.check_against(targets)
     b.problems.extend(_names_written_twice(b.entries.values()))
@@ -409,18 +409,9 @@ class _PlanBuilder(PartBuilder):
         self.add(name, TargetEntry(name, [p for p, _ in built], 0, self.sources[keys[0]].dtype,
                                    self.cast_for(keys[0], self.dtype), shape), (position, 0), keys[0])
 
-    def report_unmapped(self) -> None:
-        for key in self.leftover:
-            self.problems.append(f"source '{key}' {self.sources[key].describe()} is not mapped by any rule; "
-                                 "add a rename or drop rule for it")
-
     def check_against(self, targets: dict[str, TensorInfo]) -> None:
         """Every target filled, in its shape, and nothing written that the target model lacks."""
-        produced = {}
-        for e in self.entries.values():
-            produced[e.name] = e
-            for a in e.aliases:
-                produced[a] = e
+        produced = _by_output_name(self.entries.values())
         for name, tinfo in targets.items():
             e = produced.get(name)
             if e is None:
