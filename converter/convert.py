@@ -270,22 +270,17 @@ def check_layout(path: str, fmt: str, plan: MappingPlan) -> list[str]:
     return []
 
 
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return None, None
-    from tqdm import tqdm
-    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="converting",
-               file=sys.stderr, leave=False, dynamic_ncols=True)
-    return bar, bar.update
-
-
 def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str, progress: bool = True) -> None:
     """Write the plan's tensors to `output` (opened, not yet committed) as `fmt`, each read back and
     compared bit for bit with its source on worker threads, then the file's structure; any
     difference raises CheckFailed, so that the caller's commit never happens."""
     read = _ReadCache(source)
     by_name = plan.by_output_name()
-    bar, tick = _progress(plan.total_bytes, progress)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=plan.total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="converting",
+                   file=sys.stderr, leave=False, dynamic_ncols=True)
     written = [0]
 
     def on_written(nbytes):
@@ -293,8 +288,8 @@ def write_plan(source: Source, plan: MappingPlan, output: AtomicOutput, fmt: str
         if written[0] >= WRITEBACK_EVERY:
             written[0] = 0
             output.start_writeback()
-        if tick is not None:
-            tick(nbytes)
+        if bar is not None:
+            bar.update(nbytes)
     try:
         from .io.pdparams import write_pdparams
         from .io.safetensors_io import write_safetensors

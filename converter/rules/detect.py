@@ -43,21 +43,14 @@ def check_target(target: str | None) -> str | None:
     return target
 
 
-def installed_target() -> str | None:
-    """The library to write for when no --target is given: the one of PaddleFormers and PaddleNLP
-    that is installed here, or None where both or neither are (found without importing either)."""
-    import importlib.util
-    installed = [t for t in TARGETS if importlib.util.find_spec(t) is not None]
-    return installed[0] if len(installed) == 1 else None
-
-
 def default_target(has: dict[str, bool]) -> str:
     """The library to write for without --target, given which libraries have what is converted
-    (`has`: library -> bool): the installed one where it has it; else PaddleFormers where it has
-    it, else PaddleNLP."""
-    installed = installed_target()
-    if installed is not None and has.get(installed):
-        return installed
+    (`has`: library -> bool): the one of PaddleFormers and PaddleNLP installed here (found without
+    importing either) where it alone is and has it; else PaddleFormers where it has it, else PaddleNLP."""
+    import importlib.util
+    installed = [t for t in TARGETS if importlib.util.find_spec(t) is not None]
+    if len(installed) == 1 and has.get(installed[0]):
+        return installed[0]
     return PADDLEFORMERS if has.get(PADDLEFORMERS) else PADDLENLP
 
 
