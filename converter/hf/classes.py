@@ -196,9 +196,7 @@ def _provider() -> dict:
 def _fleet_ops() -> dict:
     """paddlefleet_ops as the MoE token dispatcher asks it: DeepEP is not available (the dispatcher
     then takes its plain-paddle path)."""
-    def is_deep_ep_available() -> bool:
-        return False
-    return {"is_deep_ep_available": is_deep_ep_available}
+    return {"is_deep_ep_available": lambda: False}
 
 
 STAND_INS = {  # the module -> (what it holds, what the description of a class whose import added it says)

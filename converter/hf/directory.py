@@ -148,18 +148,6 @@ def shards(plan: MappingPlan, limit: int | None) -> list[MappingPlan]:
     return [MappingPlan(g, plan.dropped if i == 0 else [], plan.ruleset) for i, g in enumerate(groups)]
 
 
-def shard_names(count: int) -> list[str]:
-    if count == 1:
-        return [WEIGHTS]
-    return [f"model_state-{i + 1:05d}-of-{count:05d}.pdparams" for i in range(count)]
-
-
-def _source_shard_limit(source: Source) -> int | None:
-    """A sharded source's largest shard, so that the output has about as many; None when single."""
-    data = [f for f in source.files if not f.endswith(".json")]
-    return max(os.path.getsize(f) for f in data) if len(data) > 1 else None
-
-
 def _write_json(output, body: dict) -> None:
     output.file.write((json.dumps(body, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
@@ -214,8 +202,12 @@ def convert_directory(src: str, dst: str, mapping: str | None = None, dtype: str
                 f"'{translated.family.model_type}')")
         ruleset = ruleset.with_params(hf_config)  # the head counts a merge by groups may name
         plan = build_plan(source.infos, ruleset, dtype=dtypes.canonical(dtype) if dtype else None)
-        pieces = shards(plan, limit if limit is not None else _source_shard_limit(opened))
-        names = shard_names(len(pieces))
+        if limit is None:  # a sharded source's largest shard, so that the output has about as many
+            data = [f for f in opened.files if not f.endswith(".json")]
+            limit = max(os.path.getsize(f) for f in data) if len(data) > 1 else None
+        pieces = shards(plan, limit)
+        names = [WEIGHTS] if len(pieces) == 1 else [f"model_state-{i + 1:05d}-of-{len(pieces):05d}.pdparams"
+                                                    for i in range(len(pieces))]
         with OutputGroup(force) as outputs:
             report = outputs.file(json_path) if json_path else None  # opened first: a read-only disk fails now
             staged = outputs.directory(dst, not_written_here).staging
