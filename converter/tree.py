@@ -142,12 +142,7 @@ def replace(value, new: dict | list, is_leaf: Leaf = is_float_tensor):
             raise ValueError(f"{len(new)} replacements for {len(flatten(value, is_leaf))} leaves")
         new = dict(enumerate(new))
     count = iter(range(sys.maxsize))
-
-    def swap(leaf):
-        k = next(count)
-        return new.get(k, leaf)
-
-    return map_leaves(value, swap, is_leaf)
+    return map_leaves(value, lambda leaf: new.get(next(count), leaf), is_leaf)
 
 
 def containers_copied(value, is_leaf: Leaf = is_float_tensor):
