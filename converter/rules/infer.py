@@ -48,13 +48,6 @@ def same_tensor_groups(named) -> list[list[str]]:
     return [names for names in by_tensor.values() if len(names) > 1]
 
 
-def tied_tensors(torch_model) -> dict[str, set[str]]:
-    """Each state-dict key whose torch tensor other keys hold too, with those other keys; in any
-    order of registration."""
-    return {k: set(keys) - {k} for keys in same_tensor_groups(torch_model.state_dict(keep_vars=True).items())
-            for k in keys}
-
-
 def _tied_child(child, path: str, tied: dict[str, set[str]]) -> dict[str, str] | None:
     """Each state key of a torch module whose every tensor another module holds too, with one of
     those other keys; or None."""
@@ -199,26 +192,24 @@ def _shapes_fit(pair: PortedLayer) -> bool:
     return True
 
 
-def paddle_aliases(paddle_model) -> dict[str, list[str]]:
-    """State-dict keys that name the same paddle tensor as an earlier key, under that earlier key."""
-    return {keys[0]: keys[1:] for keys in same_tensor_groups(paddle_model.state_dict().items())}
-
-
-def infer_ruleset(torch_model, paddle_model, name: str = "inferred", partial: bool = False) -> RuleSet:
+def infer_ruleset(torch_model, paddle_model, partial: bool = False) -> RuleSet:
     """The rules that map the torch model's state dict onto the paddle model's, found by walking
     both. Where some cannot be found: a UserError, or (`partial`) the rules found so far with what
     is left listed under `open`, for a user to complete."""
-    walk = _Inference(tied_tensors(torch_model))
+    # each state-dict key whose torch tensor other keys hold too, with those other keys (in any order of registration)
+    walk = _Inference({k: set(keys) - {k} for keys in same_tensor_groups(torch_model.state_dict(keep_vars=True).items())
+                       for k in keys})
     walk.walk(torch_model, paddle_model, "", "")
     rules, problems = walk.rules, sorted(walk.problems)
     if problems and not partial:
         raise UserError(f"cannot infer a mapping from the two models ({len(problems)} problem(s)); "
                         "fix the port or pass --mapping:", problems)
-    aliases = paddle_aliases(paddle_model)
+    # keys that name the same paddle tensor as an earlier key, under that earlier key
+    aliases = {keys[0]: keys[1:] for keys in same_tensor_groups(paddle_model.state_dict().items())}
     for rule in rules:
         if rule["kind"] == "rename" and rule["to"] in aliases:
             rule["aliases"] = aliases[rule["to"]]
     description = ("Inferred from the torch and paddle models by module type, each 2-D weight's layout "
                    "measured. Review it, edit it, and pass it back with --mapping.")
-    ruleset = parse_ruleset({"name": name, "description": description, "rules": rules}, name)
+    ruleset = parse_ruleset({"name": "inferred", "description": description, "rules": rules}, "inferred")
     return replace(ruleset, notes=tuple(walk.notes()), open=tuple(problems))
