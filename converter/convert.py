@@ -50,16 +50,15 @@ CHECK_WINDOW = 32 << 20  # bytes of the written file mapped and compared at a ti
 
 
 class _ReadCache:
-    """Keeps the last source tensors read, so split pieces and aliases read their source once."""
+    """Keeps the last two source tensors read, so split pieces and aliases read their source once."""
 
-    def __init__(self, source: Source, size: int = 2):
+    def __init__(self, source: Source):
         self.source = source
-        self.size = size
         self.items: dict[str, np.ndarray] = {}
 
     def __call__(self, key: str) -> np.ndarray:
         if key not in self.items:
-            if len(self.items) >= self.size:
+            if len(self.items) >= 2:
                 self.source.release(next(iter(self.items)))
                 self.items.pop(next(iter(self.items)))
             self.items[key] = self.source.read(key)

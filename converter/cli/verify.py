@@ -118,7 +118,7 @@ def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
 
 
 def _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
-                        json_path, html_path, options, quiet=False) -> None:
+                        json_path, html_path, options, quiet) -> None:
     """HF_DIR PADDLE_DIR: both directories, and none of the options that only a spec takes."""
     if len(directories) != 2:
         raise UserError(f"verify-port takes two directories, HF_DIR PADDLE_DIR; got {len(directories)} "
@@ -135,8 +135,7 @@ def _verify_directories(directories, spec_path, weights, converted, emit_optimiz
     _report(report, rows, None, json_path, html_path, force)
 
 
-def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory,
-             threshold=None) -> api.VerifyOptions:
+def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory, threshold) -> api.VerifyOptions:
     """The API's options from the command's; a value they refuse is said in the command's words."""
     given = {tuple(value.partition("=")[::2]): value for value in emulate}  # (side, mode) -> SIDE=MODE
     try:
