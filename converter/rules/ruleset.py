@@ -90,7 +90,7 @@ class Rule:
     patterns: list  # compiled RE2 patterns: one, except for merge (one per part, in order)
     spec: dict
     where: str
-    templates: dict = field(default_factory=dict)  # template text -> parsed pieces
+    templates: dict = field(default_factory=dict)  # template text -> parsed pieces, of every `to` and alias
 
     @property
     def group(self) -> str:
@@ -107,12 +107,9 @@ class Rule:
     def expand(self, match, template: str, extra: dict | None = None) -> str:
         """`template` (a `to` or an alias) with the match's groups filled in, and the names of
         `extra` (an unstack's item number) with their values."""
-        pieces = self.templates.get(template)
-        if pieces is None:
-            pieces = self.templates[template] = parse_template(template, self.patterns, self.where, tuple(extra or ()))
         extra = extra or {}
         return "".join(p if isinstance(p, str) else extra[p[0]] if p[0] in extra else (match.group(p[0]) or "")
-                       for p in pieces)
+                       for p in self.templates[template])
 
     def number(self, field_name: str, params: dict):
         """The rule's `groups` or `count`: None when absent, an int, or the reason it has none (a
