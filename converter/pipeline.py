@@ -18,7 +18,6 @@ SLACK = 64 << 20  # bytes a worker may hold beyond the item in hand
 def prefetch(func, items, size, slack: int = SLACK):
     """Yield func(item) for each item, in order, computing ahead while the items not yet
     yielded come to at most `slack` bytes (`size(item)` each; always at least one)."""
-    items = iter(items)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = deque()  # (future, bytes)
         held = 0

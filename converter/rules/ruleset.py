@@ -453,8 +453,11 @@ def looks_like_path(value: str) -> bool:
     return os.path.sep in value or (os.path.altsep or os.path.sep) in value or value.endswith(".json")
 
 
-def shipped_ruleset(name: str) -> RuleSet:
-    """The shipped rule set of that name (see mappings/)."""
+def resolve_mapping(name: str) -> RuleSet:
+    """A rule file by path when the value looks like one (looks_like_path), else the shipped rule set
+    of that name (see mappings/)."""
+    if looks_like_path(name):
+        return load_ruleset(name)
     path = os.path.join(MAPPINGS_DIR, name + ".json")
     if not os.path.isfile(path):
         local = (f"; to read the file {quoted(name)} in the current directory, give it as "
@@ -462,10 +465,3 @@ def shipped_ruleset(name: str) -> RuleSet:
         raise UserError(f"unknown mapping {quoted(name)}; shipped mappings are: "
                         f"{', '.join(shipped_mappings()) or 'none'}, or give the path of a rule file{local}")
     return load_ruleset(path)
-
-
-def resolve_mapping(name_or_path: str) -> RuleSet:
-    """A rule file by path when the value looks like one (looks_like_path), else a shipped rule set by name."""
-    if looks_like_path(name_or_path):
-        return load_ruleset(name_or_path)
-    return shipped_ruleset(name_or_path)
