@@ -52,10 +52,21 @@ def verify_port(directories, spec_path, weights, converted, mapping, device, pre
 
     With HF_DIR PADDLE_DIR instead of a spec: transformers' model from HF_DIR against PaddleFormers'
     (or PaddleNLP's) from PADDLE_DIR, as convert-weights HF_DIR PADDLE_DIR wrote it."""
-    if directories:
-        _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
-                            json_path, html_path, _options(device, precision_mode, emulate, strategy, bisect, train,
-                                                           steps, max_memory, threshold), quiet)
+    if directories:  # HF_DIR PADDLE_DIR: both directories, and none of the options that only a spec takes
+        options = _options(device, precision_mode, emulate, strategy, bisect, train, steps, max_memory, threshold)
+        if len(directories) != 2:
+            raise UserError(f"verify-port takes two directories, HF_DIR PADDLE_DIR; got {len(directories)} "
+                            f"({', '.join(map(repr, directories))}); give both, or a spec with --spec")
+        taken = [name for name, value in (("--spec", spec_path), ("--weights", weights), ("--converted", converted),
+                                           ("--emit-optimizer", emit_optimizer)) if value]
+        if taken:
+            raise UserError(f"HF_DIR PADDLE_DIR build both models from their directories; {', '.join(taken)} "
+                            f"{'is an option' if len(taken) == 1 else 'are options'} of a spec: give the directories "
+                            "or a spec, not both")
+        check_outputs({"--json": json_path, "--html": html_path}, [*directories, mapping], force)
+        with progress.shown(progress_shown(quiet)):
+            report = api.verify_directories(*directories, options, mapping=mapping, log=say)
+        _report(report, rows, None, json_path, html_path, force)
     if weights and not os.path.exists(weights):
         raise UserError(f"--weights '{weights}' does not exist")
     if converted and not os.path.exists(converted):
@@ -115,24 +126,6 @@ def _report(report, rows, emit_optimizer, json_path, html_path, force) -> None:
     if optimizer_code is not None:
         click.echo(f"paddle's optimizer written to {emit_optimizer}", err=True)
     sys.exit(report.exit_code)
-
-
-def _verify_directories(directories, spec_path, weights, converted, emit_optimizer, mapping, rows, force,
-                        json_path, html_path, options, quiet) -> None:
-    """HF_DIR PADDLE_DIR: both directories, and none of the options that only a spec takes."""
-    if len(directories) != 2:
-        raise UserError(f"verify-port takes two directories, HF_DIR PADDLE_DIR; got {len(directories)} "
-                        f"({', '.join(map(repr, directories))}); give both, or a spec with --spec")
-    taken = [name for name, value in (("--spec", spec_path), ("--weights", weights), ("--converted", converted),
-                                       ("--emit-optimizer", emit_optimizer)) if value]
-    if taken:
-        raise UserError(f"HF_DIR PADDLE_DIR build both models from their directories; {', '.join(taken)} "
-                        f"{'is an option' if len(taken) == 1 else 'are options'} of a spec: give the directories "
-                        "or a spec, not both")
-    check_outputs({"--json": json_path, "--html": html_path}, [*directories, mapping], force)
-    with progress.shown(progress_shown(quiet)):
-        report = api.verify_directories(*directories, options, mapping=mapping, log=say)
-    _report(report, rows, None, json_path, html_path, force)
 
 
 def _options(device, precision, emulate, strategy, bisect, train, steps, max_memory, threshold) -> api.VerifyOptions:
