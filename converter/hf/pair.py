@@ -73,8 +73,9 @@ def directory_spec(hf_dir: str, paddle_dir: str, mapping: str | None = None, tra
     _hf_weights(hf_dir)
     paddle_weights = _paddle_weight_keys(paddle_dir)
     torch_class = torch_class_of(architecture)
-    paddle_class = paddle_class_of(_paddle_architecture(paddle_config, architecture), paddle_config.get(WRITTEN_FOR),
-                                   paddle_dir)
+    named = paddle_config.get("architectures")  # convert-weights writes the library's class name there
+    paddle_class = paddle_class_of(named[0] if isinstance(named, list) and named and isinstance(named[0], str)
+                                   else architecture, paddle_config.get(WRITTEN_FOR), paddle_dir)
     ruleset = _ruleset(hf_config, hf_dir, paddle_class.library, mapping)
     log(f"torch: transformers {importlib.metadata.version('transformers')}'s {torch_class.__name__} from "
         f"{quoted(hf_dir)}; paddle: {paddle_class.describe()} from {quoted(paddle_dir)}; rules "
@@ -215,15 +216,6 @@ def _architecture(config: dict, hf_dir: str) -> str:
         raise UserError(f"{quoted(os.path.join(hf_dir, CONFIG))} names no model class in 'architectures'; add the "
                         "class it was saved from (e.g. \"architectures\": [\"LlamaForCausalLM\"])")
     return names[0]
-
-
-def _paddle_architecture(config: dict, hf_architecture: str) -> str:
-    """PADDLE_DIR's class: its config.json's (convert-weights writes the library's class name
-    there), else HF's."""
-    names = config.get("architectures")
-    if isinstance(names, list) and names and isinstance(names[0], str):
-        return names[0]
-    return hf_architecture
 
 
 def _hf_weights(hf_dir: str) -> None:
