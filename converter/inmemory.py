@@ -49,7 +49,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
         ruleset = resolve_mapping(str(mapping)) if mapping else infer_ruleset(torch_model, paddle_model)
     ruleset = ruleset.with_params(_model_config(torch_model) | ruleset.params)
     targets = state_dict_infos(paddle_model)
-    source_given = source
+    unfilled_ok = source is None if unfilled_ok is None else unfilled_ok
     if source is None:
         state_dict = torch_model.state_dict()
         left_out = _tied_copies_paddle_lacks(state_dict, ruleset, targets)
@@ -60,8 +60,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     skipped = {part.source for entry in unloadable for part in entry.parts}
     try:
         plan = build_plan({k: v for k, v in source.infos.items() if k not in skipped}, ruleset,
-                          {k: v for k, v in targets.items() if k not in kept},
-                          unfilled_ok=source_given is None if unfilled_ok is None else unfilled_ok)
+                          {k: v for k, v in targets.items() if k not in kept}, unfilled_ok=unfilled_ok)
     except UserError as refused:  # torch tensors with no place in the paddle model: what their layers lack
         lacking = _lacking(refused, loose(), paddle_model, targets, torch_model)
         if lacking is None:
@@ -76,7 +75,7 @@ def plan_in_memory(torch_model, paddle_model, mapping=None, source=None, unfille
     return plan, ruleset, source
 
 
-def _lacking(refused, loose, paddle_model, targets, torch_model=None) -> UserError | None:
+def _lacking(refused, loose, paddle_model, targets, torch_model) -> UserError | None:
     """A refusal whose only problems are torch tensors that the rules place in a paddle layer lacking
     them (a Linear built without its bias), said as what that layer lacks, and the constructor
     argument that builds them where rebuilding the layer finds one (frameworks/rebuild.py); None
@@ -103,7 +102,7 @@ def _building_change(layer, lacked: list, torch_model) -> dict | None:
     settings as values to try."""
     from .frameworks.rebuild import constructor_change
     source = lacked[0].parts[0].source.rpartition(".")[0]
-    counterpart = dict(torch_model.named_modules()).get(source) if torch_model is not None else None
+    counterpart = dict(torch_model.named_modules()).get(source)
     return constructor_change(layer, {e.name.rpartition(".")[2]: tuple(e.shape) for e in lacked}, counterpart)
 
 
