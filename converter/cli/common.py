@@ -71,9 +71,7 @@ def terminations():
         if not seen:
             seen.append(signum)
             raise Terminated(signum)
-    kept = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        kept[sig] = signal.signal(sig, handler)
+    kept = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
