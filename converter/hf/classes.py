@@ -137,13 +137,10 @@ def _imported(module: types.ModuleType, library_name: str, name: str, architectu
             stand_in = _stand_in_for(missing, frames)
             if stand_in is None or not add_stand_in(stand_in):
                 what = f"it imports {quoted(missing)}, which is not installed; install it" if missing else message
-                raise UserError(f"{_possessive(library_name)} {quoted(architecture)} cannot be imported: {what}; "
+                whose = library_name + ("'" if library_name.endswith("s") else "'s")
+                raise UserError(f"{whose} {quoted(architecture)} cannot be imported: {what}; "
                                 f"or write a port spec (see {DOCS})") from None
             _ADDED.setdefault((module.__name__.partition(".")[0], name), []).append(stand_in)
-
-
-def _possessive(name: str) -> str:
-    return name + ("'" if name.endswith("s") else "'s")
 
 
 def _import_failure(exc: BaseException) -> tuple[str | None, set[str], str]:
