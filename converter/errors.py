@@ -56,7 +56,6 @@ class UserError(PortError):
     """Bad input: the message says what is wrong and what to do. Exit code 2, and one line whatever
     the count of details: the first SHOWN of them follow the message, with how many more there are."""
 
-    exit_code = 2
     SHOWN = 3
 
     def render(self) -> str:
