@@ -60,6 +60,24 @@ def cpu_threads(n: int):
         paddle.base.core.set_num_threads(int(paddle.get_flags(["FLAGS_paddle_num_threads"])["FLAGS_paddle_num_threads"]))
 
 
+def random_state(device: str) -> tuple | None:
+    """What paddle's random generators and numpy's and Python's global ones hold now, on a CPU; None
+    on a GPU, whose kernels may sum in another order from run to run."""
+    import random
+    paddle = import_paddle()
+    if device != "cpu":
+        return None
+    state = np.random.get_state()
+    return tuple(g.__getstate__() for g in paddle.get_rng_state()), state[1].tobytes(), state[2:], random.getstate()
+
+
+def may_differ_again(before: tuple | None, device: str) -> bool:
+    """Whether a run begun at `before` (random_state) may give other outputs when run again: it drew
+    random numbers (a dropout active, a random op), or ran on a GPU. A CPU run that drew none gives
+    its outputs again bit for bit, so a check that it repeats needs no second run."""
+    return before is None or random_state(device) != before
+
+
 def in_place_changes(changed):
     """As torch_side.in_place_changes; paddle has no hook on its functions: a change in place shows
     where a spill meets the tensor again, or at the end of the pass."""
