@@ -192,7 +192,7 @@ def _shapes_fit(pair: PortedLayer) -> bool:
     return True
 
 
-def infer_ruleset(torch_model, paddle_model, partial: bool = False) -> RuleSet:
+def infer_ruleset(torch_model, paddle_model, *, partial: bool = False) -> RuleSet:
     """The rules that map the torch model's state dict onto the paddle model's, found by walking
     both. Where some cannot be found: a UserError, or (`partial`) the rules found so far with what
     is left listed under `open`, for a user to complete."""
