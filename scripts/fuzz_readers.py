@@ -61,10 +61,11 @@ def _touch_all(source) -> int:
 
 def target_torch_zip(data: bytes) -> None:
     from converter.errors import UserError
+    from converter.io.torch_io import unwrap_state
     from converter.io.torch_zip import NotPlain, TorchZipSource
     path = _write("m.bin", data)
     try:
-        source = TorchZipSource(path)
+        source = TorchZipSource(path, unwrap_state)
         _touch_all(source)
     except (UserError, NotPlain):
         pass

@@ -32,14 +32,14 @@ def _open_file(path: str, allow_outside_shards: bool = False) -> Source:
         from .safetensors_io import SafetensorsSource
         return SafetensorsSource(path)
     if lower.endswith(TORCH_SUFFIXES):
-        from .torch_io import TorchSource, not_a_checkpoint
+        from .torch_io import TorchSource, not_a_checkpoint, unwrap_state
         from .torch_zip import NotPlain, TorchZipSource
         with open(path, "rb") as f:
             why = not_a_checkpoint(path, f.read(512))
         if why:
             raise UserError(why)
         try:  # the plain zip state dict, read without importing torch
-            return TorchZipSource(path)
+            return TorchZipSource(path, unwrap_state)
         except NotPlain:  # anything else: torch.load(weights_only=True) decides
             return TorchSource(path)
     if lower.endswith(".pdparams"):

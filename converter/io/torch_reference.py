@@ -28,7 +28,6 @@ import zipfile
 import numpy as np
 
 from ..errors import UserError, quoted
-from .torch_io import unwrap_state
 
 # the storage classes' element types, as numpy type codes (bfloat16: its 16 bits)
 _CODES = {"FloatStorage": "f4", "DoubleStorage": "f8", "HalfStorage": "f2", "BFloat16Storage": "u2",
@@ -80,7 +79,7 @@ class TorchZipReference:
     """Each tensor of a torch zip checkpoint (by the name TorchZipSource gives it), decoded as
     described above: a C-ordered array in this machine's byte order (bfloat16 as uint16 bits)."""
 
-    def __init__(self, fd: int, path: str):
+    def __init__(self, fd: int, path: str, unwrap):
         self.path = path
         self._lock = threading.Lock()
         self._zip = zipfile.ZipFile(os.fdopen(os.dup(fd), "rb"))
@@ -92,7 +91,7 @@ class TorchZipReference:
                 order = self._zip.read(self._prefix + "byteorder").strip() or b"little"
             self._order = {b"little": "<", b"big": ">"}[order]
             obj = _Unpickler(io.BytesIO(self._zip.read(names[0]))).load()
-            self._tensors = unwrap_state(obj, lambda v: isinstance(v, _Tensor), path, [])
+            self._tensors = unwrap(obj, lambda v: isinstance(v, _Tensor), path, [])
         except BaseException:
             self._zip.close()
             raise

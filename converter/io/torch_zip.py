@@ -39,7 +39,6 @@ from . import unpickle
 from .copyrange import c_ordered
 from .stable import StableFile
 from .base import MAX_BYTES, MAX_DIMS, Source, TensorInfo, check_repeats, shape_problem, valid_bools
-from .torch_io import unwrap_state
 
 try:  # ISA-L's CRC-32, about four times zlib's speed: checking every storage costs little
     from isal.isal_zlib import crc32
@@ -219,7 +218,7 @@ def _read_pickle(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> 
 
 
 class TorchZipSource(Source):
-    def __init__(self, path: str):
+    def __init__(self, path: str, unwrap):
         super().__init__(path)
         self._file = StableFile(path)  # one open file for the zip directory and every storage
         try:
@@ -229,7 +228,7 @@ class TorchZipSource(Source):
                 raise NotPlain("not a zip file") from None
             with archive:
                 try:
-                    self._open(archive)
+                    self._open(archive, unwrap)
                 except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError) as exc:
                     self._file.check_unchanged()
                     raise _bad(path, f"its zip structure is damaged ({type(exc).__name__}: {exc})") from None
@@ -240,7 +239,7 @@ class TorchZipSource(Source):
     def _zip(self) -> zipfile.ZipFile:
         return zipfile.ZipFile(os.fdopen(os.dup(self._file.fd), "rb"))
 
-    def _open(self, archive: zipfile.ZipFile) -> None:
+    def _open(self, archive: zipfile.ZipFile, unwrap) -> None:
         path = self.path
         members = {i.filename: i for i in archive.infolist()}
         if any(i.flag_bits & 0x1 for i in members.values()):
@@ -276,8 +275,8 @@ class TorchZipSource(Source):
         self._lock = threading.Lock()
         self._checked: set[str] = set()
         self._inflated: tuple[str, bytes] | None = None
-        self._reference = None
-        self._tensors = unwrap_state(obj, lambda v: isinstance(v, TensorRecord), path, self.notes)
+        self._reference, self._unwrap = None, unwrap
+        self._tensors = unwrap(obj, lambda v: isinstance(v, TensorRecord), path, self.notes)
         for name, record in self._tensors.items():
             self.infos[name] = TensorInfo(name, record.storage.dtype, record.shape)
 
@@ -352,7 +351,7 @@ class TorchZipSource(Source):
             if self._reference is None:
                 from .torch_reference import TorchZipReference
                 try:
-                    self._reference = TorchZipReference(self._file.fd, self.path)
+                    self._reference = TorchZipReference(self._file.fd, self.path, self._unwrap)
                 except Exception as exc:  # the two decodings disagree on the file's structure
                     self._second_reading_failed(exc)
         try:

@@ -154,10 +154,11 @@ def test_source_bytes_are_the_tensors_bytes_or_none(tmp):
 
 
 def test_torch_zip_ranges_follow_the_view_and_refuse_other_layouts(tmp):
+    from converter.io.torch_io import unwrap_state
     from converter.io.torch_zip import TorchZipSource
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     torch.save({"whole": base, "rows": base[1:3], "turned": base.t(), "cols": base[:, 2:4]}, tmp / "m.pt")
-    with TorchZipSource(str(tmp / "m.pt")) as source:
+    with TorchZipSource(str(tmp / "m.pt"), unwrap_state) as source:
         file, offset, nbytes = source.byte_range("rows")
         assert np.frombuffer(os.pread(file.fd, nbytes, offset), np.float32).tolist() == base[1:3].flatten().tolist()
         assert source.byte_range("whole")[2] == 96
