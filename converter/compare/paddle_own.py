@@ -193,10 +193,10 @@ def paddle_own_inside(session: Session, pair, passes, children, torch_own: Torch
         return None, {}
     if not all(_rounding_sized(e, a, torch_own.outputs) for e, a in zip(errs, sliced(pair, list(loc.outputs)))):
         return None, {}
-    again = _run_float64(session, pair, t_call, p_call, relative.values(), ("float32",)) \
-        if paddle_side.may_differ_again(drawn, session.device) else run
-    if again is None or not _same_run(run, again):  # random inside (a dropout left on): no error of its own
-        return None, {}
+    if paddle_side.may_differ_again(drawn, session.device):
+        again = _run_float64(session, pair, t_call, p_call, relative.values(), ("float32",))
+        if again is None or not _same_run(run, again):  # random inside (a dropout left on): no error of its own
+            return None, {}
     inputs = {}
     for child in children:
         forced = passes.forced_p.get(child.paddle)
